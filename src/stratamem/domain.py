@@ -1,0 +1,174 @@
+"""Plain typed records of the memory layers. Imports nothing else of stratamem but errors."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from stratamem.errors import InvalidIdentifier
+
+_IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@\-]{0,127}$")
+
+
+def check_ident(value: str, what: str) -> str:
+    """Return `value` if it is a safe identifier (tenant, session, call id), else raise.
+
+    Identifiers come from callers and may reach keys, paths and queries: only letters, digits and
+    `._:@-` are accepted, 1 to 128 characters, not starting with punctuation.
+    """
+    if not isinstance(value, str) or not _IDENT.match(value):
+        raise InvalidIdentifier(
+            f"{what} {value!r} is not valid: use 1-128 letters, digits or ._:@- "
+            "(starting with a letter or digit)"
+        )
+    return value
+
+
+class Role(StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+    TOOL = "tool"
+
+
+class MemoryType(StrEnum):
+    PERSONA = "persona"
+    EPISODIC = "episodic"
+    INSTRUCTION = "instruction"
+
+
+class Layer(StrEnum):
+    L0 = "L0"
+    L1 = "L1"
+
+
+class Mode(StrEnum):
+    """Which machinery made a derived record."""
+
+    LLM = "llm"
+    OFFLINE = "offline"
+    MANUAL = "manual"
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Tenant scope that every store read and write takes."""
+
+    tenant: str
+
+    def __post_init__(self) -> None:
+        check_ident(self.tenant, "tenant")
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message as a caller hands it to capture."""
+
+    role: Role
+    text: str
+    speaker: str | None = None
+    timestamp: float | None = None
+    id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """L0: one captured message, verbatim."""
+
+    id: str
+    tenant: str
+    session: str
+    role: Role
+    text: str
+    timestamp: float
+    speaker: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """L1: one atomic memory with provenance and validity."""
+
+    id: str
+    tenant: str
+    type: MemoryType
+    content: str
+    priority: int = 50
+    source_turn_ids: tuple[str, ...] = ()
+    session: str | None = None
+    activity_start: float | None = None
+    activity_end: float | None = None
+    valid_from: float = 0.0
+    valid_to: float | None = None
+    superseded_by: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    mode: Mode = Mode.MANUAL
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_current(self) -> bool:
+        return self.valid_to is None
+
+
+@dataclass(frozen=True, slots=True)
+class Scene:
+    """L2: one theme's consolidated document for a tenant."""
+
+    id: str
+    tenant: str
+    title: str
+    summary: str
+    body: str
+    heat: float = 0.0
+    version: int = 1
+    memory_ids: tuple[str, ...] = ()
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    deleted: bool = False
+    mode: Mode = Mode.MANUAL
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """L3: the bounded persona document of a tenant."""
+
+    tenant: str
+    body: str
+    version: int = 1
+    updated_at: float = 0.0
+    mode: Mode = Mode.MANUAL
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One search result, fused from BM25 and vector candidates."""
+
+    id: str
+    layer: Layer
+    text: str
+    session: str | None
+    score: float
+    timestamp: float | None = None
+    speaker: str | None = None
+    memory_type: MemoryType | None = None
+    source_turn_ids: tuple[str, ...] = ()
+    ranks: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "layer": self.layer.value,
+            "text": self.text,
+            "session": self.session,
+            "score": round(self.score, 6),
+            "timestamp": self.timestamp,
+            "speaker": self.speaker,
+            "type": self.memory_type.value if self.memory_type else None,
+            "source_turn_ids": list(self.source_turn_ids),
+            "ranks": dict(self.ranks),
+        }

@@ -1,0 +1,51 @@
+"""One tree of typed errors. The edges (CLI, API) map them to exit and status codes once."""
+
+from __future__ import annotations
+
+
+class StratamemError(Exception):
+    """Base of every error stratamem raises on purpose."""
+
+
+class InvalidInput(StratamemError, ValueError):
+    """A caller gave input that cannot be accepted; nothing was stored."""
+
+
+class InvalidIdentifier(InvalidInput):
+    """A tenant, session or other identifier is not of the accepted form."""
+
+
+class NotFound(StratamemError, LookupError):
+    """The named record does not exist in the caller's tenant."""
+
+
+class ConfigError(StratamemError):
+    """Settings are missing or inconsistent; the message says how to fix them."""
+
+
+class StoreError(StratamemError):
+    """The store failed or holds data it cannot serve."""
+
+
+class EmbeddingMismatch(StoreError):
+    """The store was indexed with another embedding model or dimension."""
+
+
+class StaleFencingToken(StoreError):
+    """A write was made under a fencing token older than the newest one for its key."""
+
+
+class EmbeddingError(StratamemError):
+    """The embedder failed to produce vectors."""
+
+
+class PipelineError(StratamemError):
+    """The pipeline backend failed or was asked for something it cannot do."""
+
+
+class LockLost(PipelineError):
+    """A lock the caller held expired or was taken over."""
+
+
+class LLMError(StratamemError):
+    """An LLM endpoint failed or returned output that could not be validated."""
