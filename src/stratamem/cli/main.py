@@ -2,13 +2,44 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+
+from stratamem.cli import memory_cmds
 
 
 @click.group()
 @click.version_option(package_name="stratamem")
-def cli() -> None:
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="STRATAMEM_DATA_DIR",
+    default=None,
+    help="Directory of the embedded store [env STRATAMEM_DATA_DIR; default ./stratamem-data].",
+)
+@click.option(
+    "--embedder",
+    default=None,
+    help="local | hash[:DIM] | openai:MODEL | none [env STRATAMEM_EMBEDDER; default local].",
+)
+@click.pass_context
+def cli(ctx: click.Context, data_dir: Path | None, embedder: str | None) -> None:
     """stratamem: layered long-term memory for AI agents."""
+    ctx.ensure_object(dict)
+    ctx.obj["data_dir"] = data_dir
+    ctx.obj["embedder"] = embedder
+
+
+for command in (
+    memory_cmds.capture,
+    memory_cmds.search,
+    memory_cmds.recall,
+    memory_cmds.import_,
+    memory_cmds.reindex,
+    memory_cmds.stats,
+):
+    cli.add_command(command)
 
 
 def main() -> None:

@@ -1,0 +1,86 @@
+"""Embedding catch-up: records are captured first and embedded afterwards, in batches."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from stratamem.domain import Layer
+from stratamem.embed.base import Embedder
+from stratamem.errors import EmbeddingError, EmbeddingMismatch
+from stratamem.store.base import EmbeddingInfo, Store
+
+log = logging.getLogger(__name__)
+
+RETRY_DELAY_S = 5.0
+
+
+async def embed_pending(
+    store: Store, embedder: Embedder, batch_size: int, max_records: int | None = None
+) -> int:
+    """Embed records that have no vector yet, L1 first; return how many were embedded."""
+    done = 0
+    for layer in (Layer.L1, Layer.L0):
+        while max_records is None or done < max_records:
+            limit = batch_size if max_records is None else min(batch_size, max_records - done)
+            pending = await asyncio.to_thread(store.pending_embeddings, layer, limit)
+            if not pending:
+                break
+            vectors = await embedder.embed([p.text for p in pending])
+            if vectors.shape != (len(pending), embedder.dim):
+                raise EmbeddingError(
+                    f"embedder {embedder.model} returned shape {vectors.shape},"
+                    f" expected ({len(pending)}, {embedder.dim})"
+                )
+            await asyncio.to_thread(
+                store.store_embeddings, layer, [(p.tenant, p.id) for p in pending], vectors
+            )
+            done += len(pending)
+    return done
+
+
+def bind(store: Store, embedder: Embedder) -> None:
+    """Record the embedder's model in the store, refusing a different one already recorded."""
+    store.bind_embedding(EmbeddingInfo(model=embedder.model, dim=embedder.dim))
+
+
+class Backfill:
+    """A background task that embeds captured records while the memory is open."""
+
+    def __init__(self, store: Store, embedder: Embedder, batch_size: int) -> None:
+        self._store = store
+        self._embedder = embedder
+        self._batch_size = batch_size
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.last_error: str | None = None
+        self.embedded = 0
+
+    def poke(self) -> None:
+        """Ask for a catch-up soon; starts the background task on first use."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                self.embedded += await embed_pending(self._store, self._embedder, self._batch_size)
+                self.last_error = None
+            except EmbeddingMismatch:
+                raise
+            except EmbeddingError as exc:  # kept, reported in stats, retried later
+                self.last_error = str(exc)
+                log.warning("embedding catch-up failed, retrying in %ss: %s", RETRY_DELAY_S, exc)
+                await asyncio.sleep(RETRY_DELAY_S)
+                self._wake.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

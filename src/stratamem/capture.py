@@ -1,0 +1,175 @@
+"""Capture: validate caller messages and turn them into L0 turns with stable ids.
+
+Recall blocks that stratamem injects into prompts are stripped first, so recalled memories are
+never captured back as new conversation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from stratamem.domain import Message, Role, Turn, check_ident
+from stratamem.errors import InvalidInput
+
+#: Tags of the blocks `recall()` renders; any text inside them is removed on capture.
+INJECTED_TAGS = ("stratamem-recall", "stratamem-profile", "stratamem-context")
+_BLOCK = re.compile(
+    r"<(?P<tag>" + "|".join(INJECTED_TAGS) + r")\b[^>]*>.*?(?:</(?P=tag)\s*>|\Z)",
+    re.DOTALL | re.IGNORECASE,
+)
+_ROLE_ALIASES = {"human": Role.USER, "ai": Role.ASSISTANT, "bot": Role.ASSISTANT}
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureResult:
+    """What a capture call did: ids of every accepted message, in order, and what was new."""
+
+    ids: list[str]
+    stored: list[str]
+    duplicates: list[str]
+    skipped_empty: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ids": self.ids,
+            "stored": self.stored,
+            "duplicates": self.duplicates,
+            "skipped_empty": self.skipped_empty,
+        }
+
+
+def strip_injected(text: str) -> str:
+    """Remove stratamem's own recall blocks (and an unterminated one running to the end)."""
+    return _BLOCK.sub("", text).strip()
+
+
+def parse_message(raw: Message | Mapping[str, Any], position: int) -> Message:
+    """Accept a `Message` or an OpenAI-style dict (`role`, `content`/`text`, `name`/`speaker`)."""
+    if isinstance(raw, Message):
+        return raw
+    if not isinstance(raw, Mapping):
+        raise InvalidInput(f"message {position}: expected an object, got {type(raw).__name__}")
+    text = raw.get("text", raw.get("content"))
+    if not isinstance(text, str):
+        raise InvalidInput(f"message {position}: 'content' (or 'text') must be a string")
+    metadata = raw.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidInput(f"message {position}: 'metadata' must be an object")
+    speaker = raw.get("speaker", raw.get("name"))
+    msg_id = raw.get("id")
+    return Message(
+        role=parse_role(raw.get("role"), position),
+        text=text,
+        speaker=None if speaker is None else str(speaker),
+        timestamp=parse_timestamp(raw.get("timestamp"), position),
+        id=None if msg_id is None else str(msg_id),
+        metadata=dict(metadata),
+    )
+
+
+def parse_role(value: object, position: int) -> Role:
+    if isinstance(value, Role):
+        return value
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in _ROLE_ALIASES:
+            return _ROLE_ALIASES[lowered]
+        try:
+            return Role(lowered)
+        except ValueError:
+            pass
+    allowed = ", ".join(r.value for r in Role)
+    raise InvalidInput(f"message {position}: unknown role {value!r} (use one of: {allowed})")
+
+
+def parse_timestamp(value: object, position: int) -> float | None:
+    """Epoch seconds, or an ISO 8601 string (naive times are taken as UTC)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InvalidInput(f"message {position}: timestamp must be epoch seconds or ISO 8601")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise InvalidInput(f"message {position}: bad timestamp {value!r}: {exc}") from exc
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        return parsed.timestamp()
+    raise InvalidInput(f"message {position}: timestamp must be epoch seconds or ISO 8601")
+
+
+
+
+def turn_id(tenant: str, session: str, key: str) -> str:
+    digest = hashlib.blake2b(f"{tenant}\x1f{session}\x1f{key}".encode(), digest_size=12)
+    return "t_" + digest.hexdigest()
+
+
+def build_turns(
+    tenant: str,
+    session: str,
+    messages: Sequence[Message | Mapping[str, Any]],
+    now: float,
+    max_chars: int,
+) -> tuple[list[Turn], int]:
+    """Validate every message first (all or nothing); return the turns and how many were empty
+    once stratamem's own blocks were stripped."""
+    check_ident(tenant, "tenant")
+    check_ident(session, "session")
+    if not messages:
+        raise InvalidInput("no messages to capture")
+    parsed = [_validated(parse_message(raw, i), i, max_chars) for i, raw in enumerate(messages)]
+    occurrences: Counter[str] = Counter()
+    turns: list[Turn] = []
+    skipped = 0
+    for message in parsed:
+        text = strip_injected(message.text)
+        if not text:
+            skipped += 1
+            continue
+        key = _identity_key(message, text, occurrences)
+        turns.append(
+            Turn(
+                id=turn_id(tenant, session, key),
+                tenant=tenant,
+                session=session,
+                role=message.role,
+                text=text,
+                timestamp=message.timestamp if message.timestamp is not None else now,
+                speaker=message.speaker,
+                metadata=message.metadata,
+            )
+        )
+    return turns, skipped
+
+
+def _validated(message: Message, position: int, max_chars: int) -> Message:
+    if not message.text.strip():
+        raise InvalidInput(f"message {position}: text is empty")
+    if len(message.text) > max_chars:
+        raise InvalidInput(
+            f"message {position}: text has {len(message.text)} characters, more than the"
+            f" limit of {max_chars} (setting max_turn_chars)"
+        )
+    if message.speaker is not None and len(message.speaker) > 200:
+        raise InvalidInput(f"message {position}: speaker name longer than 200 characters")
+    return message
+
+
+def _identity_key(message: Message, text: str, occurrences: Counter[str]) -> str:
+    """What makes a message the same message when it is captured again."""
+    if message.id is not None:
+        return "id\x1f" + message.id
+    stamp = "" if message.timestamp is None else repr(message.timestamp)
+    base = f"{message.role.value}\x1f{message.speaker or ''}\x1f{stamp}\x1f{text}"
+    occurrences[base] += 1
+    return f"{base}\x1f{occurrences[base]}"

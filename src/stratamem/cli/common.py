@@ -1,0 +1,93 @@
+"""What every CLI command shares: the data directory, the memory, errors mapped to exit codes."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import click
+
+from stratamem.config import Settings
+from stratamem.errors import (
+    ConfigError,
+    EmbeddingMismatch,
+    InvalidInput,
+    NotFound,
+    StratamemError,
+)
+from stratamem.sync import Memory
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: Exit codes: one place maps each error family to one code.
+EXIT_CODES: tuple[tuple[type[StratamemError], int], ...] = (
+    (InvalidInput, 2),
+    (NotFound, 3),
+    (EmbeddingMismatch, 4),
+    (ConfigError, 5),
+    (StratamemError, 1),
+)
+
+
+def exit_code(error: StratamemError) -> int:
+    for kind, code in EXIT_CODES:
+        if isinstance(error, kind):
+            return code
+    return 1
+
+
+def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Turn library errors into a one-line message on stderr and the family's exit code."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except StratamemError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exit_code(exc))
+
+    return wrapper
+
+
+def settings_from(ctx: click.Context) -> Settings:
+    obj: dict[str, Any] = ctx.ensure_object(dict)
+    overrides: dict[str, Any] = {}
+    if obj.get("data_dir") is not None:
+        overrides["data_dir"] = obj["data_dir"]
+    if obj.get("embedder") is not None:
+        overrides["embedder"] = obj["embedder"]
+    return Settings(**overrides)
+
+
+def data_dir(ctx: click.Context) -> Path:
+    return settings_from(ctx).data_dir
+
+
+@contextmanager
+def open_memory(
+    ctx: click.Context, *, background: bool = False, verify_embedding: bool = True
+) -> Iterator[Memory]:
+    settings = settings_from(ctx).model_copy(update={"background_embedding": background})
+    memory = Memory(settings, verify_embedding=verify_embedding)
+    try:
+        yield memory
+    finally:
+        memory.close()
+
+
+def print_json(value: Any) -> None:
+    click.echo(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+@contextmanager
+def progress(total: int, label: str) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr; yields the function that advances it."""
+    with click.progressbar(length=total, label=label, file=sys.stderr) as bar:
+        yield bar.update

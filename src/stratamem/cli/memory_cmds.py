@@ -1,0 +1,245 @@
+"""CLI commands over capture and retrieval: capture, search, recall, import, reindex, stats."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from stratamem.capture import parse_timestamp
+from stratamem.cli.common import handle_errors, open_memory, print_json, progress
+from stratamem.datasets import locomo
+from stratamem.domain import Hit, Layer, MemoryType, Role
+from stratamem.importing import read_jsonl
+from stratamem.sync import Memory
+
+_LAYERS = click.Choice(["L0", "L1", "all"], case_sensitive=False)
+
+
+@click.command()
+@click.option("--tenant", required=True, help="Tenant the conversation belongs to.")
+@click.option("--session", required=True, help="Session (conversation) id.")
+@click.option("--role", type=click.Choice([r.value for r in Role]), default="user")
+@click.option("--text", required=True, help="The message, verbatim.")
+@click.option("--speaker", default=None, help="Who said it (a name).")
+@click.option("--timestamp", default=None, help="Epoch seconds or ISO 8601; default now.")
+@click.option("--id", "message_id", default=None, help="Caller's id, for idempotent re-capture.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@handle_errors
+def capture(
+    ctx: click.Context,
+    tenant: str,
+    session: str,
+    role: str,
+    text: str,
+    speaker: str | None,
+    timestamp: str | None,
+    message_id: str | None,
+    as_json: bool,
+) -> None:
+    """Capture one message into the store (searchable by BM25 at once)."""
+    message: dict[str, Any] = {"role": role, "text": text, "speaker": speaker, "id": message_id}
+    if timestamp is not None:
+        message["timestamp"] = _timestamp_arg(timestamp)
+    with open_memory(ctx) as memory:
+        result = memory.capture(tenant, session, [message])
+    if as_json:
+        print_json(result.to_json())
+    else:
+        state = "stored" if result.stored else "already captured"
+        click.echo(f"{state}: {', '.join(result.ids) or '(nothing: only injected blocks)'}")
+
+
+def _timestamp_arg(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return parse_timestamp(value, 0)
+
+
+def _search_options(command: Any) -> Any:
+    options = [
+        click.option("--tenant", required=True),
+        click.option("--k", default=10, show_default=True, help="How many hits."),
+        click.option("--layer", type=_LAYERS, default="all", show_default=True),
+        click.option(
+            "--type", "types", multiple=True, type=click.Choice([t.value for t in MemoryType])
+        ),
+        click.option("--session", "sessions", multiple=True, help="Only these sessions."),
+        click.option("--since", default=None, help="Not before (epoch or ISO 8601)."),
+        click.option("--until", default=None, help="Not after (epoch or ISO 8601)."),
+        click.option("--json", "as_json", is_flag=True, help="Print hits as a JSON list."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+@click.command()
+@click.argument("query")
+@_search_options
+@click.pass_context
+@handle_errors
+def search(
+    ctx: click.Context,
+    query: str,
+    tenant: str,
+    k: int,
+    layer: str,
+    types: tuple[str, ...],
+    sessions: tuple[str, ...],
+    since: str | None,
+    until: str | None,
+    as_json: bool,
+) -> None:
+    """Hybrid search (BM25 + vectors, fused by reciprocal rank) within one tenant."""
+    layers = [Layer.L1, Layer.L0] if layer.lower() == "all" else [Layer(layer.upper())]
+    with open_memory(ctx) as memory:
+        _catch_up(memory)
+        hits = memory.search(
+            tenant,
+            query,
+            k=k,
+            layers=layers,
+            types=list(types) or None,
+            sessions=list(sessions) or None,
+            since=None if since is None else _timestamp_arg(since),
+            until=None if until is None else _timestamp_arg(until),
+        )
+    if as_json:
+        print_json([h.to_json() for h in hits])
+        return
+    for hit in hits:
+        click.echo(_hit_line(hit))
+
+
+def _hit_line(hit: Hit) -> str:
+    when = datetime.fromtimestamp(hit.timestamp).strftime("%Y-%m-%d") if hit.timestamp else ""
+    who = f"{hit.speaker}: " if hit.speaker else ""
+    return f"{hit.score:.4f}  {hit.layer.value}  {hit.session or '-'}  {when}  {who}{hit.text}"
+
+
+def _catch_up(memory: Memory) -> None:
+    pending = sum(memory.stats()[layer.value]["pending_embeddings"] for layer in Layer)
+    if pending == 0 or memory.core.embedder is None:
+        return
+    with progress(pending, "embedding") as advance:
+        memory.embed_pending(progress=advance)
+
+
+@click.command()
+@click.argument("query")
+@click.option("--tenant", required=True)
+@click.option("--session", default=None, help="The session the next model call belongs to.")
+@click.option("--k", default=None, type=int, help="How many memories (default: setting).")
+@click.option("--budget", default=None, type=int, help="Character budget of the block.")
+@click.option("--json", "as_json", is_flag=True, help="Print context, stable block and hits.")
+@click.pass_context
+@handle_errors
+def recall(
+    ctx: click.Context,
+    query: str,
+    tenant: str,
+    session: str | None,
+    k: int | None,
+    budget: int | None,
+    as_json: bool,
+) -> None:
+    """What to put before the next model call: relevant memories and the stable block."""
+    with open_memory(ctx) as memory:
+        _catch_up(memory)
+        result = memory.recall(tenant, query, session=session, k=k, budget_chars=budget)
+    if as_json:
+        print_json(result.to_json())
+        return
+    for block in (result.stable, result.context):
+        if block:
+            click.echo(block)
+
+
+@click.command(name="import")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "locomo"]), default="jsonl")
+@click.option("--tenant", default=None, help="Tenant (jsonl: required; locomo: a prefix).")
+@click.option("--session", default=None, help="jsonl: session for lines that name none.")
+@click.option("--no-embed", is_flag=True, help="Leave embeddings for later.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def import_(
+    ctx: click.Context,
+    path: Path,
+    fmt: str,
+    tenant: str | None,
+    session: str | None,
+    no_embed: bool,
+    as_json: bool,
+) -> None:
+    """Import a JSONL file of messages, or LoCoMo conversations (one tenant per sample)."""
+    plan = _import_plan(path, fmt, tenant, session)
+    total = sum(len(m) for _, batches in plan for _, m in batches)
+    summary: dict[str, Any] = {"tenants": {}, "messages": total}
+    with open_memory(ctx) as memory:
+        with progress(total, "capturing") as advance:
+            for plan_tenant, batches in plan:
+                result = memory.import_batches(plan_tenant, batches, progress=advance)
+                summary["tenants"][plan_tenant] = {
+                    "stored": len(result.stored),
+                    "duplicates": len(result.duplicates),
+                }
+        if not no_embed:
+            _catch_up(memory)
+    if as_json:
+        print_json(summary)
+    else:
+        for name, counts in summary["tenants"].items():
+            click.echo(f"{name}: {counts['stored']} stored, {counts['duplicates']} already there")
+
+
+def _import_plan(
+    path: Path, fmt: str, tenant: str | None, session: str | None
+) -> list[tuple[str, list[tuple[str, list[Any]]]]]:
+    if fmt == "locomo":
+        prefix = f"{tenant}-" if tenant else ""
+        return [
+            (f"{prefix}{sample.sample_id}", list(sample.sessions.items()))
+            for sample in locomo.load(path)
+        ]
+    if tenant is None:
+        raise click.UsageError("--tenant is required for jsonl imports")
+    batches = read_jsonl(path, session)
+    return [(tenant, [(b.session, list(b.messages)) for b in batches])]
+
+
+@click.command()
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_context
+@handle_errors
+def reindex(ctx: click.Context, yes: bool) -> None:
+    """Drop every vector and embed everything again with the configured embedder."""
+    if not yes:
+        click.confirm("Re-embed every record with the configured embedder?", abort=True)
+    with open_memory(ctx, verify_embedding=False) as memory:
+        total = sum(memory.stats()[layer.value]["records"] for layer in Layer)
+        with progress(total, "re-embedding") as advance:
+            done = memory.reindex(progress=advance)
+    click.echo(f"re-embedded {done} records")
+
+
+@click.command()
+@click.option("--tenant", default=None, help="Only this tenant.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def stats(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
+    """Counts of turns, memories, sessions and pending embeddings."""
+    with open_memory(ctx, verify_embedding=False) as memory:
+        result = memory.stats(tenant)
+    if as_json:
+        print_json(result)
+        return
+    for key, value in result.items():
+        click.echo(f"{key}: {value}")

@@ -1,0 +1,47 @@
+"""Settings of the memory core, from arguments, environment (`STRATAMEM_*`) or defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATA_DIR = Path("stratamem-data")
+
+
+class Settings(BaseSettings):
+    """Core settings. Each field can be set as `STRATAMEM_<NAME>` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="STRATAMEM_", extra="ignore")
+
+    data_dir: Path = Field(DEFAULT_DATA_DIR, description="Directory of the embedded store.")
+    embedder: str = Field(
+        "local",
+        description="`local` (all-MiniLM-L6-v2), `hash[:DIM]` (no model), `openai:MODEL`"
+        " (an OpenAI-compatible /v1/embeddings endpoint) or `none` (BM25 only).",
+    )
+    embed_base_url: str | None = Field(None, description="Base URL for `openai:` embedders.")
+    embed_api_key: str | None = Field(None, description="API key for `openai:` embedders.")
+    embed_batch_size: int = Field(64, ge=1, le=4096, description="Texts per embedding batch.")
+    max_turn_chars: int = Field(
+        100_000, ge=1, description="Longest message text accepted by capture."
+    )
+    rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant.")
+    candidates_per_retriever: int = Field(
+        50, ge=1, le=1000, description="Candidates each retriever contributes before fusion."
+    )
+    recall_k: int = Field(8, ge=1, le=100, description="Memories in a recall block.")
+    recall_budget_chars: int = Field(
+        2000, ge=0, description="Character budget of the per-turn recall block."
+    )
+    stable_budget_chars: int = Field(
+        2000, ge=0, description="Character budget of the stable (profile, scenes) block."
+    )
+    background_embedding: bool = Field(
+        True, description="Embed captured records in background batches while the memory is open."
+    )
+
+    @property
+    def store_path(self) -> Path:
+        return self.data_dir / "stratamem.db"

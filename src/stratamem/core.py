@@ -1,0 +1,238 @@
+"""`AsyncMemory`: the one async core. `stratamem.Memory` is its synchronous facade."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stratamem import backfill
+from stratamem.capture import CaptureResult, build_turns
+from stratamem.clock import Clock, SystemClock
+from stratamem.config import Settings
+from stratamem.domain import Hit, Layer, MemoryType, Message, Scope
+from stratamem.embed import make_embedder
+from stratamem.embed.base import Embedder
+from stratamem.retrieval.render import render_recall, render_stable
+from stratamem.retrieval.search import SearchRequest, hybrid_search
+from stratamem.store.base import EmbeddingInfo, Filters, Store
+from stratamem.store.sqlite import SqliteStore
+
+ProgressFn = Callable[[int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Recall:
+    """What to put before a model call: the hits, a per-turn block and a stable block."""
+
+    hits: list[Hit]
+    context: str
+    stable: str
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "context": self.context,
+            "stable": self.stable,
+            "hits": [h.to_json() for h in self.hits],
+            "stats": self.stats,
+        }
+
+
+class AsyncMemory:
+    """Capture, search and recall over one store, with embeddings caught up in the background."""
+
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder | None,
+        settings: Settings | None = None,
+        clock: Clock | None = None,
+        verify_embedding: bool = True,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.settings = settings or Settings()
+        self.clock = clock or SystemClock()
+        self._backfill: backfill.Backfill | None = None
+        if embedder is not None:
+            if verify_embedding:
+                backfill.bind(store, embedder)
+            self._backfill = backfill.Backfill(store, embedder, self.settings.embed_batch_size)
+
+    @classmethod
+    def open(
+        cls,
+        settings: Settings | None = None,
+        *,
+        embedder: Embedder | str | None = "settings",
+        clock: Clock | None = None,
+        verify_embedding: bool = True,
+    ) -> AsyncMemory:
+        """Open the embedded store under `settings.data_dir` with the configured embedder."""
+        settings = settings or Settings()
+        if isinstance(embedder, str):
+            spec = settings.embedder if embedder == "settings" else embedder
+            embedder = make_embedder(
+                spec, base_url=settings.embed_base_url, api_key=settings.embed_api_key
+            )
+        store = SqliteStore(settings.store_path)
+        return cls(store, embedder, settings, clock, verify_embedding)
+
+    # -- capture -----------------------------------------------------------------------------
+    async def capture(
+        self, tenant: str, session: str, messages: Sequence[Message | Mapping[str, Any]]
+    ) -> CaptureResult:
+        """Store each message verbatim (idempotently); returns before any embedding is made."""
+        turns, skipped = build_turns(
+            tenant, session, messages, self.clock.now(), self.settings.max_turn_chars
+        )
+        stored = await asyncio.to_thread(self.store.add_turns, Scope(tenant), turns)
+        stored_ids = {t.id for t in stored}
+        if stored and self._backfill is not None and self.settings.background_embedding:
+            self._backfill.poke()
+        return CaptureResult(
+            ids=[t.id for t in turns],
+            stored=[t.id for t in turns if t.id in stored_ids],
+            duplicates=[t.id for t in turns if t.id not in stored_ids],
+            skipped_empty=skipped,
+        )
+
+    async def import_batches(
+        self,
+        tenant: str,
+        batches: Sequence[tuple[str, Sequence[Message | Mapping[str, Any]]]],
+        progress: ProgressFn | None = None,
+    ) -> CaptureResult:
+        """Capture many sessions; every message is validated before the first is stored."""
+        now = self.clock.now()
+        for session, messages in batches:
+            build_turns(tenant, session, messages, now, self.settings.max_turn_chars)
+        results = []
+        for session, messages in batches:
+            results.append(await self.capture(tenant, session, messages))
+            if progress is not None:
+                progress(len(messages))
+        return CaptureResult(
+            ids=[i for r in results for i in r.ids],
+            stored=[i for r in results for i in r.stored],
+            duplicates=[i for r in results for i in r.duplicates],
+            skipped_empty=sum(r.skipped_empty for r in results),
+        )
+
+    # -- search and recall -------------------------------------------------------------------
+    async def search(
+        self,
+        tenant: str,
+        query: str,
+        *,
+        k: int = 10,
+        layers: Sequence[Layer | str] = (Layer.L1, Layer.L0),
+        types: Sequence[MemoryType | str] | None = None,
+        sessions: Sequence[str] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        as_of: float | None = None,
+    ) -> list[Hit]:
+        """Hybrid (BM25 + vector, fused by reciprocal rank) search within one tenant."""
+        request = SearchRequest(
+            query=query,
+            k=k,
+            layers=tuple(Layer(layer) for layer in layers),
+            filters=Filters(
+                types=None if types is None else tuple(MemoryType(t) for t in types),
+                sessions=None if sessions is None else tuple(sessions),
+                since=since,
+                until=until,
+                as_of=as_of,
+            ),
+        )
+        request.validate()
+        vector = None
+        if self.embedder is not None:
+            vector = (await self.embedder.embed([query]))[0]
+        return await hybrid_search(
+            self.store,
+            Scope(tenant),
+            request,
+            vector,
+            self.settings.candidates_per_retriever,
+            self.settings.rrf_k,
+        )
+
+    async def recall(
+        self,
+        tenant: str,
+        query: str,
+        *,
+        session: str | None = None,
+        k: int | None = None,
+        budget_chars: int | None = None,
+        stable_budget_chars: int | None = None,
+        include_turns: bool = True,
+    ) -> Recall:
+        """Memories relevant to `query`, rendered for the next model call."""
+        layers = (Layer.L1, Layer.L0) if include_turns else (Layer.L1,)
+        hits = await self.search(tenant, query, k=k or self.settings.recall_k, layers=layers)
+        budget = self.settings.recall_budget_chars if budget_chars is None else budget_chars
+        stable_budget = (
+            self.settings.stable_budget_chars if stable_budget_chars is None
+            else stable_budget_chars
+        )
+        context = render_recall(hits, budget)
+        stable = render_stable(None, [], stable_budget)
+        return Recall(
+            hits=hits,
+            context=context,
+            stable=stable,
+            stats={"context_chars": len(context), "stable_chars": len(stable), "session": session},
+        )
+
+    # -- embeddings --------------------------------------------------------------------------
+    async def embed_pending(
+        self, max_records: int | None = None, progress: ProgressFn | None = None
+    ) -> int:
+        """Embed what capture left pending, now; returns how many records were embedded."""
+        if self.embedder is None:
+            return 0
+        total = 0
+        while max_records is None or total < max_records:
+            step = self.settings.embed_batch_size * 8
+            if max_records is not None:
+                step = min(step, max_records - total)
+            done = await backfill.embed_pending(
+                self.store, self.embedder, self.settings.embed_batch_size, step
+            )
+            total += done
+            if progress is not None and done:
+                progress(done)
+            if done < step:
+                break
+        return total
+
+    async def reindex(self, progress: ProgressFn | None = None) -> int:
+        """Drop every vector and embed everything again with the configured embedder."""
+        if self.embedder is None:
+            await asyncio.to_thread(self.store.reset_embeddings, None)
+            return 0
+        info = EmbeddingInfo(self.embedder.model, self.embedder.dim)
+        await asyncio.to_thread(self.store.reset_embeddings, info)
+        return await self.embed_pending(progress=progress)
+
+    async def stats(self, tenant: str | None = None) -> dict[str, Any]:
+        scope = None if tenant is None else Scope(tenant)
+        result = await asyncio.to_thread(self.store.stats, scope)
+        if self._backfill is not None:
+            result["embedding_last_error"] = self._backfill.last_error
+        return result
+
+    async def aclose(self, drain: bool = False) -> None:
+        """Stop background work; with `drain`, embed what is still pending first."""
+        if self._backfill is not None:
+            await self._backfill.stop()
+        if drain:
+            await self.embed_pending()
+        if self.embedder is not None:
+            await self.embedder.aclose()
+        self.store.close()

@@ -1,0 +1,149 @@
+"""The store contract: the system of record behind one interface.
+
+Every read and write takes a `Scope` (the tenant) as its first argument, so no query can leave
+it. Implementations: `stratamem.store.sqlite.SqliteStore` (embedded). The contract test suite in
+`tests/store/test_contract.py` runs against each implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from stratamem.domain import Hit, Layer, MemoryRecord, MemoryType, Scope, Turn
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Filters shared by every search and listing.
+
+    `since` / `until` bound the turn time (L0) or the activity time of a memory (L1, falling back
+    to when it became valid). `as_of` asks which memories were valid at that time; without it only
+    current memories (no `valid_to`) are searched.
+    """
+
+    types: tuple[MemoryType, ...] | None = None
+    sessions: tuple[str, ...] | None = None
+    since: float | None = None
+    until: float | None = None
+    as_of: float | None = None
+
+
+NO_FILTERS = Filters()
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One ranked candidate from a single retriever (BM25 or vector)."""
+
+    id: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A fencing token: the write is accepted only if `token` is the newest seen for `key`."""
+
+    key: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingInfo:
+    model: str
+    dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingText:
+    """A record whose embedding has not been computed yet."""
+
+    layer: Layer
+    tenant: str
+    id: str
+    text: str
+
+
+class Store(Protocol):
+    """System of record for L0 turns and L1 memories, with BM25 and vector retrieval."""
+
+    def close(self) -> None:
+        """Release connections. The store cannot be used afterwards."""
+
+    # -- embedding model ---------------------------------------------------------------------
+    def embedding_info(self) -> EmbeddingInfo | None:
+        """The embedding model and dimension the stored vectors were made with, if any."""
+
+    def bind_embedding(self, info: EmbeddingInfo) -> None:
+        """Record `info` if none is recorded; raise `EmbeddingMismatch` if another one is."""
+
+    def reset_embeddings(self, info: EmbeddingInfo | None) -> int:
+        """Drop every stored vector and record `info` instead; return how many were dropped."""
+
+    def pending_embeddings(self, layer: Layer, limit: int) -> list[PendingText]:
+        """Records of `layer` (any tenant) that still need a vector, oldest first."""
+
+    def store_embeddings(
+        self, layer: Layer, items: Sequence[tuple[str, str]], vectors: np.ndarray
+    ) -> None:
+        """Store one vector per `(tenant, id)` item; rows that vanished meanwhile are skipped."""
+
+    # -- L0 turns ----------------------------------------------------------------------------
+    def add_turns(self, scope: Scope, turns: Sequence[Turn]) -> list[Turn]:
+        """Insert turns idempotently by id, in one transaction; return those newly stored.
+
+        Per-session sequence numbers are assigned here, in arrival order.
+        """
+
+    def get_turns(self, scope: Scope, ids: Sequence[str]) -> list[Turn]:
+        """The named turns that exist in the tenant, in the order asked."""
+
+    def list_turns(
+        self, scope: Scope, session: str, after_seq: int = 0, limit: int = 100
+    ) -> list[Turn]:
+        """Turns of a session with `seq > after_seq`, in order."""
+
+    def list_sessions(self, scope: Scope) -> list[str]:
+        """Sessions of the tenant that have turns."""
+
+    # -- L1 memories -------------------------------------------------------------------------
+    def upsert_memories(
+        self, scope: Scope, memories: Sequence[MemoryRecord], fence: Fence | None = None
+    ) -> None:
+        """Insert or replace memories by id in one transaction.
+
+        With a `fence`, the whole write is refused with `StaleFencingToken` when a newer token
+        has been used for its key; otherwise the token is recorded as the newest.
+        """
+
+    def get_memory(self, scope: Scope, memory_id: str) -> MemoryRecord:
+        """The memory, or `NotFound`."""
+
+    def list_memories(
+        self, scope: Scope, filters: Filters = NO_FILTERS, limit: int = 100, offset: int = 0
+    ) -> list[MemoryRecord]:
+        """Memories matching `filters`, newest first."""
+
+    # -- retrieval ---------------------------------------------------------------------------
+    def search_text(
+        self, scope: Scope, layer: Layer, query: str, filters: Filters, limit: int
+    ) -> list[Candidate]:
+        """BM25 candidates, best first (higher score is better)."""
+
+    def search_vector(
+        self, scope: Scope, layer: Layer, vector: np.ndarray, filters: Filters, limit: int
+    ) -> list[Candidate]:
+        """Nearest records by cosine similarity, best first."""
+
+    def load_hits(self, scope: Scope, layer: Layer, ids: Sequence[str]) -> dict[str, Hit]:
+        """Display records for the given ids (score 0; the caller fills it in)."""
+
+    # -- fencing and statistics --------------------------------------------------------------
+    def newest_fence(self, key: str) -> int:
+        """The newest fencing token recorded for `key` (0 when none)."""
+
+    def stats(self, scope: Scope | None = None) -> dict[str, Any]:
+        """Counts of records, pending embeddings and the embedding model."""

@@ -1,0 +1,3 @@
+from stratamem.store.sqlite.store import SqliteStore
+
+__all__ = ["SqliteStore"]

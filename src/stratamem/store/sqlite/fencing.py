@@ -1,0 +1,32 @@
+"""Fencing tokens checked in the same transaction as the write they guard."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from stratamem.errors import StaleFencingToken
+from stratamem.store.base import Fence
+
+
+def check_and_record(conn: sqlite3.Connection, fence: Fence) -> None:
+    """Refuse the surrounding write if a newer token was seen for the key; else record this one.
+
+    Must run inside the write transaction of the guarded write.
+    """
+    row = conn.execute("SELECT token FROM fences WHERE key = ?", (fence.key,)).fetchone()
+    newest = int(row[0]) if row else 0
+    if fence.token < newest:
+        raise StaleFencingToken(
+            f"write under fencing token {fence.token} for {fence.key!r} refused: "
+            f"token {newest} was granted since"
+        )
+    conn.execute(
+        "INSERT INTO fences (key, token) VALUES (?, ?)"
+        " ON CONFLICT (key) DO UPDATE SET token = excluded.token",
+        (fence.key, fence.token),
+    )
+
+
+def newest(conn: sqlite3.Connection, key: str) -> int:
+    row = conn.execute("SELECT token FROM fences WHERE key = ?", (key,)).fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,172 @@
+"""Named, versioned schema migrations, recorded in `schema_migrations`."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+
+from stratamem.errors import StoreError
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+_FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
+
+M001_TURNS = f"""
+CREATE TABLE turns (
+    rid INTEGER PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    id TEXT NOT NULL,
+    session TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    speaker TEXT,
+    text TEXT NOT NULL,
+    ts REAL NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{{}}',
+    created_at REAL NOT NULL,
+    embedding BLOB,
+    emb_seq INTEGER,
+    UNIQUE (tenant, id)
+);
+CREATE INDEX turns_by_session ON turns (tenant, session, seq);
+CREATE INDEX turns_by_time ON turns (tenant, ts);
+CREATE INDEX turns_emb_pending ON turns (rid) WHERE embedding IS NULL;
+CREATE INDEX turns_emb_seq ON turns (tenant, emb_seq) WHERE emb_seq IS NOT NULL;
+CREATE VIRTUAL TABLE turns_fts USING fts5 (
+    text, speaker, content='turns', content_rowid='rid', tokenize='{_FTS_TOKENIZER}'
+);
+CREATE TRIGGER turns_ai AFTER INSERT ON turns BEGIN
+    INSERT INTO turns_fts (rowid, text, speaker) VALUES (new.rid, new.text, new.speaker);
+END;
+CREATE TRIGGER turns_ad AFTER DELETE ON turns BEGIN
+    INSERT INTO turns_fts (turns_fts, rowid, text, speaker)
+    VALUES ('delete', old.rid, old.text, old.speaker);
+END;
+CREATE TRIGGER turns_au AFTER UPDATE OF text, speaker ON turns BEGIN
+    INSERT INTO turns_fts (turns_fts, rowid, text, speaker)
+    VALUES ('delete', old.rid, old.text, old.speaker);
+    INSERT INTO turns_fts (rowid, text, speaker) VALUES (new.rid, new.text, new.speaker);
+END;
+"""
+
+M002_MEMORIES = f"""
+CREATE TABLE memories (
+    rid INTEGER PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    content TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    source_turn_ids TEXT NOT NULL,
+    session TEXT,
+    activity_start REAL,
+    activity_end REAL,
+    valid_from REAL NOT NULL,
+    valid_to REAL,
+    superseded_by TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    mode TEXT NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{{}}',
+    embedding BLOB,
+    emb_seq INTEGER,
+    UNIQUE (tenant, id)
+);
+CREATE INDEX memories_current ON memories (tenant, valid_to, type);
+CREATE INDEX memories_by_session ON memories (tenant, session);
+CREATE INDEX memories_superseded_by ON memories (tenant, superseded_by);
+CREATE INDEX memories_emb_pending ON memories (rid) WHERE embedding IS NULL;
+CREATE INDEX memories_emb_seq ON memories (tenant, emb_seq) WHERE emb_seq IS NOT NULL;
+CREATE VIRTUAL TABLE memories_fts USING fts5 (
+    content, content='memories', content_rowid='rid', tokenize='{_FTS_TOKENIZER}'
+);
+CREATE TRIGGER memories_ai AFTER INSERT ON memories BEGIN
+    INSERT INTO memories_fts (rowid, content) VALUES (new.rid, new.content);
+END;
+CREATE TRIGGER memories_ad AFTER DELETE ON memories BEGIN
+    INSERT INTO memories_fts (memories_fts, rowid, content) VALUES ('delete', old.rid, old.content);
+END;
+CREATE TRIGGER memories_au AFTER UPDATE OF content ON memories BEGIN
+    INSERT INTO memories_fts (memories_fts, rowid, content) VALUES ('delete', old.rid, old.content);
+    INSERT INTO memories_fts (rowid, content) VALUES (new.rid, new.content);
+END;
+"""
+
+M003_META = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE fences (key TEXT PRIMARY KEY, token INTEGER NOT NULL);
+"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "turns with full-text index", M001_TURNS),
+    Migration(2, "memories with full-text index", M002_MEMORIES),
+    Migration(3, "meta and fencing tokens", M003_META),
+)
+
+
+def applied_versions(conn: sqlite3.Connection) -> set[int]:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+    )
+    return {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+
+
+def migrate(conn: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> list[int]:
+    """Apply the migrations not yet recorded, each in its own transaction; return those applied."""
+    done = applied_versions(conn)
+    newest_known = max(m.version for m in migrations)
+    if done and max(done) > newest_known:
+        raise StoreError(
+            f"the store's schema is at version {max(done)}, newer than this stratamem "
+            f"knows ({newest_known}): upgrade stratamem"
+        )
+    applied: list[int] = []
+    for migration in sorted(migrations, key=lambda m: m.version):
+        if migration.version in done:
+            continue
+        _apply(conn, migration)
+        applied.append(migration.version)
+    return applied
+
+
+def _apply(conn: sqlite3.Connection, migration: Migration) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if conn.execute(
+            "SELECT 1 FROM schema_migrations WHERE version = ?", (migration.version,)
+        ).fetchone():
+            conn.execute("ROLLBACK")  # another process applied it meanwhile
+            return
+        for statement in _statements(migration.sql):
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+            (migration.version, migration.name, time.time()),
+        )
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        conn.execute("ROLLBACK")
+        raise StoreError(f"migration {migration.version} ({migration.name}) failed: {exc}") from exc
+
+
+def _statements(sql: str) -> list[str]:
+    """Split a migration script into statements, keeping trigger bodies whole."""
+    statements: list[str] = []
+    buffer = ""
+    for line in sql.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip():
+        statements.append(buffer.strip())
+    return statements

@@ -1,0 +1,96 @@
+"""Mapping between SQLite rows and domain records."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from stratamem.domain import Hit, Layer, MemoryRecord, MemoryType, Mode, Role, Turn
+
+TURN_COLUMNS = "id, tenant, session, seq, role, speaker, text, ts, metadata"
+MEMORY_COLUMNS = (
+    "id, tenant, type, content, priority, source_turn_ids, session, activity_start, activity_end,"
+    " valid_from, valid_to, superseded_by, created_at, updated_at, mode, metadata"
+)
+
+
+def turn_from_row(row: sqlite3.Row) -> Turn:
+    return Turn(
+        id=row["id"],
+        tenant=row["tenant"],
+        session=row["session"],
+        seq=row["seq"],
+        role=Role(row["role"]),
+        speaker=row["speaker"],
+        text=row["text"],
+        timestamp=row["ts"],
+        metadata=json.loads(row["metadata"]),
+    )
+
+
+def memory_from_row(row: sqlite3.Row) -> MemoryRecord:
+    return MemoryRecord(
+        id=row["id"],
+        tenant=row["tenant"],
+        type=MemoryType(row["type"]),
+        content=row["content"],
+        priority=row["priority"],
+        source_turn_ids=tuple(json.loads(row["source_turn_ids"])),
+        session=row["session"],
+        activity_start=row["activity_start"],
+        activity_end=row["activity_end"],
+        valid_from=row["valid_from"],
+        valid_to=row["valid_to"],
+        superseded_by=row["superseded_by"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        mode=Mode(row["mode"]),
+        metadata=json.loads(row["metadata"]),
+    )
+
+
+def memory_params(memory: MemoryRecord) -> tuple[Any, ...]:
+    return (
+        memory.id,
+        memory.tenant,
+        memory.type.value,
+        memory.content,
+        memory.priority,
+        json.dumps(list(memory.source_turn_ids)),
+        memory.session,
+        memory.activity_start,
+        memory.activity_end,
+        memory.valid_from,
+        memory.valid_to,
+        memory.superseded_by,
+        memory.created_at,
+        memory.updated_at,
+        memory.mode.value,
+        json.dumps(memory.metadata, ensure_ascii=False),
+    )
+
+
+def hit_from_turn(turn: Turn) -> Hit:
+    return Hit(
+        id=turn.id,
+        layer=Layer.L0,
+        text=turn.text,
+        session=turn.session,
+        score=0.0,
+        timestamp=turn.timestamp,
+        speaker=turn.speaker,
+    )
+
+
+def hit_from_memory(memory: MemoryRecord) -> Hit:
+    return Hit(
+        id=memory.id,
+        layer=Layer.L1,
+        text=memory.content,
+        session=memory.session,
+        score=0.0,
+        timestamp=memory.activity_start if memory.activity_start is not None else memory.valid_from,
+        memory_type=memory.type,
+        source_turn_ids=memory.source_turn_ids,
+    )

@@ -1,0 +1,357 @@
+"""`SqliteStore`: the embedded system of record (one file, WAL, FTS5, exact vector scan)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stratamem.domain import Hit, Layer, MemoryRecord, Scope, Turn
+from stratamem.errors import EmbeddingMismatch, NotFound, StoreError
+from stratamem.store.base import (
+    NO_FILTERS,
+    Candidate,
+    EmbeddingInfo,
+    Fence,
+    Filters,
+    PendingText,
+)
+from stratamem.store.sqlite import fencing, retrieval
+from stratamem.store.sqlite.connection import connect, write_transaction
+from stratamem.store.sqlite.filters import filter_sql
+from stratamem.store.sqlite.migrations import migrate
+from stratamem.store.sqlite.rows import (
+    MEMORY_COLUMNS,
+    TURN_COLUMNS,
+    hit_from_memory,
+    hit_from_turn,
+    memory_from_row,
+    memory_params,
+    turn_from_row,
+)
+from stratamem.store.vectors import VectorCache
+
+_TABLES = retrieval.TABLES
+
+
+def embedding_text(layer: Layer, text: str, speaker: str | None) -> str:
+    """What gets embedded for a record: turns carry their speaker, so "who said" is searchable."""
+    if layer is Layer.L0 and speaker:
+        return f"{speaker}: {text}"
+    return text
+
+
+class SqliteStore:
+    """The `Store` contract on one SQLite file. Safe to share across threads and processes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._conn = connect(path)
+        self._lock = threading.RLock()
+        self._caches: dict[tuple[str, Layer], VectorCache] = {}
+        with self._lock:
+            migrate(self._conn)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # -- embedding model ---------------------------------------------------------------------
+    def embedding_info(self) -> EmbeddingInfo | None:
+        with self._lock:
+            raw = self._meta("embedding")
+        if raw is None:
+            return None
+        data = json.loads(raw)
+        return EmbeddingInfo(model=data["model"], dim=int(data["dim"]))
+
+    def bind_embedding(self, info: EmbeddingInfo) -> None:
+        with self._lock, write_transaction(self._conn):
+            raw = self._meta("embedding")
+            if raw is None:
+                self._set_meta("embedding", json.dumps({"model": info.model, "dim": info.dim}))
+                return
+            stored = json.loads(raw)
+            if stored != {"model": info.model, "dim": info.dim}:
+                raise EmbeddingMismatch(
+                    f"this store was indexed with {stored['model']} (dimension {stored['dim']}),"
+                    f" not {info.model} (dimension {info.dim}): run `stratamem reindex` to"
+                    " re-embed everything with the configured model, or configure the old one"
+                )
+
+    def reset_embeddings(self, info: EmbeddingInfo | None) -> int:
+        with self._lock, write_transaction(self._conn):
+            dropped = 0
+            for table in _TABLES.values():
+                cursor = self._conn.execute(
+                    f"UPDATE {table} SET embedding = NULL, emb_seq = NULL"
+                    " WHERE embedding IS NOT NULL"
+                )
+                dropped += cursor.rowcount
+            payload = None if info is None else {"model": info.model, "dim": info.dim}
+            if payload is None:
+                self._conn.execute("DELETE FROM meta WHERE key = 'embedding'")
+            else:
+                self._set_meta("embedding", json.dumps(payload))
+            self._set_meta("emb_generation", str(self._next_counter("emb_generation")))
+            self._caches.clear()
+        return dropped
+
+    def pending_embeddings(self, layer: Layer, limit: int) -> list[PendingText]:
+        table = _TABLES[layer]
+        text_col = "text, speaker" if layer is Layer.L0 else "content AS text, NULL AS speaker"
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT tenant, id, {text_col} FROM {table}"
+                " WHERE embedding IS NULL ORDER BY rid LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [
+            PendingText(layer, r["tenant"], r["id"], embedding_text(layer, r["text"], r["speaker"]))
+            for r in rows
+        ]
+
+    def store_embeddings(
+        self, layer: Layer, items: Sequence[tuple[str, str]], vectors: np.ndarray
+    ) -> None:
+        if len(items) != vectors.shape[0]:
+            raise StoreError(f"{len(items)} items but {vectors.shape[0]} vectors")
+        table = _TABLES[layer]
+        blobs = np.ascontiguousarray(vectors, dtype=np.float32)
+        with self._lock, write_transaction(self._conn):
+            seq = self._next_counter("emb_seq", by=len(items))
+            start = seq - len(items) + 1
+            self._conn.executemany(
+                f"UPDATE {table} SET embedding = ?, emb_seq = ? WHERE tenant = ? AND id = ?",
+                [
+                    (blobs[i].tobytes(), start + i, tenant, rec_id)
+                    for i, (tenant, rec_id) in enumerate(items)
+                ],
+            )
+
+    # -- L0 turns ----------------------------------------------------------------------------
+    def add_turns(self, scope: Scope, turns: Sequence[Turn]) -> list[Turn]:
+        stored: list[Turn] = []
+        with self._lock, write_transaction(self._conn):
+            next_seq: dict[str, int] = {}
+            for turn in turns:
+                if self._turn_exists(scope.tenant, turn.id):
+                    continue
+                seq = next_seq.get(turn.session) or self._max_seq(scope.tenant, turn.session) + 1
+                next_seq[turn.session] = seq + 1
+                self._insert_turn(scope.tenant, turn, seq)
+                stored.append(_with_seq(turn, scope.tenant, seq))
+        return stored
+
+    def _turn_exists(self, tenant: str, turn_id: str) -> bool:
+        row = self._conn.execute(
+            "SELECT 1 FROM turns WHERE tenant = ? AND id = ?", (tenant, turn_id)
+        ).fetchone()
+        return row is not None
+
+    def _max_seq(self, tenant: str, session: str) -> int:
+        row = self._conn.execute(
+            "SELECT MAX(seq) FROM turns WHERE tenant = ? AND session = ?", (tenant, session)
+        ).fetchone()
+        return int(row[0] or 0)
+
+    def _insert_turn(self, tenant: str, turn: Turn, seq: int) -> None:
+        self._conn.execute(
+            "INSERT INTO turns (tenant, id, session, seq, role, speaker, text, ts, metadata,"
+            " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                tenant,
+                turn.id,
+                turn.session,
+                seq,
+                turn.role.value,
+                turn.speaker,
+                turn.text,
+                turn.timestamp,
+                json.dumps(turn.metadata, ensure_ascii=False),
+                turn.timestamp,
+            ),
+        )
+
+    def get_turns(self, scope: Scope, ids: Sequence[str]) -> list[Turn]:
+        if not ids:
+            return []
+        marks = ", ".join("?" for _ in ids)
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {TURN_COLUMNS} FROM turns WHERE tenant = ? AND id IN ({marks})",
+                [scope.tenant, *ids],
+            ).fetchall()
+        by_id = {row["id"]: turn_from_row(row) for row in rows}
+        return [by_id[i] for i in ids if i in by_id]
+
+    def list_turns(
+        self, scope: Scope, session: str, after_seq: int = 0, limit: int = 100
+    ) -> list[Turn]:
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {TURN_COLUMNS} FROM turns WHERE tenant = ? AND session = ? AND seq > ?"
+                " ORDER BY seq LIMIT ?",
+                (scope.tenant, session, after_seq, limit),
+            ).fetchall()
+        return [turn_from_row(row) for row in rows]
+
+    def list_sessions(self, scope: Scope) -> list[str]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT session, MIN(ts) AS first FROM turns WHERE tenant = ?"
+                " GROUP BY session ORDER BY first, session",
+                (scope.tenant,),
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    # -- L1 memories -------------------------------------------------------------------------
+    def upsert_memories(
+        self, scope: Scope, memories: Sequence[MemoryRecord], fence: Fence | None = None
+    ) -> None:
+        for memory in memories:
+            if memory.tenant != scope.tenant:
+                raise StoreError(f"memory {memory.id!r} belongs to another tenant than the scope")
+        columns = MEMORY_COLUMNS
+        marks = ", ".join("?" for _ in columns.split(","))
+        updates = ", ".join(
+            f"{c.strip()} = excluded.{c.strip()}" for c in columns.split(",")[2:]
+        )
+        with self._lock, write_transaction(self._conn):
+            if fence is not None:
+                fencing.check_and_record(self._conn, fence)
+            self._conn.executemany(
+                f"INSERT INTO memories ({columns}) VALUES ({marks})"
+                f" ON CONFLICT (tenant, id) DO UPDATE SET {updates},"
+                " embedding = CASE WHEN memories.content = excluded.content"
+                " THEN memories.embedding ELSE NULL END,"
+                " emb_seq = CASE WHEN memories.content = excluded.content"
+                " THEN memories.emb_seq ELSE NULL END",
+                [memory_params(m) for m in memories],
+            )
+
+    def get_memory(self, scope: Scope, memory_id: str) -> MemoryRecord:
+        with self._lock:
+            row = self._conn.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND id = ?",
+                (scope.tenant, memory_id),
+            ).fetchone()
+        if row is None:
+            raise NotFound(f"no memory {memory_id!r} in tenant {scope.tenant!r}")
+        return memory_from_row(row)
+
+    def list_memories(
+        self, scope: Scope, filters: Filters = NO_FILTERS, limit: int = 100, offset: int = 0
+    ) -> list[MemoryRecord]:
+        tail, params = filter_sql(Layer.L1, filters, "r")
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM memories r WHERE r.tenant = ?{tail}"
+                " ORDER BY r.valid_from DESC, r.rid DESC LIMIT ? OFFSET ?",
+                [scope.tenant, *params, limit, offset],
+            ).fetchall()
+        return [memory_from_row(row) for row in rows]
+
+    # -- retrieval ---------------------------------------------------------------------------
+    def search_text(
+        self, scope: Scope, layer: Layer, query: str, filters: Filters, limit: int
+    ) -> list[Candidate]:
+        with self._lock:
+            try:
+                return retrieval.search_text(
+                    self._conn, scope.tenant, layer, query, filters, limit
+                )
+            except sqlite3.OperationalError as exc:
+                raise StoreError(f"full-text search failed: {exc}") from exc
+
+    def search_vector(
+        self, scope: Scope, layer: Layer, vector: np.ndarray, filters: Filters, limit: int
+    ) -> list[Candidate]:
+        with self._lock:
+            cache = self._cache(scope.tenant, layer, int(vector.shape[0]))
+            retrieval.refresh_cache(self._conn, cache, scope.tenant, layer)
+            return retrieval.search_vector(
+                self._conn, cache, scope.tenant, layer, vector, filters, limit
+            )
+
+    def _cache(self, tenant: str, layer: Layer, dim: int) -> VectorCache:
+        generation = self._meta("emb_generation") or "0"
+        cache = self._caches.get((tenant, layer))
+        if cache is None or cache.generation != generation or cache.dim != dim:
+            cache = VectorCache(dim=dim, generation=generation)
+            self._caches[(tenant, layer)] = cache
+        return cache
+
+    def load_hits(self, scope: Scope, layer: Layer, ids: Sequence[str]) -> dict[str, Hit]:
+        if layer is Layer.L0:
+            return {t.id: hit_from_turn(t) for t in self.get_turns(scope, ids)}
+        if not ids:
+            return {}
+        marks = ", ".join("?" for _ in ids)
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND id IN ({marks})",
+                [scope.tenant, *ids],
+            ).fetchall()
+        return {row["id"]: hit_from_memory(memory_from_row(row)) for row in rows}
+
+    # -- fencing and statistics --------------------------------------------------------------
+    def newest_fence(self, key: str) -> int:
+        with self._lock:
+            return fencing.newest(self._conn, key)
+
+    def stats(self, scope: Scope | None = None) -> dict[str, Any]:
+        where, params = ("WHERE tenant = ?", [scope.tenant]) if scope else ("", [])
+        info = self.embedding_info()
+        result: dict[str, Any] = {
+            "embedding_model": info.model if info else None,
+            "embedding_dim": info.dim if info else None,
+        }
+        with self._lock:
+            for layer, table in _TABLES.items():
+                row = self._conn.execute(
+                    f"SELECT COUNT(*), COUNT(embedding) FROM {table} {where}", params
+                ).fetchone()
+                result[layer.value] = {"records": row[0], "pending_embeddings": row[0] - row[1]}
+            row = self._conn.execute(
+                f"SELECT COUNT(DISTINCT tenant), COUNT(DISTINCT session) FROM turns {where}",
+                params,
+            ).fetchone()
+        result["tenants"], result["sessions"] = row[0], row[1]
+        return result
+
+    # -- meta --------------------------------------------------------------------------------
+    def _meta(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self._conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def _next_counter(self, key: str, by: int = 1) -> int:
+        value = int(self._meta(key) or 0) + by
+        self._set_meta(key, str(value))
+        return value
+
+
+def _with_seq(turn: Turn, tenant: str, seq: int) -> Turn:
+    return Turn(
+        id=turn.id,
+        tenant=tenant,
+        session=turn.session,
+        role=turn.role,
+        text=turn.text,
+        timestamp=turn.timestamp,
+        speaker=turn.speaker,
+        metadata=turn.metadata,
+        seq=seq,
+    )
