@@ -44,3 +44,7 @@ for command in (
 
 def main() -> None:
     cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from stratamem.cli.main import main
+
+main()
