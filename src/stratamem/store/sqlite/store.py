@@ -27,6 +27,7 @@ from stratamem.store.sqlite.filters import filter_sql
 from stratamem.store.sqlite.migrations import migrate
 from stratamem.store.sqlite.rows import (
     MEMORY_COLUMNS,
+    MEMORY_WRITE_COLUMNS,
     TURN_COLUMNS,
     hit_from_memory,
     hit_from_turn,
@@ -34,6 +35,7 @@ from stratamem.store.sqlite.rows import (
     memory_params,
     turn_from_row,
 )
+from stratamem.store.sqlite.scope import tenant_token
 from stratamem.store.vectors import VectorCache
 
 _TABLES = retrieval.TABLES
@@ -163,7 +165,7 @@ class SqliteStore:
     def _insert_turn(self, tenant: str, turn: Turn, seq: int) -> None:
         self._conn.execute(
             "INSERT INTO turns (tenant, id, session, seq, role, speaker, text, ts, metadata,"
-            " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " created_at, scope_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 tenant,
                 turn.id,
@@ -175,6 +177,7 @@ class SqliteStore:
                 turn.timestamp,
                 json.dumps(turn.metadata, ensure_ascii=False),
                 turn.timestamp,
+                tenant_token(tenant),
             ),
         )
 
@@ -217,7 +220,7 @@ class SqliteStore:
         for memory in memories:
             if memory.tenant != scope.tenant:
                 raise StoreError(f"memory {memory.id!r} belongs to another tenant than the scope")
-        columns = MEMORY_COLUMNS
+        columns = MEMORY_WRITE_COLUMNS
         marks = ", ".join("?" for _ in columns.split(","))
         updates = ", ".join(
             f"{c.strip()} = excluded.{c.strip()}" for c in columns.split(",")[2:]
