@@ -1,0 +1,28 @@
+"""Test helpers for code built on stratamem, shipped with the package (like `structlog.testing`).
+
+`ScriptedLLM` is a real OpenAI-compatible HTTP server whose replies a test scripts; `Reply`
+builds the replies; `scripted_llm_fixture()` makes a pytest fixture of it.
+"""
+
+from __future__ import annotations
+
+from stratamem.testing.replies import (
+    DEFAULT_STAGE,
+    EMBEDDINGS_STAGE,
+    STAGE_HEADER,
+    RecordedRequest,
+    Reply,
+    estimate_tokens,
+)
+from stratamem.testing.scripted_llm import ScriptedLLM, scripted_llm_fixture
+
+__all__ = [
+    "DEFAULT_STAGE",
+    "EMBEDDINGS_STAGE",
+    "STAGE_HEADER",
+    "RecordedRequest",
+    "Reply",
+    "ScriptedLLM",
+    "estimate_tokens",
+    "scripted_llm_fixture",
+]
