@@ -13,17 +13,7 @@ from stratamem.clock import ManualClock
 from stratamem.embed import OpenAIEmbedder
 from stratamem.errors import EmbeddingError
 from stratamem.httpretry import RetryPolicy
-from stratamem.testing import Reply, ScriptedLLM
-
-
-class RecordingSleep:
-    """An injected sleep that records the requested delays and returns at once."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.delays.append(seconds)
+from stratamem.testing import RecordingSleep, Reply, ScriptedLLM
 
 
 @pytest.fixture

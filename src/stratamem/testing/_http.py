@@ -10,7 +10,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from stratamem.testing.replies import RecordedRequest, Reply, estimate_tokens
+from stratamem.llm.wire import estimate_tokens
+from stratamem.testing.replies import RecordedRequest, Reply
 
 if TYPE_CHECKING:
     from stratamem.testing.scripted_llm import ScriptedLLM

@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-STAGE_HEADER = "x-stratamem-stage"
-"""The header the stratamem LLM client sends to name the stage of a call."""
+from stratamem.llm.wire import STAGE_HEADER
 
 STAGE_MARKER = re.compile(r"\[stage:\s*([A-Za-z0-9_.\-]+)\s*\]")
 """A marker a prompt may carry in its system message instead: `[stage: L1]`."""
 
 DEFAULT_STAGE = "default"
 EMBEDDINGS_STAGE = "embeddings"
-
-
-def estimate_tokens(chars: int) -> int:
-    """The server's token estimate when a reply gives none: one token per four characters."""
-    return math.ceil(chars / 4)
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,8 @@ CHAT_PATH = "/v1/chat/completions"
 EMBEDDINGS_PATH = "/v1/embeddings"
 MODELS_PATH = "/v1/models"
 DEFAULT_EMBED_DIM = 64
+_SHUTDOWN_POLL_S = 0.02
+"""How often the serving loop checks for shutdown, so teardown takes milliseconds."""
 
 
 class ScriptedLLM:
@@ -83,7 +85,10 @@ class ScriptedLLM:
             raise RuntimeError("the scripted server is already running")
         self._httpd = _http.Server(("127.0.0.1", 0), self)
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="scripted-llm", daemon=True
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": _SHUTDOWN_POLL_S},
+            name="scripted-llm",
+            daemon=True,
         )
         self._thread.start()
         return self
