@@ -1,4 +1,4 @@
-"""Suite-wide rules: tests that need a service may not be skipped in CI."""
+"""Suite-wide fixtures and rules: tests that need a service may not be skipped in CI."""
 
 from __future__ import annotations
 
@@ -7,8 +7,13 @@ from collections.abc import Generator
 
 import pytest
 
+from stratamem.testing import scripted_llm_fixture
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 SERVICE_MARKERS = ("redis", "postgres")
+
+# A running scripted OpenAI-compatible server (stratamem.testing.ScriptedLLM), one per test.
+scripted_llm = scripted_llm_fixture()
 
 
 @pytest.hookimpl(wrapper=True)

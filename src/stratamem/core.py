@@ -58,7 +58,7 @@ class AsyncMemory:
         self._backfill: backfill.Backfill | None = None
         if embedder is not None:
             if verify_embedding:
-                backfill.bind(store, embedder)
+                backfill.bind_if_known(store, embedder)
             self._backfill = backfill.Backfill(store, embedder, self.settings.embed_batch_size)
 
     @classmethod
@@ -75,7 +75,11 @@ class AsyncMemory:
         if isinstance(embedder, str):
             spec = settings.embedder if embedder == "settings" else embedder
             embedder = make_embedder(
-                spec, base_url=settings.embed_base_url, api_key=settings.embed_api_key
+                spec,
+                base_url=settings.embed_base_url,
+                api_key=settings.embed_api_key,
+                dim=settings.embed_dim,
+                batch_size=settings.embed_batch_size,
             )
         store = SqliteStore(settings.store_path)
         return cls(store, embedder, settings, clock, verify_embedding)
@@ -152,6 +156,8 @@ class AsyncMemory:
         vector = None
         if self.embedder is not None:
             vector = (await self.embedder.embed([query]))[0]
+            info = EmbeddingInfo(self.embedder.model, int(vector.shape[0]))
+            await asyncio.to_thread(self.store.bind_embedding, info)
         return await hybrid_search(
             self.store,
             Scope(tenant),

@@ -73,18 +73,22 @@ class SqliteStore:
         return EmbeddingInfo(model=data["model"], dim=int(data["dim"]))
 
     def bind_embedding(self, info: EmbeddingInfo) -> None:
-        with self._lock, write_transaction(self._conn):
+        wanted = {"model": info.model, "dim": info.dim}
+        with self._lock:
             raw = self._meta("embedding")
             if raw is None:
-                self._set_meta("embedding", json.dumps({"model": info.model, "dim": info.dim}))
-                return
-            stored = json.loads(raw)
-            if stored != {"model": info.model, "dim": info.dim}:
-                raise EmbeddingMismatch(
-                    f"this store was indexed with {stored['model']} (dimension {stored['dim']}),"
-                    f" not {info.model} (dimension {info.dim}): run `stratamem reindex` to"
-                    " re-embed everything with the configured model, or configure the old one"
-                )
+                with write_transaction(self._conn):
+                    raw = self._meta("embedding")  # another process may have bound it since
+                    if raw is None:
+                        self._set_meta("embedding", json.dumps(wanted))
+                        return
+        stored = json.loads(raw)
+        if stored != wanted:
+            raise EmbeddingMismatch(
+                f"this store was indexed with {stored['model']} (dimension {stored['dim']}),"
+                f" not {info.model} (dimension {info.dim}): run `stratamem reindex` to"
+                " re-embed everything with the configured model, or configure the old one"
+            )
 
     def reset_embeddings(self, info: EmbeddingInfo | None) -> int:
         with self._lock, write_transaction(self._conn):
