@@ -50,8 +50,10 @@ class AsyncMemory:
         settings: Settings | None = None,
         clock: Clock | None = None,
         verify_embedding: bool = True,
+        owns_embedder: bool = False,
     ) -> None:
         self.store = store
+        self._owns_embedder = owns_embedder
         self.embedder = embedder
         self.settings = settings or Settings()
         self.clock = clock or SystemClock()
@@ -70,8 +72,13 @@ class AsyncMemory:
         clock: Clock | None = None,
         verify_embedding: bool = True,
     ) -> AsyncMemory:
-        """Open the embedded store under `settings.data_dir` with the configured embedder."""
+        """Open the embedded store under `settings.data_dir` with the configured embedder.
+
+        An embedder passed in stays the caller's to close; one built from a spec is closed with
+        the memory.
+        """
         settings = settings or Settings()
+        owns = isinstance(embedder, str)
         if isinstance(embedder, str):
             spec = settings.embedder if embedder == "settings" else embedder
             embedder = make_embedder(
@@ -82,7 +89,7 @@ class AsyncMemory:
                 batch_size=settings.embed_batch_size,
             )
         store = SqliteStore(settings.store_path)
-        return cls(store, embedder, settings, clock, verify_embedding)
+        return cls(store, embedder, settings, clock, verify_embedding, owns_embedder=owns)
 
     # -- capture -----------------------------------------------------------------------------
     async def capture(
@@ -239,6 +246,6 @@ class AsyncMemory:
             await self._backfill.stop()
         if drain:
             await self.embed_pending()
-        if self.embedder is not None:
+        if self.embedder is not None and self._owns_embedder:
             await self.embedder.aclose()
         self.store.close()
