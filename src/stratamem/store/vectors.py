@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-EXACT_MAX = 20_000
+EXACT_MAX = 2_048
 RESCORE_FACTOR = 10
 RESCORE_MIN = 200
 
