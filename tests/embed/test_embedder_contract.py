@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -84,6 +85,13 @@ async def test_rows_follow_the_order_of_texts(embedder: Embedder) -> None:
     backward = await embedder.embed(TEXTS[:3][::-1])
     np.testing.assert_allclose(forward, backward[::-1], atol=1e-4)
     assert not np.allclose(forward[0], forward[1], atol=1e-3)
+
+
+async def test_concurrent_calls_agree_with_sequential_ones(embedder: Embedder) -> None:
+    sequential = [await embedder.embed([text]) for text in TEXTS]
+    concurrent = await asyncio.gather(*(embedder.embed([text]) for text in TEXTS))
+    for alone, together in zip(sequential, concurrent, strict=True):
+        np.testing.assert_allclose(alone, together, atol=1e-4)
 
 
 async def test_a_bare_string_is_refused(embedder: Embedder) -> None:

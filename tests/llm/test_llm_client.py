@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from pydantic import BaseModel, Field, SecretStr, ValidationError
+from pydantic import BaseModel, Field, RootModel, SecretStr, ValidationError
 
 from stratamem.errors import ConfigError, LLMError
 from stratamem.llm import (
@@ -80,6 +80,14 @@ async def test_json_schema_response_format(scripted_llm: ScriptedLLM, llm: LLMCl
     assert request.body["messages"] == MESSAGES
     assert request.body["model"] == "scripted-chat"
     assert request.stage == "L1"
+
+
+async def test_root_model_schemas(scripted_llm: ScriptedLLM, llm: LLMClient) -> None:
+    scripted_llm.push(Reply.text('Here: [{"content": "likes tea", "priority": 5}]'))
+    facts = await llm.complete_json("L1", MESSAGES, RootModel[list[Fact]])
+    assert facts.root == [Fact(content="likes tea", priority=5)]
+    name = scripted_llm.calls()[0].body["response_format"]["json_schema"]["name"]
+    assert name == "RootModel_list_Fact__"
 
 
 async def test_falls_back_when_response_format_is_rejected(sleep: RecordingSleep) -> None:

@@ -77,6 +77,21 @@ async def test_stage_queue_goes_first(scripted_llm: ScriptedLLM, http: httpx.Asy
     assert l3.json()["choices"][0]["message"]["content"] == "for L3"
 
 
+async def test_stage_handlers_then_the_general_handler(
+    scripted_llm: ScriptedLLM, http: httpx.AsyncClient
+) -> None:
+    scripted_llm.on("L1", lambda request: Reply.json({"turns": len(request.messages)}))
+    scripted_llm.on("L2", lambda request: None)  # passes every request on
+    scripted_llm.handler = lambda request: Reply.text(f"general {request.stage}")
+    url = f"{scripted_llm.base_url}/chat/completions"
+    replies = [
+        (await http.post(url, json=chat(), headers={"X-Stratamem-Stage": s})).json()
+        for s in ("L1", "L2", "L3")
+    ]
+    contents = [r["choices"][0]["message"]["content"] for r in replies]
+    assert contents == ['{"turns": 2}', "general L2", "general L3"]
+
+
 async def test_unscripted_requests_get_501_and_are_recorded(
     scripted_llm: ScriptedLLM, http: httpx.AsyncClient
 ) -> None:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 Messages = Sequence[Mapping[str, Any]]
+
+_SCHEMA_NAME = re.compile(r"[^A-Za-z0-9_-]")
+"""Characters OpenAI refuses in a response format's schema name."""
 
 STAGE_HEADER = "x-stratamem-stage"
 """A header naming the stage of each call, for gateways' logs and the scripted test server."""
@@ -59,7 +63,7 @@ def schema_format(schema: type[BaseModel]) -> dict[str, Any]:
     return {
         "type": "json_schema",
         "json_schema": {
-            "name": schema.__name__[:64],
+            "name": _SCHEMA_NAME.sub("_", schema.__name__)[:64] or "reply",
             "schema": schema.model_json_schema(),
             "strict": False,
         },

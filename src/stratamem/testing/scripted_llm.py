@@ -6,12 +6,14 @@ serving `POST /v1/chat/completions`, `POST /v1/embeddings` and `GET /v1/models`.
     with ScriptedLLM() as llm:
         llm.push(Reply.rate_limited(2), Reply.json({"ok": True}))   # next chat replies, in order
         llm.push_for("L1", Reply.text("not json"))                   # next replies of stage L1
-        llm.handler = lambda request: Reply.json({...})              # or compute replies
+        llm.on("L2", lambda request: Reply.json({...}))              # compute a stage's replies
+        llm.handler = lambda request: Reply.json({...})              # or any request's replies
         ... point the client at llm.base_url ...
         assert llm.usage()["L1"]["calls"] == 1
 
 A request's stage comes from the `X-Stratamem-Stage` header, else a `[stage: NAME]` marker in its
-system prompt. Chat replies come from the stage's queue, then the chat queue, then `handler`;
+system prompt. Chat replies come from the stage's queue, then the chat queue, then the stage's
+handler (`on`), then `handler`; a handler may return None to pass the request on;
 with none of them, the server answers 501 and records the request in `unscripted`. Embeddings
 come from the embeddings queue, else from `embed_fn` (deterministic feature hashing by default).
 Held replies wait on an event that `release()` and teardown set, so nothing waits unboundedly.
@@ -69,6 +71,7 @@ class ScriptedLLM:
         self._staged: dict[str, collections.deque[Reply]] = collections.defaultdict(
             collections.deque
         )
+        self._stage_handlers: dict[str, Handler] = {}
         self._usage: dict[str, StageUsage] = collections.defaultdict(StageUsage)
         self._lock = threading.Lock()
         self._events = threading.Condition(self._lock)
@@ -139,6 +142,11 @@ class ScriptedLLM:
         with self._lock:
             self._staged[stage].extend(replies)
 
+    def on(self, stage: str, handler: Handler) -> None:
+        """Answer the chat requests of `stage` with `handler` once its queue is empty."""
+        with self._lock:
+            self._stage_handlers[stage] = handler
+
     def push_embeddings(self, *replies: Reply) -> None:
         """Queue the next embeddings replies; when empty, `embed_fn` answers."""
         with self._lock:
@@ -206,7 +214,8 @@ class ScriptedLLM:
                 return staged.popleft()
             if self._chat:
                 return self._chat.popleft()
-        reply = self.handler(request) if self.handler is not None else None
+            handlers = [self._stage_handlers.get(request.stage), self.handler]
+        reply = _first_reply(request, handlers)
         if reply is None:
             with self._lock:
                 self.unscripted.append(request)
@@ -229,6 +238,14 @@ class ScriptedLLM:
 
     def embed_texts(self, texts: Sequence[str]) -> list[list[float]]:
         return [list(self.embed_fn(text)) for text in texts]
+
+
+def _first_reply(request: RecordedRequest, handlers: list[Handler | None]) -> Reply | None:
+    for handler in handlers:
+        reply = handler(request) if handler is not None else None
+        if reply is not None:
+            return reply
+    return None
 
 
 def scripted_llm_fixture(
