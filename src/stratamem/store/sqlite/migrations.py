@@ -115,6 +115,9 @@ CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE fences (key TEXT PRIMARY KEY, token INTEGER NOT NULL);
 """
 
+# Version ranges by part, so parts can add migrations independently: 1-9 core (turns, memories),
+# 10-19 memory layers (versions, scenes, profile, session state), 20-29 context offload,
+# 30-39 service (tenants, keys).
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "turns with full-text index", M001_TURNS),
     Migration(2, "memories with full-text index", M002_MEMORIES),

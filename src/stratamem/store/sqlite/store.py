@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,20 @@ class SqliteStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for reads by the store's extensions (layers, offload)."""
+        with self._lock:
+            yield self._conn
+
+    @contextmanager
+    def writing(self, fence: Fence | None = None) -> Iterator[sqlite3.Connection]:
+        """One short write transaction; with a `fence`, refused unless its token is the newest."""
+        with self._lock, write_transaction(self._conn):
+            if fence is not None:
+                fencing.check_and_record(self._conn, fence)
+            yield self._conn
 
     # -- embedding model ---------------------------------------------------------------------
     def embedding_info(self) -> EmbeddingInfo | None:
@@ -229,9 +244,7 @@ class SqliteStore:
         updates = ", ".join(
             f"{c.strip()} = excluded.{c.strip()}" for c in columns.split(",")[2:]
         )
-        with self._lock, write_transaction(self._conn):
-            if fence is not None:
-                fencing.check_and_record(self._conn, fence)
+        with self.writing(fence):
             self._conn.executemany(
                 f"INSERT INTO memories ({columns}) VALUES ({marks})"
                 f" ON CONFLICT (tenant, id) DO UPDATE SET {updates},"
