@@ -49,3 +49,19 @@ class LockLost(PipelineError):
 
 class LLMError(StratamemError):
     """An LLM endpoint failed or returned output that could not be validated."""
+
+
+class AlreadyExists(InvalidInput):
+    """The caller asked to create something that exists already; nothing was changed."""
+
+
+class AccessDenied(StratamemError):
+    """The caller may not do this (service edges only)."""
+
+
+class Unauthenticated(AccessDenied):
+    """No credentials, or credentials that match no live key."""
+
+
+class Forbidden(AccessDenied):
+    """Valid credentials that do not grant this operation (a tenant key on an admin route)."""

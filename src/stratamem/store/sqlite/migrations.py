@@ -115,6 +115,23 @@ CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE fences (key TEXT PRIMARY KEY, token INTEGER NOT NULL);
 """
 
+M030_TENANTS = """
+CREATE TABLE tenants (
+    name TEXT PRIMARY KEY,
+    label TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL
+);
+CREATE TABLE api_keys (
+    key_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL REFERENCES tenants (name),
+    secret_sha256 TEXT NOT NULL,
+    label TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL,
+    revoked_at REAL
+);
+CREATE INDEX api_keys_by_tenant ON api_keys (tenant);
+"""
+
 # Version ranges by part, so parts can add migrations independently: 1-9 core (turns, memories),
 # 10-19 memory layers (versions, scenes, profile, session state), 20-29 context offload,
 # 30-39 service (tenants, keys).
@@ -122,6 +139,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "turns with full-text index", M001_TURNS),
     Migration(2, "memories with full-text index", M002_MEMORIES),
     Migration(3, "meta and fencing tokens", M003_META),
+    Migration(30, "service tenants and hashed API keys", M030_TENANTS),
 )
 
 
