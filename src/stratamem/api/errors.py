@@ -1,0 +1,104 @@
+"""One error shape, `{"error": {"type", "message"}}`, and one table from domain errors to status."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from stratamem.errors import (
+    AlreadyExists,
+    ConfigError,
+    EmbeddingError,
+    EmbeddingMismatch,
+    Forbidden,
+    InvalidIdentifier,
+    InvalidInput,
+    LLMError,
+    NotFound,
+    PipelineError,
+    StaleFencingToken,
+    StoreError,
+    StratamemError,
+    Unauthenticated,
+)
+
+log = logging.getLogger(__name__)
+
+#: Domain error family → (HTTP status, error type). The first matching row wins.
+STATUS_OF_ERROR: tuple[tuple[type[StratamemError], int, str], ...] = (
+    (Unauthenticated, 401, "unauthenticated"),
+    (Forbidden, 403, "forbidden"),
+    (AlreadyExists, 409, "already_exists"),
+    (InvalidIdentifier, 422, "invalid_identifier"),
+    (InvalidInput, 422, "invalid_input"),
+    (NotFound, 404, "not_found"),
+    (EmbeddingMismatch, 409, "embedding_mismatch"),
+    (StaleFencingToken, 409, "conflict"),
+    (EmbeddingError, 503, "embedding_unavailable"),
+    (LLMError, 502, "llm_failed"),
+    (PipelineError, 503, "pipeline_unavailable"),
+    (StoreError, 500, "store_error"),
+    (ConfigError, 500, "config_error"),
+    (StratamemError, 500, "internal_error"),
+)
+
+#: Framework-level statuses (routing, body limits) → error type.
+TYPE_OF_STATUS = {
+    400: "bad_request",
+    401: "unauthenticated",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_input",
+}
+
+
+def error_body(kind: str, message: str) -> dict[str, dict[str, str]]:
+    return {"error": {"type": kind, "message": message}}
+
+
+def error_response(status: int, kind: str, message: str) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(error_body(kind, message), status_code=status, headers=headers)
+
+
+def status_of(error: StratamemError) -> tuple[int, str]:
+    for family, status, kind in STATUS_OF_ERROR:
+        if isinstance(error, family):
+            return status, kind
+    return 500, "internal_error"
+
+
+async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StratamemError)
+    status, kind = status_of(exc)
+    if status >= 500:
+        log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
+    return error_response(status, kind, str(exc))
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    kind = TYPE_OF_STATUS.get(exc.status_code, "http_error")
+    return error_response(exc.status_code, kind, str(exc.detail))
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error.get("loc", ()))
+        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    return error_response(422, "invalid_input", "; ".join(parts) or "invalid request")
+
+
+def install(app: FastAPI) -> None:
+    """Every error leaves the service in the one shape."""
+    app.add_exception_handler(StratamemError, _domain_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)

@@ -1,0 +1,120 @@
+"""ASGI middleware of the service: request body limit (413) and request metrics."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from stratamem.api.errors import error_body
+from stratamem.api.metrics import Metrics
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the request body is larger than {limit} bytes")
+
+
+class BodyLimit:
+    """Refuse bodies over `limit` bytes with 413: by Content-Length, else while reading."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if _declared_length(scope) > self.limit:
+            await _send_413(send, self.limit)
+            return
+        started = False
+        seen = 0
+
+        async def counting_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise BodyTooLarge(self.limit)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except BodyTooLarge:
+            if started:
+                raise
+            await _send_413(send, self.limit)
+
+
+def _declared_length(scope: Scope) -> int:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0
+
+
+async def _send_413(send: Send, limit: int) -> None:
+    body = json.dumps(error_body("body_too_large", BodyTooLarge(limit).detail)).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class RequestMetrics:
+    """Count requests and time them by method, route template and status (never by tenant)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, monotonic: Callable[[], float]) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.monotonic = monotonic
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = self.monotonic()
+        status = 500
+
+        async def recording_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            self.metrics.observe_request(
+                scope["method"], _route_of(scope), status, self.monotonic() - start
+            )
+
+
+def _route_of(scope: Scope) -> str:
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    if isinstance(path, str):
+        return path
+    if str(scope.get("path", "")).startswith("/mcp"):
+        return "/mcp"
+    return "unmatched"

@@ -1,0 +1,1 @@
+"""Versioned REST routes (`/v1/...`): thin adapters from HTTP to the library."""

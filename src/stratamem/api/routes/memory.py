@@ -1,0 +1,89 @@
+"""Capture, recall and search within the caller's tenant."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from stratamem.api.deps import MemoryDep, ServicesDep, TenantDep
+from stratamem.api.schemas import (
+    ERRORS,
+    CaptureIn,
+    CaptureOut,
+    HitsOut,
+    RecallIn,
+    RecallOut,
+    SearchConversationsIn,
+    SearchMemoriesIn,
+)
+from stratamem.domain import Layer
+
+router = APIRouter(prefix="/v1", tags=["memory"], responses=ERRORS)
+
+
+@router.post("/capture", response_model=CaptureOut)
+async def capture(body: CaptureIn, tenant: TenantDep, services: ServicesDep) -> dict[str, Any]:
+    """Store each finished message verbatim (idempotently); searchable by BM25 at once."""
+    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    result = await services.memory.capture(tenant, body.session, messages)
+    services.metrics.count("captured_messages", len(result.stored))
+    return result.to_json()
+
+
+@router.post("/recall", response_model=RecallOut)
+async def recall(body: RecallIn, tenant: TenantDep, memory: MemoryDep) -> dict[str, Any]:
+    """The blocks to put before the next model call, and the hits they were made from."""
+    result = await memory.recall(
+        tenant,
+        body.query,
+        session=body.session,
+        k=body.k,
+        budget_chars=body.budget_chars,
+        include_turns=body.include_turns,
+    )
+    return result.to_json()
+
+
+@router.post("/search/memories", response_model=HitsOut)
+async def search_memories(
+    body: SearchMemoriesIn, tenant: TenantDep, memory: MemoryDep
+) -> dict[str, Any]:
+    """Hybrid search over L1 memories (current ones, or those valid at `as_of`)."""
+    hits = await memory.search(
+        tenant,
+        body.query,
+        k=body.k,
+        layers=(Layer.L1,),
+        types=body.types,
+        sessions=body.sessions,
+        since=body.since,
+        until=body.until,
+        as_of=body.as_of,
+    )
+    return {"hits": [h.to_json() for h in hits]}
+
+
+@router.post("/search/conversations", response_model=HitsOut)
+async def search_conversations(
+    body: SearchConversationsIn, tenant: TenantDep, memory: MemoryDep
+) -> dict[str, Any]:
+    """Hybrid search over L0, the verbatim conversation."""
+    hits = await memory.search(
+        tenant,
+        body.query,
+        k=body.k,
+        layers=(Layer.L0,),
+        sessions=body.sessions,
+        since=body.since,
+        until=body.until,
+    )
+    return {"hits": [h.to_json() for h in hits]}
+
+
+@router.get("/stats")
+async def stats(tenant: TenantDep, memory: MemoryDep) -> dict[str, Any]:
+    """Counts of the caller's turns, memories, sessions and pending embeddings."""
+    result = await memory.stats(tenant)
+    result.pop("embedding_last_error", None)
+    return result

@@ -1,0 +1,136 @@
+"""Request and response bodies of the REST API. Requests refuse unknown fields (a `tenant`, too)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
+
+from stratamem.domain import MemoryType
+
+Ident = Annotated[str, Field(min_length=1, max_length=128, examples=["s1"])]
+Query = Annotated[str, Field(min_length=1, max_length=10_000, examples=["what is my dog's name?"])]
+K = Annotated[int, Field(ge=1, le=100)]
+Time = FiniteFloat | None
+Label = Annotated[str, Field(max_length=200)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MessageIn(Strict):
+    role: str = Field(
+        max_length=32, description="user, assistant, system or tool.", examples=["user"]
+    )
+    content: str = Field(description="The message, verbatim.", examples=["I adopted a dog"])
+    speaker: str | None = Field(None, max_length=200, description="Who said it (a name).")
+    timestamp: FiniteFloat | str | None = Field(
+        None, description="Epoch seconds or ISO 8601; default now."
+    )
+    id: str | None = Field(None, max_length=200, description="Caller's id, for idempotence.")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class CaptureIn(Strict):
+    session: Ident
+    messages: list[MessageIn] = Field(min_length=1, max_length=1000)
+
+
+class CaptureOut(BaseModel):
+    ids: list[str]
+    stored: list[str]
+    duplicates: list[str]
+    skipped_empty: int
+
+
+class HitOut(BaseModel):
+    id: str
+    layer: str
+    text: str
+    session: str | None
+    score: float
+    timestamp: float | None
+    speaker: str | None
+    type: str | None
+    source_turn_ids: list[str]
+    ranks: dict[str, int]
+
+
+class RecallIn(Strict):
+    query: Query
+    session: Ident | None = None
+    k: K | None = None
+    budget_chars: Annotated[int, Field(ge=0, le=100_000)] | None = None
+    include_turns: bool = True
+
+
+class RecallOut(BaseModel):
+    context: str = Field(description="The per-turn block of relevant memories.")
+    stable: str = Field(description="The stable block (profile, scene index).")
+    hits: list[HitOut]
+    stats: dict[str, Any]
+
+
+class SearchConversationsIn(Strict):
+    query: Query
+    k: K = 10
+    sessions: list[Ident] | None = Field(None, max_length=100)
+    since: Time = None
+    until: Time = None
+
+
+class SearchMemoriesIn(SearchConversationsIn):
+    types: list[MemoryType] | None = None
+    as_of: Time = None
+
+
+class HitsOut(BaseModel):
+    hits: list[HitOut]
+
+
+class HealthOut(BaseModel):
+    status: str
+    version: str
+
+
+class TenantIn(Strict):
+    name: Ident
+    label: Label = ""
+
+
+class TenantOut(BaseModel):
+    name: str
+    label: str
+    created_at: float
+
+
+class KeyIn(Strict):
+    label: Label = ""
+
+
+class KeyOut(BaseModel):
+    key_id: str
+    tenant: str
+    label: str
+    created_at: float
+    revoked_at: float | None
+
+
+class IssuedKeyOut(KeyOut):
+    token: str = Field(description="The key: shown once, stored only hashed.")
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    error: ErrorDetail
+
+
+#: Error responses every authenticated route documents.
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut} for status in (401, 403, 404, 409, 413, 422)
+}

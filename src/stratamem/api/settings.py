@@ -1,0 +1,135 @@
+"""Settings of the service (`STRATAMEM_SERVER_*`), and loading both settings classes at start.
+
+Sources, strongest first: command-line options, environment variables, the config file (TOML:
+core settings at the top level, service settings in a `[server]` table), defaults. Every problem
+is reported at start as a `ConfigError` naming the variable to fix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from stratamem.config import Settings
+from stratamem.errors import ConfigError
+
+ENV_PREFIX = "STRATAMEM_SERVER_"
+CORE_ENV_PREFIX = "STRATAMEM_"
+MIN_ADMIN_KEY_CHARS = 32
+_ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+$")
+_GENERATE_KEY = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+class ServerSettings(BaseSettings):
+    """The HTTP service. Each field can be set as `STRATAMEM_SERVER_<NAME>`."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
+
+    host: str = Field("127.0.0.1", min_length=1, description="Interface to listen on.")
+    port: int = Field(8420, ge=0, le=65535, description="TCP port (0: any free port).")
+    admin_key: SecretStr | None = Field(
+        None,
+        description="Key of the admin routes (tenants, keys); admin routes are off without it.",
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Origins browsers may call from, comma-separated; CORS is off when empty.",
+    )
+    max_body_bytes: int = Field(
+        1_048_576, ge=1024, le=64 * 1_048_576, description="Largest request body (else 413)."
+    )
+    workers: int = Field(
+        1, ge=0, le=64, description="Pipeline workers inside `serve` (0: API only)."
+    )
+    mcp: bool = Field(True, description="Serve the MCP endpoint (streamable HTTP) at /mcp.")
+
+    @field_validator("admin_key")
+    @classmethod
+    def _admin_key_is_long(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_ADMIN_KEY_CHARS:
+            raise ValueError(
+                f"use at least {MIN_ADMIN_KEY_CHARS} random characters, e.g. from"
+                f" `{_GENERATE_KEY}`"
+            )
+        return value
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins_are_explicit(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            if not _ORIGIN.match(origin):
+                raise ValueError(
+                    f"{origin!r} is not an origin: list each one as scheme://host[:port]"
+                    " (a wildcard is not accepted)"
+                )
+        return value
+
+
+def load_settings(
+    config_file: Path | None = None,
+    core: dict[str, Any] | None = None,
+    server: dict[str, Any] | None = None,
+) -> tuple[Settings, ServerSettings]:
+    """Both settings classes, validated; raises `ConfigError` saying what to fix."""
+    file_values = _read_config(config_file) if config_file else {}
+    file_server = file_values.pop("server", {})
+    if not isinstance(file_server, dict):
+        raise ConfigError(f"{config_file}: [server] must be a table")
+    return (
+        _build(Settings, CORE_ENV_PREFIX, file_values, core or {}, config_file),
+        _build(ServerSettings, ENV_PREFIX, file_server, server or {}, config_file),
+    )
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"the config file {path} is not valid TOML: {exc}") from exc
+
+
+def _build(
+    cls: type[S],
+    prefix: str,
+    file_values: dict[str, Any],
+    overrides: dict[str, Any],
+    config_file: Path | None,
+) -> S:
+    """Overrides > environment > file > defaults: file values the environment sets are dropped."""
+    in_env = {name.upper() for name in os.environ}
+    values = {k: v for k, v in file_values.items() if f"{prefix}{k}".upper() not in in_env}
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return cls(**values)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, prefix, config_file)) from exc
+
+
+def _explain(exc: ValidationError, prefix: str, config_file: Path | None) -> str:
+    lines = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else "?"
+        where = f"{prefix}{field.upper()}"
+        if config_file is not None:
+            where += f" (or `{field}` in {config_file})"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        lines.append(f"{where}: {message}")
+    return "invalid settings:\n  " + "\n  ".join(lines)
