@@ -162,7 +162,7 @@ class TenantStore:
         with self._store.reading() as conn:
             rows = conn.execute(
                 "SELECT key_id, tenant, label, created_at, revoked_at FROM api_keys"
-                f" {where} ORDER BY created_at, key_id",
+                f" {where} ORDER BY created_at, rowid",
                 params,
             ).fetchall()
         return [_key_from_row(r) for r in rows]

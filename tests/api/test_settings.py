@@ -1,0 +1,64 @@
+"""Settings are validated at start, with messages that say what to fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stratamem.api.settings import load_settings
+from stratamem.errors import ConfigError
+
+
+def test_defaults_are_local_with_cors_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HOST", "PORT", "ADMIN_KEY", "CORS_ORIGINS"):
+        monkeypatch.delenv(f"STRATAMEM_SERVER_{name}", raising=False)
+    _, server = load_settings()
+    assert (server.host, server.cors_origins, server.admin_key) == ("127.0.0.1", [], None)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "names"),
+    [
+        ({"admin_key": "short"}, ["STRATAMEM_SERVER_ADMIN_KEY", "at least 32"]),
+        ({"cors_origins": "*"}, ["STRATAMEM_SERVER_CORS_ORIGINS", "wildcard"]),
+        ({"port": 70000}, ["STRATAMEM_SERVER_PORT"]),
+        ({"max_body_bytes": 10}, ["STRATAMEM_SERVER_MAX_BODY_BYTES"]),
+    ],
+)
+def test_bad_values_are_refused_naming_the_variable(
+    overrides: dict[str, object], names: list[str]
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(server=overrides)
+    for name in names:
+        assert name in str(caught.value)
+
+
+def test_environment_beats_the_config_file_and_options_beat_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "stratamem.toml"
+    config.write_text(
+        'embedder = "none"\nrecall_k = 3\n[server]\nport = 9001\nhost = "0.0.0.0"\n'
+        'cors_origins = ["https://a.example", "http://localhost:3000"]\n'
+    )
+    monkeypatch.setenv("STRATAMEM_SERVER_PORT", "9002")
+    monkeypatch.setenv("STRATAMEM_RECALL_K", "4")
+    core, server = load_settings(config, server={"host": "127.0.0.2"})
+    assert (core.embedder, core.recall_k) == ("none", 4)
+    assert (server.port, server.host) == (9002, "127.0.0.2")
+    assert server.cors_origins == ["https://a.example", "http://localhost:3000"]
+
+
+def test_a_broken_config_file_is_a_config_error(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.toml"
+    broken.write_text("port = = 1")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(broken)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "missing.toml")
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text("[server]\nprot = 1\n")
+    with pytest.raises(ConfigError, match="prot"):
+        load_settings(unknown)
