@@ -224,6 +224,11 @@ class AsyncMemory:
                 break
         return total
 
+    def start_background(self) -> None:
+        """Catch up in the background on what is pending, e.g. left by a process that died."""
+        if self._backfill is not None and self.settings.background_embedding:
+            self._backfill.poke()
+
     async def reindex(self, progress: ProgressFn | None = None) -> int:
         """Drop every vector and embed everything again with the configured embedder."""
         if self.embedder is None:

@@ -32,7 +32,7 @@ def create_app(services: Services, *, close_on_shutdown: bool = False) -> FastAP
         title="stratamem",
         summary="Layered long-term memory for AI agents.",
         version="1",
-        lifespan=_lifespan(services) if close_on_shutdown else None,
+        lifespan=_lifespan(services, close_on_shutdown),
         telemetry=NO_TELEMETRY,
     )
     app.state.services = services
@@ -57,10 +57,12 @@ def _install_middleware(app: FastAPI, services: Services) -> None:
     app.add_middleware(RequestMetrics, metrics=services.metrics, monotonic=services.monotonic)
 
 
-def _lifespan(services: Services) -> Lifespan:
+def _lifespan(services: Services, close_on_shutdown: bool) -> Lifespan:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services.memory.start_background()
         yield
-        await services.aclose()
+        if close_on_shutdown:
+            await services.aclose()
 
     return lifespan

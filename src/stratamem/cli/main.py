@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stratamem.cli import memory_cmds
+from stratamem.cli import memory_cmds, service_cmds
 
 
 @click.group()
@@ -40,6 +40,9 @@ for command in (
     memory_cmds.stats,
 ):
     cli.add_command(command)
+cli.add_command(service_cmds.serve)
+cli.add_command(service_cmds.tenants)
+cli.add_command(service_cmds.keys)
 
 
 def main() -> None:

@@ -1,0 +1,47 @@
+"""Run the service in this process: bind the socket, then serve until SIGINT / SIGTERM."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+
+import uvicorn
+
+from stratamem.api.app import create_app
+from stratamem.api.services import Services
+from stratamem.api.settings import ServerSettings, load_settings
+from stratamem.config import Settings
+from stratamem.errors import ConfigError
+
+__all__ = ["bind", "load_settings", "serve"]
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket (port 0: any free port); `ConfigError` saying what to change."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another"
+            " STRATAMEM_SERVER_HOST / STRATAMEM_SERVER_PORT (or --host / --port)"
+        ) from exc
+    sock.listen(128)
+    return sock
+
+
+def serve(core: Settings, server: ServerSettings, announce: Callable[[str], None]) -> None:
+    """Open the store, listen, announce the address and serve until stopped."""
+    services = Services.open(core, server)
+    try:
+        sock = bind(server.host, server.port)
+    except ConfigError:
+        services.memory.store.close()
+        raise
+    host, port = sock.getsockname()[:2]
+    announce(f"stratamem listening on http://{host}:{port} (data in {core.data_dir})")
+    app = create_app(services, close_on_shutdown=True)
+    config = uvicorn.Config(app, lifespan="on", server_header=False, log_level="info")
+    uvicorn.Server(config).run(sockets=[sock])

@@ -1,0 +1,142 @@
+"""CLI commands of the service: `serve`, and `tenants` / `keys` over the embedded store."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+
+import click
+
+from stratamem.cli.common import handle_errors, print_json, settings_from
+from stratamem.errors import ConfigError
+from stratamem.store.sqlite import SqliteStore
+from stratamem.store.sqlite.tenants import TenantStore
+
+
+@click.command()
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="STRATAMEM_CONFIG",
+    default=None,
+    help="TOML file: core settings on top, service settings in [server] [env STRATAMEM_CONFIG].",
+)
+@click.option("--host", default=None, help="Interface [env STRATAMEM_SERVER_HOST; 127.0.0.1].")
+@click.option("--port", type=int, default=None, help="Port [env STRATAMEM_SERVER_PORT; 8420].")
+@click.pass_context
+@handle_errors
+def serve(ctx: click.Context, config_file: Path | None, host: str | None, port: int | None) -> None:
+    """Run the HTTP API until interrupted (SIGINT / SIGTERM stop it cleanly)."""
+    server_module = _server_module()
+    overrides = settings_from(ctx).model_dump(include={"data_dir", "embedder"}, exclude_unset=True)
+    core, server = server_module.load_settings(config_file, overrides, {"host": host, "port": port})
+    server_module.serve(core, server, announce=lambda line: click.echo(line, err=True))
+
+
+def _server_module() -> ModuleType:
+    """The service code, imported only by `serve`: the other commands work without the extra."""
+    try:
+        return importlib.import_module("stratamem.api.server")
+    except ModuleNotFoundError as exc:
+        raise ConfigError(
+            f"`serve` needs the server extra ({exc.name} is missing):"
+            " pip install 'stratamem[server]'"
+        ) from exc
+
+
+@contextmanager
+def _tenant_store(ctx: click.Context) -> Iterator[TenantStore]:
+    store = SqliteStore(settings_from(ctx).store_path)
+    try:
+        yield TenantStore(store)
+    finally:
+        store.close()
+
+
+@click.group()
+def tenants() -> None:
+    """Tenants of the service (each API key belongs to one)."""
+
+
+@tenants.command("create")
+@click.argument("name")
+@click.option("--label", default="", help="A free-text description.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def create_tenant(ctx: click.Context, name: str, label: str, as_json: bool) -> None:
+    """Create a tenant."""
+    with _tenant_store(ctx) as store:
+        tenant = store.create_tenant(name, label)
+    if as_json:
+        print_json(tenant.to_json())
+    else:
+        click.echo(f"created tenant {tenant.name}")
+
+
+@tenants.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def list_tenants(ctx: click.Context, as_json: bool) -> None:
+    """List tenants."""
+    with _tenant_store(ctx) as store:
+        found = store.list_tenants()
+    if as_json:
+        print_json([t.to_json() for t in found])
+        return
+    for tenant in found:
+        click.echo(f"{tenant.name}\t{tenant.label}")
+
+
+@click.group()
+def keys() -> None:
+    """API keys: each maps to one tenant and is stored only hashed."""
+
+
+@keys.command("create")
+@click.argument("tenant")
+@click.option("--label", default="", help="What the key is for.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def create_key(ctx: click.Context, tenant: str, label: str, as_json: bool) -> None:
+    """Issue a key for TENANT; the key is printed once and cannot be shown again."""
+    with _tenant_store(ctx) as store:
+        issued = store.create_key(tenant, label)
+    if as_json:
+        print_json({**issued.key.to_json(), "token": issued.token})
+    else:
+        click.echo(issued.token)
+
+
+@keys.command("revoke")
+@click.argument("key_id")
+@click.pass_context
+@handle_errors
+def revoke_key(ctx: click.Context, key_id: str) -> None:
+    """Revoke a key by its id (the 12 hex digits after `smk_`)."""
+    with _tenant_store(ctx) as store:
+        key = store.revoke_key(key_id)
+    click.echo(f"revoked {key.key_id} of tenant {key.tenant}")
+
+
+@keys.command("list")
+@click.option("--tenant", default=None, help="Only this tenant's keys.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def list_keys(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
+    """List keys (ids, tenants, labels; never the keys themselves)."""
+    with _tenant_store(ctx) as store:
+        found = store.list_keys(tenant)
+    if as_json:
+        print_json([k.to_json() for k in found])
+        return
+    for key in found:
+        state = "revoked" if key.revoked_at is not None else "live"
+        click.echo(f"{key.key_id}\t{key.tenant}\t{state}\t{key.label}")

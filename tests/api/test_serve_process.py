@@ -1,0 +1,44 @@
+"""`stratamem serve` in a real process over a real socket; tenants and keys from the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.api.process import serving, stratamem
+
+pytestmark = pytest.mark.slow
+
+
+def test_cli_keys_work_against_a_running_service(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    stratamem(data, "tenants", "create", "alice")
+    token = stratamem(data, "keys", "create", "alice", "--label", "agent").stdout.strip()
+    key = json.loads(stratamem(data, "keys", "list", "--json").stdout)[0]
+    assert token.startswith(f"smk_{key['key_id']}_")
+    with serving(data, tmp_path / "serve.log") as server:
+        auth = {"Authorization": f"Bearer {token}"}
+        body = {"session": "s1", "messages": [{"role": "user", "content": "I keep bees"}]}
+        captured = httpx.post(f"{server.url}/v1/capture", json=body, headers=auth)
+        assert captured.status_code == 200
+        found = httpx.post(
+            f"{server.url}/v1/search/conversations", json={"query": "bees"}, headers=auth
+        )
+        assert [h["id"] for h in found.json()["hits"]] == captured.json()["ids"]
+        stratamem(data, "keys", "revoke", key["key_id"])
+        revoked = httpx.post(f"{server.url}/v1/recall", json={"query": "bees"}, headers=auth)
+        assert revoked.status_code == 401
+        assert server.stop() in (0, -15)  # uvicorn re-raises SIGTERM after a clean shutdown
+    assert "Application shutdown complete" in (tmp_path / "serve.log").read_text()
+
+
+def test_bad_settings_stop_serve_at_start_with_a_fix(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('[server]\nadmin_key = "short"\n')
+    with pytest.raises(Exception) as caught:
+        stratamem(tmp_path / "data", "serve", "--config", str(config))
+    stderr = caught.value.stderr  # type: ignore[attr-defined]
+    assert "STRATAMEM_SERVER_ADMIN_KEY" in stderr and "at least 32" in stderr
