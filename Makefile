@@ -1,5 +1,5 @@
 # The two commands of the README:
-#   make run   - the main job on the embedded defaults
+#   make run   - the service on the embedded defaults (stratamem serve)
 #   make test  - ruff, mypy and the whole test suite
 # Both set up .venv on first use (torch 2.13.0 CPU first, then the package with its extras).
 
@@ -10,7 +10,7 @@ STAMP := $(VENV)/.stratamem-installed
 .PHONY: run test setup clean
 
 run: $(STAMP)
-	./scripts/run-demo.sh
+	./scripts/run-service.sh
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from stratamem.api.settings import ENV_PREFIX, ServerSettings
 from stratamem.cli.main import cli
 from stratamem.config import Settings
 
@@ -18,3 +19,8 @@ def test_every_setting_is_in_the_configuration_table() -> None:
 def test_every_cli_command_is_in_the_reference() -> None:
     missing = [name for name in cli.commands if f"| `{name}" not in README]
     assert missing == []
+
+
+def test_every_service_setting_is_in_the_configuration_table() -> None:
+    documented = [f"| `{ENV_PREFIX}{name.upper()}` |" for name in ServerSettings.model_fields]
+    assert [d for d in documented if d not in README] == []

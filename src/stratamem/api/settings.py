@@ -46,7 +46,6 @@ class ServerSettings(BaseSettings):
     max_body_bytes: int = Field(
         1_048_576, ge=1024, le=64 * 1_048_576, description="Largest request body (else 413)."
     )
-    mcp: bool = Field(True, description="Serve the MCP endpoint (streamable HTTP) at /mcp.")
 
     @field_validator("admin_key")
     @classmethod
