@@ -9,7 +9,6 @@ from stratamem.clock import ManualClock
 from stratamem.core import AsyncMemory
 from stratamem.domain import MemoryType, Mode, Scope
 from stratamem.layers.service import Run
-from stratamem.store.base import Filters
 from stratamem.testing import Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers
 
