@@ -15,7 +15,7 @@ Stream entries carry the task JSON in field `task` and the enqueue time in field
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
 import redis.asyncio as aioredis
@@ -114,7 +114,7 @@ class RedisKeys:
         return f"{self.prefix}state:{scope}"
 
 
-def _translated(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+def _translated(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:

@@ -83,6 +83,7 @@ class Worker:
         self._pump = TimerPump(backend, self.clock, batch=settings.pump_batch)
         self._reclaimed: asyncio.Queue[Delivery] = asyncio.Queue()
         self._stopping = asyncio.Event()
+        self._idle_consumers = 0
 
     # -- one delivery -----------------------------------------------------------------------
 
@@ -96,6 +97,8 @@ class Worker:
             grant = await self._acquire(delivery, lock_key)
             if grant is None:
                 return await self._on_conflict(delivery)
+        if not await self.backend.extend(delivery, now=self.clock.now()):
+            return await self._on_stale(delivery, grant)
         self.metrics.running[task.id] = RunningTask(
             task.id, task.type.value, task.tenant, task.session, lock_key, task.attempt,
             self.clock.now(),
@@ -130,6 +133,13 @@ class Worker:
         self.metrics.dropped += 1
         log.warning("dropped %s %s: its lock stayed busy", delivery.task.type, delivery.task.id)
         return Outcome.DROPPED
+
+    async def _on_stale(self, delivery: Delivery, grant: LockGrant | None) -> Outcome:
+        """The delivery was reclaimed by another consumer while we waited: leave it to them."""
+        await self._release(grant)
+        self.metrics.aborted += 1
+        log.warning("%s %s was reclaimed before it started", delivery.task.type, delivery.task.id)
+        return Outcome.ABORTED
 
     async def _execute(
         self, delivery: Delivery, lock_key: str | None, grant: LockGrant | None
@@ -236,12 +246,13 @@ class Worker:
 
     async def reclaim_once(self) -> int:
         """Take over deliveries of silent workers (when this process has spare capacity)."""
-        if self._reclaimed.qsize() >= self.settings.concurrency:
+        spare = self._idle_consumers - self._reclaimed.qsize()
+        if spare <= 0:  # reclaimed deliveries must not wait here unattended
             return 0
         got = await self.backend.reclaim(
             f"{self.name}-reclaim",
             min_idle_ms=self.settings.reclaim_idle_ms,
-            count=self.settings.concurrency,
+            count=spare,
             max_deliveries=self.settings.max_deliveries,
             now=self.clock.now(),
         )
@@ -285,7 +296,12 @@ class Worker:
     async def _consume_loop(self, consumer: str) -> None:
         while not self._stopping.is_set():
             try:
-                for delivery in await self._next(consumer):
+                self._idle_consumers += 1
+                try:
+                    got = await self._next(consumer)
+                finally:
+                    self._idle_consumers -= 1
+                for delivery in got:
                     await self.handle(delivery)
             except PipelineError:
                 log.exception("consumer %s: backend error, pausing", consumer)
