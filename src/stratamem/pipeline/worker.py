@@ -87,8 +87,11 @@ class Worker:
 
     # -- one delivery -----------------------------------------------------------------------
 
-    async def handle(self, delivery: Delivery) -> Outcome:
-        """Process one delivery to its end (see the module docstring); returns what happened."""
+    async def handle(self, delivery: Delivery, *, received_at: float | None = None) -> Outcome:
+        """Process one delivery to its end (see the module docstring); returns what happened.
+
+        `received_at` (clock time the delivery was consumed) lets a fresh delivery skip the
+        check that it was not reclaimed meanwhile; without it the check is always made."""
         task = delivery.task
         self.metrics.consumed += 1
         lock_key = lock_key_for(task, self.settings.lock_scope)
@@ -97,7 +100,7 @@ class Worker:
             grant = await self._acquire(delivery, lock_key)
             if grant is None:
                 return await self._on_conflict(delivery)
-        if not await self.backend.extend(delivery, now=self.clock.now()):
+        if not await self._still_ours(delivery, received_at):
             return await self._on_stale(delivery, grant)
         self.metrics.running[task.id] = RunningTask(
             task.id, task.type.value, task.tenant, task.session, lock_key, task.attempt,
@@ -133,6 +136,13 @@ class Worker:
         self.metrics.dropped += 1
         log.warning("dropped %s %s: its lock stayed busy", delivery.task.type, delivery.task.id)
         return Outcome.DROPPED
+
+    async def _still_ours(self, delivery: Delivery, received_at: float | None) -> bool:
+        now = self.clock.now()
+        fresh_s = self.settings.reclaim_idle_ms / 4000
+        if received_at is not None and now - received_at < fresh_s:
+            return True  # not idle long enough for anyone to have reclaimed it
+        return await self.backend.extend(delivery, now=now)
 
     async def _on_stale(self, delivery: Delivery, grant: LockGrant | None) -> Outcome:
         """The delivery was reclaimed by another consumer while we waited: leave it to them."""
@@ -301,8 +311,9 @@ class Worker:
                     got = await self._next(consumer)
                 finally:
                     self._idle_consumers -= 1
+                received_at = self.clock.now()
                 for delivery in got:
-                    await self.handle(delivery)
+                    await self.handle(delivery, received_at=received_at)
             except PipelineError:
                 log.exception("consumer %s: backend error, pausing", consumer)
                 await asyncio.sleep(BACKEND_ERROR_PAUSE_S)
