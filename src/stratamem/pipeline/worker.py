@@ -294,7 +294,7 @@ class Worker:
         await self._stopping.wait()
         for duty in duties:
             await _cancel_and_wait(duty)
-        _, late = await asyncio.wait(consumers, timeout=self.settings.grace_period_s or None)
+        _, late = await asyncio.wait(consumers, timeout=self.settings.grace_period_s)
         for consumer in late:
             await _cancel_and_wait(consumer)
         await self.publish_status()
