@@ -175,17 +175,18 @@ def bench() -> None:
 @click.option("--backend", type=click.Choice(["sqlite", "redis"]), default="sqlite")
 @click.option("--tasks", type=click.IntRange(min=10), default=2000, help="Tasks per phase.")
 @click.option("--workers", type=click.IntRange(min=1), default=8, help="Concurrent consumers.")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, help="Alternating runs (median).")
 @click.option("--redis-url", envvar="STRATAMEM_PIPELINE_REDIS_URL", default=None)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def bench_pipeline(
-    backend: str, tasks: int, workers: int, redis_url: str | None, as_json: bool
+    *, backend: str, tasks: int, workers: int, repeat: int, redis_url: str | None, as_json: bool
 ) -> None:
     """No-op tasks through the real worker path vs saq on the same Redis, in one run."""
     from stratamem.pipeline.bench import run_bench  # noqa: PLC0415 - needs the bench extra
 
     url = redis_url or PipelineSettings().redis_url
     try:
-        report = asyncio.run(run_bench(backend, tasks, workers, url))
+        report = asyncio.run(run_bench(backend, tasks, workers, url, repeat=repeat))
     except (StratamemError, ImportError) as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
