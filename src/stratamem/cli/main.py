@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from stratamem.cli import memory_cmds, service_cmds
+from stratamem.cli.pipeline_cmds import bench, pipeline, worker
 
 
 @click.group()
@@ -27,7 +28,8 @@ from stratamem.cli import memory_cmds, service_cmds
 def cli(ctx: click.Context, data_dir: Path | None, embedder: str | None) -> None:
     """stratamem: layered long-term memory for AI agents."""
     ctx.ensure_object(dict)
-    ctx.obj["data_dir"] = data_dir
+    if data_dir is not None:  # absent: each command falls back to its default
+        ctx.obj["data_dir"] = data_dir
     ctx.obj["embedder"] = embedder
 
 
@@ -40,6 +42,9 @@ for command in (
     memory_cmds.stats,
 ):
     cli.add_command(command)
+cli.add_command(worker)
+cli.add_command(pipeline)
+cli.add_command(bench)
 cli.add_command(service_cmds.serve)
 cli.add_command(service_cmds.tenants)
 cli.add_command(service_cmds.keys)
