@@ -164,7 +164,7 @@ async def test_lock_freed_while_waiting_is_taken(harness: Harness) -> None:
     worker, sleeper = make_worker(harness, ok)
     task = Task(TaskType.L3, "t")
     key = lock_key_for(task, LockScope.SESSION)
-    assert key == "tenant:t"
+    assert key == "tenant/t"
     now = harness.clock.now()
     await harness.backend.acquire_lock(key, "other", ttl_ms=3_600_000, now=now)
 
@@ -255,11 +255,11 @@ async def test_executor_gets_token_and_enqueues_after_release(harness: Harness) 
         is Outcome.COMPLETED
     )
     assert await b.list_tasks(limit=10) == [follow_up]
-    assert await b.acquire_lock("session:t:s", "next", ttl_ms=1000, now=harness.clock.now())
+    assert await b.acquire_lock("session/t/s", "next", ttl_ms=1000, now=harness.clock.now())
     [queued] = await b.consume("c", count=1, block_ms=0, now=harness.clock.now())
     await b.ack(queued)
     await worker.handle(await deliver(harness, Task(TaskType.OFFLOAD_L1, "t", "s")))
-    assert seen == [("session:t:s", 1), (None, None)]
+    assert seen == [("session/t/s", 1), (None, None)]
 
 
 async def test_tenant_lock_scope_setting(harness: Harness) -> None:
@@ -272,7 +272,7 @@ async def test_tenant_lock_scope_setting(harness: Harness) -> None:
     worker, _ = make_worker(harness, record, lock_scope="tenant")
     for task_type in (TaskType.L1, TaskType.L2, TaskType.FLUSH, TaskType.OFFLOAD_L15):
         await worker.handle(await deliver(harness, Task(task_type, "t", "s")))
-    assert keys == ["tenant:t", "tenant:t", "tenant:t", None]
+    assert keys == ["tenant/t", "tenant/t", "tenant/t", None]
 
 
 @pytest.mark.parametrize("finish", [True, False])
