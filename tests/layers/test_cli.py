@@ -27,8 +27,9 @@ def flushed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("STRATAMEM_LLM_BASE_URL", raising=False)
     monkeypatch.delenv("STRATAMEM_LLM_MODEL", raising=False)
     for i, text in enumerate(CONVERSATION):
+        stamp = str(1_715_166_000 + i)
         code, out = run(tmp_path, "capture", "--tenant", "t1", "--session", "s1",
-                        "--speaker", "Maria", "--timestamp", str(1_715_166_000 + i), "--text", text)  # fmt: skip
+                        "--speaker", "Maria", "--timestamp", stamp, "--text", text)  # fmt: skip
         assert code == 0, out
     code, out = run(tmp_path, "flush", "--tenant", "t1", "--session", "s1", "--json")
     assert code == 0, out
