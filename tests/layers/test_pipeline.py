@@ -132,7 +132,7 @@ async def test_a_lock_taken_over_during_the_call_aborts_then_redelivery_writes_o
     def take_over_once(request: RecordedRequest) -> Reply:
         if not taken:  # another worker got the session's lock with a newer token
             taken.append(True)
-            with store.writing(Fence("session:acme:s1", 10**6)):
+            with store.writing(Fence("session/acme/s1", 10**6)):
                 pass
         return l1_reply(request)
 
@@ -144,11 +144,11 @@ async def test_a_lock_taken_over_during_the_call_aborts_then_redelivery_writes_o
     assert await rig.worker.handle(delivery) is Outcome.ABORTED
     assert store.list_memories(SCOPE) == []
 
-    with store.writing(Fence("session:acme:s1", 2 * 10**6)):
+    with store.writing(Fence("session/acme/s1", 2 * 10**6)):
         pass  # the fence table moves on; our next grant must be newer still
     executors = LayerExecutors(rig.memory.layer_service())
     # the task is delivered again (its delivery was never acknowledged) under a newer grant
-    ctx = ExecutionContext(delivery.task, "session:acme:s1", 3 * 10**6, rig.clock, 0.0)
+    ctx = ExecutionContext(delivery.task, "session/acme/s1", 3 * 10**6, rig.clock, 0.0)
     assert (await executors.l1(ctx)).changed
     again = await executors.l1(ctx)  # delivered once more after a crash before the ack
     assert again.changed  # replayed from the receipt, so the cascade still runs

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stratamem.cli import memory_cmds, service_cmds
+from stratamem.cli import layers_cmds, memory_cmds, service_cmds
 from stratamem.cli.pipeline_cmds import bench, pipeline, worker
 
 
@@ -45,6 +45,10 @@ for command in (
 cli.add_command(worker)
 cli.add_command(pipeline)
 cli.add_command(bench)
+cli.add_command(layers_cmds.flush)
+cli.add_command(layers_cmds.memories)
+cli.add_command(layers_cmds.profile)
+cli.add_command(layers_cmds.scenes)
 cli.add_command(service_cmds.serve)
 cli.add_command(service_cmds.tenants)
 cli.add_command(service_cmds.keys)

@@ -5,7 +5,7 @@
   for longer than `idle_window_s` are left alone (a flush still runs them).
 - L2 no sooner than `l2_delay_s` after an L1 and `l2_min_interval_s` after the last L2; the
   pipeline's timer only ever moves earlier, so the L2 executor re-arms it when it fires early.
-  After `l2_max_interval_s` it runs again (the pipeline's max-interval timer).
+  After the pipeline's `l2_max_interval_s` it runs again (its max-interval timer).
 - L3 after an L2 that changed something (the pipeline's cascade), every `l3_every_memories` new
   memories, or on request.
 """

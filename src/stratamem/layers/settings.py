@@ -25,16 +25,15 @@ class LayerSettings(BaseSettings):
     max_batch_turns: int = Field(40, ge=1, le=500, description="Turns per L1 extraction.")
     context_turns: int = Field(4, ge=0, le=50, description="Earlier turns shown as background.")
     max_turn_chars_shown: int = Field(2000, ge=100, description="Longest turn text in a prompt.")
-    max_memories_per_batch: int = Field(30, ge=1, le=200)
+    max_memories_per_batch: int = Field(
+        30, ge=1, le=200, description="Most memories one L1 batch may write."
+    )
     neighbours: int = Field(
         4, ge=0, le=20, description="Existing memories shown per new one for reconciliation."
     )
     # -- L2 ----------------------------------------------------------------------------------
     l2_delay_s: float = Field(60.0, ge=0, description="L2 no sooner than this after an L1.")
     l2_min_interval_s: float = Field(300.0, ge=0, description="Least time between two L2 runs.")
-    l2_max_interval_s: float = Field(
-        3600.0, gt=0, description="L2 again after this long when memories changed."
-    )
     l2_max_memories: int = Field(80, ge=1, le=1000, description="Changed memories per L2 run.")
     max_scenes: int = Field(12, ge=1, le=100, description="Scenes per tenant.")
     max_scene_chars: int = Field(1500, ge=100, description="Longest scene body.")
@@ -45,8 +44,6 @@ class LayerSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> LayerSettings:
-        if self.l2_max_interval_s < self.l2_min_interval_s:
-            raise ConfigError("l2_max_interval_s must not be shorter than l2_min_interval_s")
         if self.idle_window_s <= self.idle_timeout_s:
             raise ConfigError("idle_window_s must be longer than idle_timeout_s")
         return self
