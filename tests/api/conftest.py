@@ -13,6 +13,7 @@ from stratamem.api import ServerSettings, Services, create_app
 from stratamem.clock import ManualClock
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
+from stratamem.pipeline.sqlite_backend import SqliteBackend
 
 ADMIN_KEY = "admin-key-for-tests-0123456789abcdefghij"
 
@@ -39,8 +40,8 @@ def core_settings(tmp_path: Path) -> Settings:
 
 def open_services(tmp_path: Path, **server: object) -> Services:
     settings = ServerSettings(**{"admin_key": ADMIN_KEY, **server})  # type: ignore[arg-type]
-    memory = AsyncMemory.open(core_settings(tmp_path), clock=ManualClock())
-    return Services.over(memory, settings)
+    memory = AsyncMemory.open(core_settings(tmp_path), clock=ManualClock(), llm=None)
+    return Services.over(memory, settings, SqliteBackend(tmp_path / "data" / "pipeline.db"))
 
 
 @pytest.fixture

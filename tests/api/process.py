@@ -8,13 +8,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
+T = TypeVar("T")
 SRC = Path(__file__).resolve().parents[2] / "src"
 READY_TIMEOUT_S = 60.0
 _ADDRESS = re.compile(r"listening on (http://\S+)")
@@ -60,6 +62,17 @@ def _wait_for_address(proc: subprocess.Popen[bytes], log: Path, offset: int) -> 
             raise AssertionError(f"serve exited with {proc.returncode}: {log.read_text()}")
         time.sleep(0.05)  # polling a process's readiness, bounded by the deadline
     raise AssertionError(f"serve did not announce its address: {log.read_text()}")
+
+
+def wait_for(read: Callable[[], T], done: Callable[[T], bool]) -> T:
+    """Poll `read` until `done` says so (a process's progress), bounded by a deadline."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        value = read()
+        if done(value) or time.monotonic() > deadline:
+            assert done(value), f"gave up waiting; last value: {value!r}"
+            return value
+        time.sleep(0.05)
 
 
 def _wait_for_health(url: str) -> None:

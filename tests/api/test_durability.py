@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from stratamem.domain import Scope
 from stratamem.store.sqlite import SqliteStore
-from tests.api.process import READY_TIMEOUT_S, serving, stratamem
+from tests.api.process import READY_TIMEOUT_S, serving, stratamem, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,20 @@ class Stream:
                 self.enough.set()
 
 
-def test_acknowledged_captures_survive_sigkill_and_embeddings_catch_up(tmp_path: Path) -> None:
+# The restarted service: every pending session is due for L1, dead workers' deliveries and locks
+# are taken over after a second.
+CATCH_UP = {
+    "STRATAMEM_LAYERS_L1_EVERY_TURNS": "1",
+    "STRATAMEM_PIPELINE_LOCK_TTL_MS": "1000",
+    "STRATAMEM_PIPELINE_RECLAIM_IDLE_MS": "1000",
+    "STRATAMEM_PIPELINE_RECLAIM_INTERVAL_S": "0.2",
+    "STRATAMEM_PIPELINE_PUMP_INTERVAL_S": "0.2",
+}
+
+
+def test_acknowledged_captures_survive_sigkill_and_the_pipeline_catches_up(
+    tmp_path: Path,
+) -> None:
     data = tmp_path / "data"
     stratamem(data, "tenants", "create", "alice")
     token = stratamem(data, "keys", "create", "alice").stdout.strip()
@@ -65,8 +78,8 @@ def test_acknowledged_captures_survive_sigkill_and_embeddings_catch_up(tmp_path:
     acked = list(stream.acked)
     assert len(acked) >= KILL_AFTER_ACKS
     assert _pending(data) > 0
-    with serving(data, log) as server:
-        _wait_until_embedded(server.url, token)
+    with serving(data, log, env=CATCH_UP) as server:
+        _wait_until_caught_up(server.url, token)
     store = SqliteStore(data / "stratamem.db")
     try:
         found = {t.id for t in store.get_turns(Scope("alice"), acked)}
@@ -84,13 +97,18 @@ def _pending(data: Path) -> int:
         store.close()
 
 
-def _wait_until_embedded(url: str, token: str) -> None:
-    """The restarted service embeds what the killed one left pending (bounded wait)."""
+def _wait_until_caught_up(url: str, token: str) -> None:
+    """The restarted service embeds what the killed one left pending and runs L1 on every
+    session (a bounded wait on the process's progress)."""
     headers = {"Authorization": f"Bearer {token}"}
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
+
+    def read() -> tuple[dict[str, Any], dict[str, Any]]:
         stats = httpx.get(f"{url}/v1/stats", headers=headers).json()
-        if stats["L0"]["records"] and stats["L0"]["pending_embeddings"] == 0:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"embeddings did not catch up: {stats}")
+        return stats, httpx.get(f"{url}/v1/pipeline", headers=headers).json()
+
+    def done(state: tuple[dict[str, Any], dict[str, Any]]) -> bool:
+        stats, pipeline = state
+        return stats["L0"]["pending_embeddings"] == 0 and pipeline["pending_turns"] == 0
+
+    stats, pipeline = wait_for(read, done)
+    assert stats["L1"]["records"] > 0 and pipeline["dead_letters"] == 0

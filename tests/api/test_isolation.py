@@ -1,7 +1,7 @@
 """Cross-tenant probes: bob calls every route with alice's ids, sessions and words.
 
-Nothing of alice's leaks into bob's answers, and alice's data, keys and answers are unchanged
-afterwards. A route added to the API without a probe here fails the coverage test.
+Nothing of alice's leaks into bob's answers, and alice's data, keys, dead letters and answers are
+unchanged afterwards. A route added to the API without a probe here fails the coverage test.
 """
 
 from __future__ import annotations
@@ -12,102 +12,147 @@ from typing import Any
 import httpx
 
 from stratamem.api import Services
-from stratamem.domain import MemoryRecord, MemoryType, Scope
+from stratamem.pipeline.task import Task, TaskType
 from tests.api.conftest import ADMIN, Caller, message
 
 SECRET = "zanzibar"
+PRIVATE = "4417"
 SESSION = "alice-session"
+
+
+@dataclass(frozen=True)
+class Alice:
+    """What alice has, for bob to name."""
+
+    caller: Caller
+    turn_ids: list[str]
+    memory_ids: list[str]
+    scene_ids: list[str]
+    dead_id: str
+    task_id: str
+
+    @property
+    def ids(self) -> list[str]:
+        """Ids that are unique strings (a dead letter's id may be a small number: its task's
+        id stands for it)."""
+        return [*self.turn_ids, *self.memory_ids, *self.scene_ids, self.task_id]
 
 
 @dataclass(frozen=True)
 class Probe:
     method: str
     path: str
+    status: int
     body: dict[str, Any] | None = None
-    admin_only: bool = False
+    params: dict[str, Any] | None = None
 
 
-def probes(alice: Caller, alice_ids: list[str]) -> list[Probe]:
+def probes(alice: Alice) -> list[Probe]:
     """One probe per route, each naming alice's tenant, session, ids or words."""
-    a = alice.tenant
+    a, mem, scene = alice.caller.tenant, alice.memory_ids[0], alice.scene_ids[0]
+    words = {"query": SECRET, "sessions": [SESSION]}
     return [
-        Probe("POST", "/v1/capture", {"session": SESSION, "messages": [
+        Probe("POST", "/v1/capture", 200, {"session": SESSION, "messages": [
             message(f"{SECRET} from bob", id="m-1")]}),
-        Probe("POST", "/v1/recall", {"query": SECRET, "session": SESSION}),
-        Probe("POST", "/v1/search/memories", {"query": SECRET, "sessions": [SESSION]}),
-        Probe("POST", "/v1/search/conversations", {"query": SECRET, "sessions": [SESSION]}),
-        Probe("GET", "/v1/stats"),
-        Probe("GET", "/v1/health"),
-        Probe("GET", "/metrics"),
-        Probe("POST", "/v1/admin/tenants", {"name": a}, admin_only=True),
-        Probe("GET", "/v1/admin/tenants", admin_only=True),
-        Probe("POST", f"/v1/admin/tenants/{a}/keys", {"label": "stolen"}, admin_only=True),
-        Probe("GET", f"/v1/admin/tenants/{a}/keys", admin_only=True),
-        Probe("DELETE", f"/v1/admin/keys/{alice.key_id}", admin_only=True),
+        Probe("POST", "/v1/recall", 200, {"query": SECRET, "session": SESSION}),
+        Probe("POST", "/v1/search/memories", 200, words),
+        Probe("POST", "/v1/search/conversations", 200, words),
+        Probe("GET", "/v1/stats", 200),
+        Probe("GET", "/v1/memories", 200, params={"session": SESSION}),
+        Probe("GET", f"/v1/memories/{mem}", 404),
+        Probe("GET", f"/v1/memories/{mem}/history", 404),
+        Probe("GET", "/v1/scenes", 200),
+        Probe("GET", f"/v1/scenes/{scene}/history", 404),
+        Probe("GET", "/v1/profile", 200),
+        Probe("GET", "/v1/profile/history", 200),
+        Probe("POST", f"/v1/sessions/{SESSION}/flush", 202, params={"wait": "true"}),
+        Probe("GET", "/v1/pipeline", 200),
+        Probe("GET", "/v1/dead-letters", 200),
+        Probe("POST", f"/v1/dead-letters/{alice.dead_id}/requeue", 404),
+        Probe("GET", "/v1/health", 200),
+        Probe("GET", "/metrics", 200),
+        Probe("POST", "/v1/admin/tenants", 403, {"name": a}),
+        Probe("GET", "/v1/admin/tenants", 403),
+        Probe("POST", f"/v1/admin/tenants/{a}/keys", 403, {"label": "stolen"}),
+        Probe("GET", f"/v1/admin/tenants/{a}/keys", 403),
+        Probe("DELETE", f"/v1/admin/keys/{alice.caller.key_id}", 403),
+        Probe("GET", "/v1/admin/pipeline", 403),
     ]
 
 
-def _template(path: str, alice: Caller) -> str:
-    return (
-        path.replace(f"/tenants/{alice.tenant}/", "/tenants/{tenant}/")
-        .replace(alice.key_id, "{key_id}")
-    )
-
-
-async def _seed_alice(client: httpx.AsyncClient, services: Services, alice: Caller) -> list[str]:
-    body = {"session": SESSION, "messages": [message(f"my {SECRET} code is 4417", id="m-1")]}
-    captured = await client.post("/v1/capture", json=body, headers=alice.headers)
-    memory = MemoryRecord(
-        id="mem-1", tenant=alice.tenant, type=MemoryType.PERSONA,
-        content=f"alice keeps her {SECRET} code private", session=SESSION,
-    )
-    services.memory.store.upsert_memories(Scope(alice.tenant), [memory])
-    ids: list[str] = captured.json()["ids"]
-    return [*ids, memory.id]
-
-
-async def _alice_view(client: httpx.AsyncClient, alice: Caller) -> dict[str, Any]:
-    query = {"query": SECRET, "k": 20}
-    return {
-        "stats": (await client.get("/v1/stats", headers=alice.headers)).json(),
-        "turns": (await client.post(
-            "/v1/search/conversations", json=query, headers=alice.headers)).json(),
-        "memories": (await client.post(
-            "/v1/search/memories", json=query, headers=alice.headers)).json(),
-        "keys": (await client.get(
-            f"/v1/admin/tenants/{alice.tenant}/keys", headers=ADMIN)).json(),
-        "tenants": (await client.get("/v1/admin/tenants", headers=ADMIN)).json(),
+def _template(path: str, alice: Alice) -> str:
+    """The route template of a probe's path: alice's ids back to parameter names."""
+    parameter = {
+        ("tenants", alice.caller.tenant): "{tenant}",
+        ("keys", alice.caller.key_id): "{key_id}",
+        ("memories", alice.memory_ids[0]): "{memory_id}",
+        ("scenes", alice.scene_ids[0]): "{scene_id}",
+        ("dead-letters", alice.dead_id): "{dead_id}",
+        ("sessions", SESSION): "{session}",
     }
+    parts = path.split("/")
+    for i in range(1, len(parts)):
+        parts[i] = parameter.get((parts[i - 1], parts[i]), parts[i])
+    return "/".join(parts)
+
+
+async def _seed(client: httpx.AsyncClient, services: Services, caller: Caller) -> Alice:
+    """Alice's turns, memories, scenes and profile (offline layers), and one dead letter."""
+    texts = [f"I prefer my {SECRET} code private, it is {PRIVATE}", "I went hiking with Lena"]
+    body = {"session": SESSION, "messages": [message(t, id=f"m-{i}") for i, t in enumerate(texts)]}
+    captured = await client.post("/v1/capture", json=body, headers=caller.headers)
+    flushed = await client.post(
+        f"/v1/sessions/{SESSION}/flush", params={"wait": "true"}, headers=caller.headers
+    )
+    assert flushed.status_code == 202, flushed.text
+    memories = (await client.get("/v1/memories", headers=caller.headers)).json()
+    scenes = (await client.get("/v1/scenes", headers=caller.headers)).json()
+    backend = services.require_pipeline()
+    task = Task(TaskType.L1, caller.tenant, SESSION)
+    await backend.enqueue(task, now=0.0)
+    [delivery] = await backend.consume("test", count=1, block_ms=0, now=0.0)
+    dead = await backend.dead_letter(delivery, "failed on purpose", now=0.0)
+    return Alice(caller, captured.json()["ids"], [m["id"] for m in memories],
+                 [s["id"] for s in scenes], dead.id, task.id)  # fmt: skip
+
+
+async def _view(client: httpx.AsyncClient, alice: Alice) -> dict[str, Any]:
+    headers, query = alice.caller.headers, {"query": SECRET, "k": 20}
+    gets = ["/v1/stats", "/v1/memories", "/v1/scenes", "/v1/profile", "/v1/profile/history",
+            "/v1/pipeline", "/v1/dead-letters", f"/v1/memories/{alice.memory_ids[0]}/history"]
+    view = {path: (await client.get(path, headers=headers)).json() for path in gets}
+    for path in ("/v1/search/conversations", "/v1/search/memories", "/v1/recall"):
+        view[path] = (await client.post(path, json=query, headers=headers)).json()
+    for path in ("/v1/admin/tenants", f"/v1/admin/tenants/{alice.caller.tenant}/keys"):
+        view[path] = (await client.get(path, headers=ADMIN)).json()
+    return view
 
 
 async def test_every_route_has_a_probe(
     client: httpx.AsyncClient, services: Services, alice: Caller
 ) -> None:
+    seeded = await _seed(client, services, alice)
     spec = (await client.get("/openapi.json")).json()
-    routes = {
-        (method.upper(), path) for path, ops in spec["paths"].items() for method in ops
-    }
-    probed = {(p.method, _template(p.path, alice)) for p in probes(alice, [])}
-    assert routes == probed
+    routes = {(method.upper(), path) for path, ops in spec["paths"].items() for method in ops}
+    assert routes == {(p.method, _template(p.path, seeded)) for p in probes(seeded)}
 
 
 async def test_bob_sees_and_changes_nothing_of_alice(
     client: httpx.AsyncClient, services: Services, alice: Caller, bob: Caller
 ) -> None:
-    alice_ids = await _seed_alice(client, services, alice)
-    before = await _alice_view(client, alice)
-    assert before["turns"]["hits"] and before["memories"]["hits"]
-    for probe in probes(alice, alice_ids):
+    seeded = await _seed(client, services, alice)
+    assert seeded.memory_ids and seeded.scene_ids
+    before = await _view(client, seeded)
+    assert before["/v1/profile"]["profile"] is not None
+    assert before["/v1/dead-letters"] and before["/v1/search/memories"]["hits"]
+    for probe in probes(seeded):
         response = await client.request(
-            probe.method, probe.path, json=probe.body, headers=bob.headers
+            probe.method, probe.path, json=probe.body, params=probe.params, headers=bob.headers
         )
-        if probe.admin_only:
-            assert response.status_code == 403, probe
-        else:
-            assert response.status_code == 200, (probe, response.text)
-        leaked = [i for i in alice_ids if i in response.text]
-        assert leaked == [], probe
-        assert "4417" not in response.text and "private" not in response.text, response.text
-    assert await _alice_view(client, alice) == before
-    bob_stats = (await client.get("/v1/stats", headers=bob.headers)).json()
-    assert bob_stats["L0"]["records"] == 1 and bob_stats["L1"]["records"] == 0
+        assert response.status_code == probe.status, (probe, response.text)
+        named = f"{probe.path} {probe.body} {probe.params}"  # echoing bob's own words is no leak
+        assert [i for i in seeded.ids if i in response.text and i not in named] == [], probe
+        assert PRIVATE not in response.text and "private" not in response.text, probe
+    assert await _view(client, seeded) == before
+    bob_view = (await client.get("/v1/stats", headers=bob.headers)).json()
+    assert bob_view["L0"]["records"] == 1

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.process import serving, stratamem
+from tests.api.process import serving, stratamem, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +33,22 @@ def test_cli_keys_work_against_a_running_service(tmp_path: Path) -> None:
         assert revoked.status_code == 401
         assert server.stop() in (0, -15)  # uvicorn re-raises SIGTERM after a clean shutdown
     assert "Application shutdown complete" in (tmp_path / "serve.log").read_text()
+
+
+def test_serve_runs_the_pipeline_a_queued_flush_gets_done(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    stratamem(data, "tenants", "create", "alice")
+    auth = {"Authorization": f"Bearer {stratamem(data, 'keys', 'create', 'alice').stdout.strip()}"}
+    with serving(data, tmp_path / "serve.log", "--workers", "1") as server:
+        body = {"session": "s1", "messages": [{"role": "user", "content": "I keep bees"}]}
+        assert httpx.post(f"{server.url}/v1/capture", json=body, headers=auth).is_success
+        queued = httpx.post(f"{server.url}/v1/sessions/s1/flush", headers=auth)
+        assert queued.status_code == 202
+        memories = wait_for(
+            lambda: httpx.get(f"{server.url}/v1/memories", headers=auth).json(), bool
+        )
+        assert "bees" in memories[0]["content"]
+    assert "1 pipeline consumers" in (tmp_path / "serve.log").read_text()
 
 
 def test_bad_settings_stop_serve_at_start_with_a_fix(tmp_path: Path) -> None:

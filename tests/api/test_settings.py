@@ -13,7 +13,7 @@ from stratamem.errors import ConfigError
 def test_defaults_are_local_with_cors_off(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HOST", "PORT", "ADMIN_KEY", "CORS_ORIGINS"):
         monkeypatch.delenv(f"STRATAMEM_SERVER_{name}", raising=False)
-    _, server = load_settings()
+    _, server, _ = load_settings()
     assert (server.host, server.cors_origins, server.admin_key) == ("127.0.0.1", [], None)
 
 
@@ -42,13 +42,22 @@ def test_environment_beats_the_config_file_and_options_beat_both(
     config.write_text(
         'embedder = "none"\nrecall_k = 3\n[server]\nport = 9001\nhost = "0.0.0.0"\n'
         'cors_origins = ["https://a.example", "http://localhost:3000"]\n'
+        "[pipeline]\nretry_limit = 7\n"
     )
     monkeypatch.setenv("STRATAMEM_SERVER_PORT", "9002")
     monkeypatch.setenv("STRATAMEM_RECALL_K", "4")
-    core, server = load_settings(config, server={"host": "127.0.0.2"})
+    core, server, pipeline = load_settings(config, server={"host": "127.0.0.2"})
     assert (core.embedder, core.recall_k) == ("none", 4)
     assert (server.port, server.host) == (9002, "127.0.0.2")
     assert server.cors_origins == ["https://a.example", "http://localhost:3000"]
+    assert pipeline.retry_limit == 7
+
+
+def test_inconsistent_pipeline_settings_are_a_config_error(tmp_path: Path) -> None:
+    config = tmp_path / "stratamem.toml"
+    config.write_text("[pipeline]\nlock_ttl_ms = 100000\nreclaim_idle_ms = 1000\n")
+    with pytest.raises(ConfigError, match="reclaim_idle_ms"):
+        load_settings(config)
 
 
 def test_a_broken_config_file_is_a_config_error(tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.telemetry import TelemetryConfig
 
 from stratamem.api import errors
+from stratamem.api.background import Background
 from stratamem.api.middleware import BodyLimit, RequestMetrics
-from stratamem.api.routes import admin, health, memory
+from stratamem.api.routes import admin, health, layers, memory, pipeline
 from stratamem.api.services import Services
 
 #: FastAPI's own OpenTelemetry hooks stay off: nothing is sent anywhere unless configured.
@@ -26,18 +27,27 @@ NO_TELEMETRY: TelemetryConfig = {
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
-def create_app(services: Services, *, close_on_shutdown: bool = False) -> FastAPI:
-    """The REST API over `services`; with `close_on_shutdown`, the app closes them at shutdown."""
+def create_app(
+    services: Services,
+    *,
+    close_on_shutdown: bool = False,
+    background: Background | None = None,
+) -> FastAPI:
+    """The REST API over `services`.
+
+    `background` (the pipeline worker and scheduler) runs from startup to shutdown; with
+    `close_on_shutdown`, the app closes the services at shutdown.
+    """
     app = FastAPI(
         title="stratamem",
         summary="Layered long-term memory for AI agents.",
         version="1",
-        lifespan=_lifespan(services, close_on_shutdown),
+        lifespan=_lifespan(services, close_on_shutdown, background),
         telemetry=NO_TELEMETRY,
     )
     app.state.services = services
     errors.install(app)
-    for router in (health.router, memory.router, admin.router):
+    for router in (health.router, memory.router, layers.router, pipeline.router, admin.router):
         app.include_router(router)
     _install_middleware(app, services)
     return app
@@ -57,11 +67,17 @@ def _install_middleware(app: FastAPI, services: Services) -> None:
     app.add_middleware(RequestMetrics, metrics=services.metrics, monotonic=services.monotonic)
 
 
-def _lifespan(services: Services, close_on_shutdown: bool) -> Lifespan:
+def _lifespan(
+    services: Services, close_on_shutdown: bool, background: Background | None
+) -> Lifespan:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services.memory.start_background()
+        if background is not None:
+            await background.start()
         yield
+        if background is not None:
+            await background.stop()
         if close_on_shutdown:
             await services.aclose()
 

@@ -17,6 +17,8 @@ from stratamem.errors import (
     Forbidden,
     InvalidIdentifier,
     InvalidInput,
+    LayerConflict,
+    LayerError,
     LLMError,
     NotFound,
     PipelineError,
@@ -25,6 +27,7 @@ from stratamem.errors import (
     StratamemError,
     Unauthenticated,
 )
+from stratamem.pipeline.errors import DeadLetterNotFound
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +39,13 @@ STATUS_OF_ERROR: tuple[tuple[type[StratamemError], int, str], ...] = (
     (InvalidIdentifier, 422, "invalid_identifier"),
     (InvalidInput, 422, "invalid_input"),
     (NotFound, 404, "not_found"),
+    (DeadLetterNotFound, 404, "not_found"),
+    (LayerConflict, 409, "conflict"),
     (EmbeddingMismatch, 409, "embedding_mismatch"),
     (StaleFencingToken, 409, "conflict"),
     (EmbeddingError, 503, "embedding_unavailable"),
     (LLMError, 502, "llm_failed"),
+    (LayerError, 502, "layer_failed"),
     (PipelineError, 503, "pipeline_unavailable"),
     (StoreError, 500, "store_error"),
     (ConfigError, 500, "config_error"),

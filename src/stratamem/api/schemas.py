@@ -134,3 +134,71 @@ class ErrorOut(BaseModel):
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut} for status in (401, 403, 404, 409, 413, 422)
 }
+
+
+class MemoryOut(BaseModel):
+    id: str
+    type: str
+    content: str
+    priority: int
+    source_turn_ids: list[str]
+    session: str | None
+    activity_start: float | None
+    activity_end: float | None
+    valid_from: float
+    valid_to: float | None
+    superseded_by: str | None
+    created_at: float
+    updated_at: float
+    mode: str
+
+
+class SceneOut(BaseModel):
+    id: str
+    title: str
+    summary: str
+    body: str
+    heat: float
+    version: int
+    memory_ids: list[str]
+    created_at: float
+    updated_at: float
+    deleted: bool
+    mode: str
+
+
+class ProfileOut(BaseModel):
+    body: str
+    version: int
+    updated_at: float
+    mode: str
+
+
+class CurrentProfileOut(BaseModel):
+    profile: ProfileOut | None = Field(description="None until the L3 layer has run.")
+
+
+class TaskOut(BaseModel):
+    id: str
+    type: str
+    session: str | None
+    payload: dict[str, Any]
+    attempt: int
+
+
+class FlushOut(BaseModel):
+    queued: TaskOut | None = Field(description="The flush task, when it was queued.")
+    result: dict[str, Any] | None = Field(description="What the layers did, with `wait`.")
+
+
+class DeadLetterOut(BaseModel):
+    id: str
+    task: TaskOut
+    error: str
+    failed_at: float
+
+
+class PipelineOut(BaseModel):
+    queued: int = Field(description="The caller's tasks queued or running (oldest 10,000 seen).")
+    dead_letters: int = Field(description="The caller's dead letters.")
+    pending_turns: int = Field(description="Captured turns that L1 has not read yet.")

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Callable
 
 import uvicorn
 
 from stratamem.api.app import create_app
+from stratamem.api.background import Background
 from stratamem.api.services import Services
-from stratamem.api.settings import ServerSettings, load_settings
-from stratamem.config import Settings
+from stratamem.api.settings import AllSettings, load_settings
 from stratamem.errors import ConfigError
 
 __all__ = ["bind", "load_settings", "serve"]
@@ -32,16 +33,19 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(core: Settings, server: ServerSettings, announce: Callable[[str], None]) -> None:
-    """Open the store, listen, announce the address and serve until stopped."""
-    services = Services.open(core, server)
+def serve(settings: AllSettings, announce: Callable[[str], None]) -> None:
+    """Open the store and pipeline, listen, announce the address and serve until stopped."""
+    core, server, pipeline = settings
+    services = Services.open(core, server, pipeline)
     try:
+        background = Background(services, pipeline, server.workers)
         sock = bind(server.host, server.port)
     except ConfigError:
-        services.memory.store.close()
+        asyncio.run(services.aclose())
         raise
     host, port = sock.getsockname()[:2]
-    announce(f"stratamem listening on http://{host}:{port} (data in {core.data_dir})")
-    app = create_app(services, close_on_shutdown=True)
+    workers = f"{server.workers} pipeline consumers" if server.workers else "API only"
+    announce(f"stratamem listening on http://{host}:{port} ({workers}; data in {core.data_dir})")
+    app = create_app(services, close_on_shutdown=True, background=background)
     config = uvicorn.Config(app, lifespan="on", server_header=False, log_level="info")
     uvicorn.Server(config).run(sockets=[sock])

@@ -1,4 +1,4 @@
-"""What the routes share: the memory, the tenants, the settings and the metrics of one process."""
+"""What the routes share: the memory, tenants, pipeline, settings and metrics of one process."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ from stratamem.api.metrics import Metrics
 from stratamem.api.settings import ServerSettings
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
-from stratamem.errors import ConfigError
+from stratamem.errors import ConfigError, PipelineError
+from stratamem.pipeline.backend import PipelineBackend
+from stratamem.pipeline.runner import open_backend
+from stratamem.pipeline.settings import PipelineSettings
+from stratamem.store.layers_base import LayerStore
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.tenants import TenantStore
 
@@ -20,19 +24,46 @@ class Services:
     memory: AsyncMemory
     tenants: TenantStore
     settings: ServerSettings
+    pipeline: PipelineBackend | None = None
     metrics: Metrics = field(default_factory=Metrics)
     monotonic: Callable[[], float] = time.perf_counter
 
     @classmethod
-    def over(cls, memory: AsyncMemory, settings: ServerSettings) -> Services:
+    def over(
+        cls,
+        memory: AsyncMemory,
+        settings: ServerSettings,
+        pipeline: PipelineBackend | None = None,
+    ) -> Services:
         """Services over an open memory whose store is the embedded SQLite store."""
         if not isinstance(memory.store, SqliteStore):
             raise ConfigError("the service keeps tenants in the embedded SQLite store")
-        return cls(memory, TenantStore(memory.store, memory.clock), settings)
+        return cls(memory, TenantStore(memory.store, memory.clock), settings, pipeline)
 
     @classmethod
-    def open(cls, core: Settings, settings: ServerSettings) -> Services:
-        return cls.over(AsyncMemory.open(core), settings)
+    def open(
+        cls, core: Settings, settings: ServerSettings, pipeline: PipelineSettings
+    ) -> Services:
+        """The memory and the pipeline backend named by the settings."""
+        memory = AsyncMemory.open(core)
+        try:
+            return cls.over(memory, settings, open_backend(pipeline, core.data_dir))
+        except (ConfigError, PipelineError):
+            memory.store.close()
+            raise
+
+    @property
+    def layers(self) -> LayerStore:
+        if self.memory.layers is None:
+            raise ConfigError("the memory layers need the embedded (SQLite) store")
+        return self.memory.layers
+
+    def require_pipeline(self) -> PipelineBackend:
+        if self.pipeline is None:
+            raise PipelineError("this service runs without a pipeline backend")
+        return self.pipeline
 
     async def aclose(self) -> None:
+        if self.pipeline is not None:
+            await self.pipeline.close()
         await self.memory.aclose()

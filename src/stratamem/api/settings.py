@@ -1,8 +1,9 @@
 """Settings of the service (`STRATAMEM_SERVER_*`), and loading both settings classes at start.
 
 Sources, strongest first: command-line options, environment variables, the config file (TOML:
-core settings at the top level, service settings in a `[server]` table), defaults. Every problem
-is reported at start as a `ConfigError` naming the variable to fix.
+core settings at the top level, service settings in a `[server]` table, pipeline settings in a
+`[pipeline]` table), defaults. Every problem is reported at start as a `ConfigError` naming the
+variable to fix.
 """
 
 from __future__ import annotations
@@ -11,16 +12,18 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NamedTuple, TypeVar
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from stratamem.config import Settings
 from stratamem.errors import ConfigError
+from stratamem.pipeline.settings import PipelineSettings
 
 ENV_PREFIX = "STRATAMEM_SERVER_"
 CORE_ENV_PREFIX = "STRATAMEM_"
+PIPELINE_ENV_PREFIX = "STRATAMEM_PIPELINE_"
 MIN_ADMIN_KEY_CHARS = 32
 _ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+$")
 _GENERATE_KEY = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
@@ -45,6 +48,9 @@ class ServerSettings(BaseSettings):
     )
     max_body_bytes: int = Field(
         1_048_576, ge=1024, le=64 * 1_048_576, description="Largest request body (else 413)."
+    )
+    workers: int = Field(
+        2, ge=0, le=256, description="Pipeline consumers inside `serve` (0: API only)."
     )
 
     @field_validator("admin_key")
@@ -76,20 +82,32 @@ class ServerSettings(BaseSettings):
         return value
 
 
+class AllSettings(NamedTuple):
+    core: Settings
+    server: ServerSettings
+    pipeline: PipelineSettings
+
+
 def load_settings(
     config_file: Path | None = None,
     core: dict[str, Any] | None = None,
     server: dict[str, Any] | None = None,
-) -> tuple[Settings, ServerSettings]:
-    """Both settings classes, validated; raises `ConfigError` saying what to fix."""
+) -> AllSettings:
+    """Every settings class `serve` needs, validated; raises `ConfigError` saying what to fix."""
     file_values = _read_config(config_file) if config_file else {}
-    file_server = file_values.pop("server", {})
-    if not isinstance(file_server, dict):
-        raise ConfigError(f"{config_file}: [server] must be a table")
-    return (
+    tables = {name: _table(file_values, name, config_file) for name in ("server", "pipeline")}
+    return AllSettings(
         _build(Settings, CORE_ENV_PREFIX, file_values, core or {}, config_file),
-        _build(ServerSettings, ENV_PREFIX, file_server, server or {}, config_file),
+        _build(ServerSettings, ENV_PREFIX, tables["server"], server or {}, config_file),
+        _build(PipelineSettings, PIPELINE_ENV_PREFIX, tables["pipeline"], {}, config_file),
     )
+
+
+def _table(values: dict[str, Any], name: str, config_file: Path | None) -> dict[str, Any]:
+    table = values.pop(name, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{config_file}: [{name}] must be a table")
+    return table
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -117,6 +135,8 @@ def _build(
         return cls(**values)
     except ValidationError as exc:
         raise ConfigError(_explain(exc, prefix, config_file)) from exc
+    except ConfigError as exc:  # a cross-field check of the settings class itself
+        raise ConfigError(f"invalid {prefix}* settings: {exc}") from exc
 
 
 def _explain(exc: ValidationError, prefix: str, config_file: Path | None) -> str:

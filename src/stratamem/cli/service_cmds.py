@@ -27,14 +27,27 @@ from stratamem.store.sqlite.tenants import TenantStore
 )
 @click.option("--host", default=None, help="Interface [env STRATAMEM_SERVER_HOST; 127.0.0.1].")
 @click.option("--port", type=int, default=None, help="Port [env STRATAMEM_SERVER_PORT; 8420].")
+@click.option(
+    "--workers",
+    type=int,
+    default=None,
+    help="Pipeline consumers in this process; 0: API only [env STRATAMEM_SERVER_WORKERS; 2].",
+)
 @click.pass_context
 @handle_errors
-def serve(ctx: click.Context, config_file: Path | None, host: str | None, port: int | None) -> None:
-    """Run the HTTP API until interrupted (SIGINT / SIGTERM stop it cleanly)."""
+def serve(
+    ctx: click.Context,
+    config_file: Path | None,
+    host: str | None,
+    port: int | None,
+    workers: int | None,
+) -> None:
+    """Run the HTTP API, and the pipeline workers, until SIGINT / SIGTERM."""
     server_module = _server_module()
     overrides = settings_from(ctx).model_dump(include={"data_dir", "embedder"}, exclude_unset=True)
-    core, server = server_module.load_settings(config_file, overrides, {"host": host, "port": port})
-    server_module.serve(core, server, announce=lambda line: click.echo(line, err=True))
+    server = {"host": host, "port": port, "workers": workers}
+    settings = server_module.load_settings(config_file, overrides, server)
+    server_module.serve(settings, announce=lambda line: click.echo(line, err=True))
 
 
 def _server_module() -> ModuleType:

@@ -1,0 +1,111 @@
+"""The memory layers of the caller's tenant: L1 memories and their history, L2 scenes, L3
+profile, and flushing a session through the layers."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from stratamem.api.deps import ServicesDep, TenantDep
+from stratamem.api.schemas import (
+    ERRORS,
+    CurrentProfileOut,
+    FlushOut,
+    Ident,
+    MemoryOut,
+    ProfileOut,
+    SceneOut,
+)
+from stratamem.api.views import memory_json, profile_json, scene_json, task_json
+from stratamem.domain import MemoryType, Scope, check_ident
+from stratamem.pipeline.task import Task, TaskType
+from stratamem.store.base import Filters
+
+router = APIRouter(prefix="/v1", tags=["layers"], responses=ERRORS)
+
+
+@router.get("/memories", response_model=list[MemoryOut])
+async def list_memories(
+    tenant: TenantDep,
+    services: ServicesDep,
+    types: Annotated[list[MemoryType] | None, Query(alias="type")] = None,
+    sessions: Annotated[list[Ident] | None, Query(alias="session", max_length=100)] = None,
+    as_of: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+) -> list[dict[str, Any]]:
+    """Current memories (or those valid at `as_of`), newest first."""
+    filters = Filters(
+        types=None if types is None else tuple(types),
+        sessions=None if sessions is None else tuple(check_ident(s, "session") for s in sessions),
+        as_of=as_of,
+    )
+    found = await asyncio.to_thread(
+        services.memory.store.list_memories, Scope(tenant), filters, limit, offset
+    )
+    return [memory_json(m) for m in found]
+
+
+@router.get("/memories/{memory_id}", response_model=MemoryOut)
+async def get_memory(memory_id: str, tenant: TenantDep, services: ServicesDep) -> dict[str, Any]:
+    """One memory with its provenance (`source_turn_ids`) and validity."""
+    found = await asyncio.to_thread(services.memory.store.get_memory, Scope(tenant), memory_id)
+    return memory_json(found)
+
+
+@router.get("/memories/{memory_id}/history", response_model=list[MemoryOut])
+async def memory_history(
+    memory_id: str, tenant: TenantDep, services: ServicesDep
+) -> list[dict[str, Any]]:
+    """Every version of a memory (what it superseded and what superseded it), oldest first."""
+    found = await asyncio.to_thread(services.layers.memory_history, Scope(tenant), memory_id)
+    return [memory_json(m) for m in found]
+
+
+@router.get("/scenes", response_model=list[SceneOut])
+async def list_scenes(tenant: TenantDep, services: ServicesDep) -> list[dict[str, Any]]:
+    """The current scenes, hottest first."""
+    found = await asyncio.to_thread(services.layers.current_scenes, Scope(tenant))
+    return [scene_json(s) for s in found]
+
+
+@router.get("/scenes/{scene_id}/history", response_model=list[SceneOut])
+async def scene_history(
+    scene_id: str, tenant: TenantDep, services: ServicesDep
+) -> list[dict[str, Any]]:
+    """Every version of one scene, oldest first."""
+    found = await asyncio.to_thread(services.layers.scene_history, Scope(tenant), scene_id)
+    return [scene_json(s) for s in found]
+
+
+@router.get("/profile", response_model=CurrentProfileOut)
+async def profile(tenant: TenantDep, services: ServicesDep) -> dict[str, Any]:
+    """The L3 profile (null until the layers have written one)."""
+    found = await asyncio.to_thread(services.layers.profile, Scope(tenant))
+    return {"profile": None if found is None else profile_json(found)}
+
+
+@router.get("/profile/history", response_model=list[ProfileOut])
+async def profile_history(tenant: TenantDep, services: ServicesDep) -> list[dict[str, Any]]:
+    found = await asyncio.to_thread(services.layers.profile_history, Scope(tenant))
+    return [profile_json(p) for p in found]
+
+
+@router.post("/sessions/{session}/flush", response_model=FlushOut, status_code=202)
+async def flush(
+    session: str,
+    tenant: TenantDep,
+    services: ServicesDep,
+    wait: Annotated[bool, Query(description="Run the layers now and answer when done.")] = False,
+) -> dict[str, Any]:
+    """Session ended: queue a flush (L1 until caught up, then L2 and L3), or run it with `wait`."""
+    check_ident(session, "session")
+    if wait:
+        result = await services.memory.flush(tenant, session)
+        return {"queued": None, "result": result.to_json()}
+    task = Task(TaskType.FLUSH, tenant, session, {"reason": "api"})
+    backend = services.require_pipeline()
+    await backend.enqueue(task, now=services.memory.clock.now())
+    return {"queued": task_json(task), "result": None}

@@ -1,0 +1,72 @@
+"""Records as the API shows them (the response models in `schemas.py` document these)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stratamem.domain import MemoryRecord, Profile, Scene
+from stratamem.pipeline.task import DeadLetter, Task
+
+
+def memory_json(memory: MemoryRecord) -> dict[str, Any]:
+    return {
+        "id": memory.id,
+        "type": memory.type.value,
+        "content": memory.content,
+        "priority": memory.priority,
+        "source_turn_ids": list(memory.source_turn_ids),
+        "session": memory.session,
+        "activity_start": memory.activity_start,
+        "activity_end": memory.activity_end,
+        "valid_from": memory.valid_from,
+        "valid_to": memory.valid_to,
+        "superseded_by": memory.superseded_by,
+        "created_at": memory.created_at,
+        "updated_at": memory.updated_at,
+        "mode": memory.mode.value,
+    }
+
+
+def scene_json(scene: Scene) -> dict[str, Any]:
+    return {
+        "id": scene.id,
+        "title": scene.title,
+        "summary": scene.summary,
+        "body": scene.body,
+        "heat": round(scene.heat, 6),
+        "version": scene.version,
+        "memory_ids": list(scene.memory_ids),
+        "created_at": scene.created_at,
+        "updated_at": scene.updated_at,
+        "deleted": scene.deleted,
+        "mode": scene.mode.value,
+    }
+
+
+def profile_json(profile: Profile) -> dict[str, Any]:
+    return {
+        "body": profile.body,
+        "version": profile.version,
+        "updated_at": profile.updated_at,
+        "mode": profile.mode.value,
+    }
+
+
+def task_json(task: Task) -> dict[str, Any]:
+    """A task without its tenant (the caller's own)."""
+    return {
+        "id": task.id,
+        "type": task.type.value,
+        "session": task.session,
+        "payload": task.payload,
+        "attempt": task.attempt,
+    }
+
+
+def dead_letter_json(dead: DeadLetter) -> dict[str, Any]:
+    return {
+        "id": dead.id,
+        "task": task_json(dead.task),
+        "error": dead.error,
+        "failed_at": dead.failed_at,
+    }

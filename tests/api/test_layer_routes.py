@@ -1,0 +1,107 @@
+"""Memories, scenes, profile, flush and the caller's pipeline through the REST API."""
+
+from __future__ import annotations
+
+import httpx
+
+from stratamem.api import Services
+from stratamem.api.background import Background
+from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.task import Task, TaskType
+from tests.api.conftest import ADMIN, Caller, message
+
+TEXTS = [
+    "I prefer tea to coffee, always green tea",
+    "Yesterday I went hiking with my sister Lena",
+    "Please answer me in metric units",
+]
+
+
+async def _capture(client: httpx.AsyncClient, who: Caller, session: str = "s1") -> None:
+    body = {"session": session, "messages": [message(t) for t in TEXTS]}
+    assert (await client.post("/v1/capture", json=body, headers=who.headers)).is_success
+
+
+async def test_flush_with_wait_runs_the_layers_and_the_results_are_readable(
+    client: httpx.AsyncClient, alice: Caller
+) -> None:
+    await _capture(client, alice)
+    flushed = await client.post("/v1/sessions/s1/flush?wait=true", headers=alice.headers)
+    assert flushed.status_code == 202
+    assert flushed.json()["result"]["l1"][0]["changed"] is True
+    memories = (await client.get("/v1/memories", headers=alice.headers)).json()
+    assert len(memories) == 3 and all(m["source_turn_ids"] for m in memories)
+    one = (await client.get(f"/v1/memories/{memories[0]['id']}", headers=alice.headers)).json()
+    assert one == memories[0]
+    history = await client.get(f"/v1/memories/{one['id']}/history", headers=alice.headers)
+    assert [m["id"] for m in history.json()] == [one["id"]]
+    scenes = (await client.get("/v1/scenes", headers=alice.headers)).json()
+    assert scenes
+    versions = await client.get(f"/v1/scenes/{scenes[0]['id']}/history", headers=alice.headers)
+    assert versions.json()[-1]["version"] == scenes[0]["version"]
+    profile = (await client.get("/v1/profile", headers=alice.headers)).json()["profile"]
+    assert profile is not None and profile["version"] == 1
+    assert len((await client.get("/v1/profile/history", headers=alice.headers)).json()) == 1
+    found = await client.post("/v1/search/memories", json={"query": "tea"}, headers=alice.headers)
+    assert found.json()["hits"][0]["layer"] == "L1"
+
+
+async def test_filters_and_unknown_records(client: httpx.AsyncClient, alice: Caller) -> None:
+    await _capture(client, alice)
+    await client.post("/v1/sessions/s1/flush?wait=true", headers=alice.headers)
+    episodic = await client.get("/v1/memories?type=episodic", headers=alice.headers)
+    assert {m["type"] for m in episodic.json()} == {"episodic"}
+    other_session = await client.get("/v1/memories?session=s2", headers=alice.headers)
+    assert other_session.json() == []
+    assert (await client.get("/v1/memories/m_nothing", headers=alice.headers)).status_code == 404
+    missing = await client.get("/v1/scenes/sc_nothing/history", headers=alice.headers)
+    assert missing.status_code == 404
+    assert (await client.get("/v1/profile", headers=alice.headers)).json()["profile"]
+    bad = await client.post("/v1/sessions/..%2Fx/flush", headers=alice.headers)
+    assert bad.status_code in (404, 422)
+
+
+async def test_a_queued_flush_is_done_by_the_serve_worker(
+    client: httpx.AsyncClient, services: Services, alice: Caller
+) -> None:
+    await _capture(client, alice)
+    queued = await client.post("/v1/sessions/s1/flush", headers=alice.headers)
+    assert queued.status_code == 202
+    assert queued.json()["queued"]["type"] == "flush"
+    status = (await client.get("/v1/pipeline", headers=alice.headers)).json()
+    assert status == {"queued": 1, "dead_letters": 0, "pending_turns": 3}
+    background = Background(services, PipelineSettings(), workers=1)
+    backend = services.require_pipeline()
+    [delivery] = await backend.consume("test", count=1, block_ms=0, now=0.0)
+    await background.worker.handle(delivery)  # stepped by hand: no sleeping on a loop
+    status = (await client.get("/v1/pipeline", headers=alice.headers)).json()
+    assert status["pending_turns"] == 0
+    assert len((await client.get("/v1/memories", headers=alice.headers)).json()) == 3
+
+
+async def test_the_scheduler_of_serve_queues_l1_for_new_turns(
+    client: httpx.AsyncClient, services: Services, alice: Caller
+) -> None:
+    await _capture(client, alice)
+    background = Background(services, PipelineSettings(), workers=1)
+    [task] = await background.scheduler.tick()
+    assert (task.type, task.tenant, task.session) == (TaskType.L1, "alice", "s1")
+    assert (await client.get("/v1/pipeline", headers=alice.headers)).json()["queued"] == 1
+
+
+async def test_dead_letters_are_listed_and_requeued_by_their_tenant(
+    client: httpx.AsyncClient, services: Services, alice: Caller
+) -> None:
+    backend = services.require_pipeline()
+    await backend.enqueue(Task(TaskType.L1, "alice", "s1"), now=0.0)
+    [delivery] = await backend.consume("test", count=1, block_ms=0, now=0.0)
+    dead = await backend.dead_letter(delivery, "LLMError: boom", now=0.0)
+    listed = (await client.get("/v1/dead-letters", headers=alice.headers)).json()
+    assert [(d["id"], d["error"]) for d in listed] == [(dead.id, "LLMError: boom")]
+    requeued = await client.post(f"/v1/dead-letters/{dead.id}/requeue", headers=alice.headers)
+    assert requeued.status_code == 200 and requeued.json()["attempt"] == 0
+    assert (await client.get("/v1/dead-letters", headers=alice.headers)).json() == []
+    again = await client.post(f"/v1/dead-letters/{dead.id}/requeue", headers=alice.headers)
+    assert again.status_code == 404
+    overview = (await client.get("/v1/admin/pipeline", headers=ADMIN)).json()
+    assert overview["depth"]["ready"] == 1 and overview["depth"]["dead"] == 0
