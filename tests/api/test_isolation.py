@@ -59,6 +59,7 @@ def probes(alice: Alice) -> list[Probe]:
         Probe("POST", "/v1/search/conversations", 200, words),
         Probe("GET", "/v1/stats", 200),
         Probe("GET", "/v1/memories", 200, params={"session": SESSION}),
+        Probe("POST", "/v1/memories", 201, {"content": f"User: I prefer my {SECRET} code"}),
         Probe("GET", f"/v1/memories/{mem}", 404),
         Probe("GET", f"/v1/memories/{mem}/history", 404),
         Probe("GET", "/v1/scenes", 200),

@@ -71,3 +71,13 @@ def test_a_broken_config_file_is_a_config_error(tmp_path: Path) -> None:
     unknown.write_text("[server]\nprot = 1\n")
     with pytest.raises(ConfigError, match="prot"):
         load_settings(unknown)
+
+
+def test_a_bad_llm_or_layer_variable_stops_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STRATAMEM_LLM_BASE_URL", "localhost:8000")
+    with pytest.raises(ConfigError, match="STRATAMEM_LLM_BASE_URL"):
+        load_settings()
+    monkeypatch.delenv("STRATAMEM_LLM_BASE_URL")
+    monkeypatch.setenv("STRATAMEM_LAYERS_MAX_SCENES", "0")
+    with pytest.raises(ConfigError, match="STRATAMEM_LAYERS_MAX_SCENES"):
+        load_settings()

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.telemetry import TelemetryConfig
+from mcp.server.mcpserver import MCPServer
 
 from stratamem.api import errors
 from stratamem.api.background import Background
+from stratamem.api.mcp_server import build_mcp, http_route, tenant_from_key
 from stratamem.api.middleware import BodyLimit, RequestMetrics
 from stratamem.api.routes import admin, health, layers, memory, pipeline
 from stratamem.api.services import Services
@@ -38,17 +40,19 @@ def create_app(
     `background` (the pipeline worker and scheduler) runs from startup to shutdown; with
     `close_on_shutdown`, the app closes the services at shutdown.
     """
+    mcp = build_mcp(services.memory, tenant_from_key(services.tenants))
     app = FastAPI(
         title="stratamem",
         summary="Layered long-term memory for AI agents.",
         version="1",
-        lifespan=_lifespan(services, close_on_shutdown, background),
+        lifespan=_lifespan(services, close_on_shutdown, background, mcp),
         telemetry=NO_TELEMETRY,
     )
     app.state.services = services
     errors.install(app)
     for router in (health.router, memory.router, layers.router, pipeline.router, admin.router):
         app.include_router(router)
+    app.router.routes.append(http_route(mcp, services.tenants))
     _install_middleware(app, services)
     return app
 
@@ -68,17 +72,18 @@ def _install_middleware(app: FastAPI, services: Services) -> None:
 
 
 def _lifespan(
-    services: Services, close_on_shutdown: bool, background: Background | None
+    services: Services, close_on_shutdown: bool, background: Background | None, mcp: MCPServer
 ) -> Lifespan:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        services.memory.start_background()
-        if background is not None:
-            await background.start()
-        yield
-        if background is not None:
-            await background.stop()
-        if close_on_shutdown:
-            await services.aclose()
+        async with AsyncExitStack() as stack:
+            if close_on_shutdown:
+                stack.push_async_callback(services.aclose)
+            await stack.enter_async_context(mcp.session_manager.run())
+            services.memory.start_background()
+            if background is not None:
+                await background.start()
+                stack.push_async_callback(background.stop)
+            yield
 
     return lifespan

@@ -136,6 +136,13 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+class MemoryIn(Strict):
+    content: str = Field(min_length=1, examples=["Prefers answers in metric units"])
+    type: MemoryType = MemoryType.PERSONA
+    session: Ident | None = None
+    priority: int = Field(50, ge=0, le=100)
+
+
 class MemoryOut(BaseModel):
     id: str
     type: str

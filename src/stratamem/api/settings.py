@@ -19,11 +19,15 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from stratamem.config import Settings
 from stratamem.errors import ConfigError
+from stratamem.layers.settings import LayerSettings
+from stratamem.llm.settings import ENV_PREFIX as LLM_ENV_PREFIX
+from stratamem.llm.settings import LLMSettings
 from stratamem.pipeline.settings import PipelineSettings
 
 ENV_PREFIX = "STRATAMEM_SERVER_"
 CORE_ENV_PREFIX = "STRATAMEM_"
 PIPELINE_ENV_PREFIX = "STRATAMEM_PIPELINE_"
+LAYERS_ENV_PREFIX = "STRATAMEM_LAYERS_"
 MIN_ADMIN_KEY_CHARS = 32
 _ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+$")
 _GENERATE_KEY = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
@@ -96,6 +100,8 @@ def load_settings(
     """Every settings class `serve` needs, validated; raises `ConfigError` saying what to fix."""
     file_values = _read_config(config_file) if config_file else {}
     tables = {name: _table(file_values, name, config_file) for name in ("server", "pipeline")}
+    for env_only, prefix in ((LLMSettings, LLM_ENV_PREFIX), (LayerSettings, LAYERS_ENV_PREFIX)):
+        _build(env_only, prefix, {}, {}, None)  # read again when the memory opens: fail here
     return AllSettings(
         _build(Settings, CORE_ENV_PREFIX, file_values, core or {}, config_file),
         _build(ServerSettings, ENV_PREFIX, tables["server"], server or {}, config_file),

@@ -52,6 +52,7 @@ cli.add_command(layers_cmds.scenes)
 cli.add_command(service_cmds.serve)
 cli.add_command(service_cmds.tenants)
 cli.add_command(service_cmds.keys)
+cli.add_command(service_cmds.mcp)
 
 
 def main() -> None:

@@ -50,13 +50,22 @@ def serve(
     server_module.serve(settings, announce=lambda line: click.echo(line, err=True))
 
 
-def _server_module() -> ModuleType:
-    """The service code, imported only by `serve`: the other commands work without the extra."""
+@click.command("mcp")
+@click.option("--tenant", required=True, help="The tenant whose memory the tools use.")
+@click.pass_context
+@handle_errors
+def mcp(ctx: click.Context, tenant: str) -> None:
+    """Serve the MCP tools over stdio for one tenant (for an agent on this machine)."""
+    _server_module("stratamem.api.mcp_server").run_stdio(settings_from(ctx), tenant)
+
+
+def _server_module(name: str = "stratamem.api.server") -> ModuleType:
+    """Service code, imported only by `serve` / `mcp`: the other commands work without the extra."""
     try:
-        return importlib.import_module("stratamem.api.server")
+        return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         raise ConfigError(
-            f"`serve` needs the server extra ({exc.name} is missing):"
+            f"this command needs the server extra ({exc.name} is missing):"
             " pip install 'stratamem[server]'"
         ) from exc
 

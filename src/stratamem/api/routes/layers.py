@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from stratamem.api.deps import ServicesDep, TenantDep
 from stratamem.api.schemas import (
@@ -14,12 +14,14 @@ from stratamem.api.schemas import (
     CurrentProfileOut,
     FlushOut,
     Ident,
+    MemoryIn,
     MemoryOut,
     ProfileOut,
     SceneOut,
 )
 from stratamem.api.views import memory_json, profile_json, scene_json, task_json
 from stratamem.domain import MemoryType, Scope, check_ident
+from stratamem.manual import add_memory
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.store.base import Filters
 
@@ -46,6 +48,24 @@ async def list_memories(
         services.memory.store.list_memories, Scope(tenant), filters, limit, offset
     )
     return [memory_json(m) for m in found]
+
+
+@router.post("/memories", response_model=MemoryOut, status_code=201)
+async def create_memory(
+    body: MemoryIn, tenant: TenantDep, services: ServicesDep, response: Response
+) -> dict[str, Any]:
+    """Remember something the caller states directly (mode `manual`); 200 if it was known."""
+    memory, created = await asyncio.to_thread(
+        add_memory, services.memory.store, Scope(tenant), body.content,
+        memory_type=body.type, now=services.memory.clock.now(),
+        max_chars=services.memory.settings.max_turn_chars, session=body.session,
+        priority=body.priority,
+    )  # fmt: skip
+    if created:
+        services.memory.start_background()
+    else:
+        response.status_code = 200
+    return memory_json(memory)
 
 
 @router.get("/memories/{memory_id}", response_model=MemoryOut)

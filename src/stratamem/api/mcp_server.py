@@ -1,0 +1,173 @@
+"""The MCP server: tools an agent calls on its own memory, over stdio or streamable HTTP.
+
+Tools: `search_memories`, `search_conversations`, `recall`, `add_memory`, `read_profile`. Over
+stdio the tenant is fixed when the server starts (`stratamem mcp --tenant T`: whoever runs it
+has the data directory anyway). Over HTTP (`/mcp` beside the REST API) the tenant comes from the
+request's API key, like every REST route; requests without a live key get 401 before any MCP
+message is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from stratamem.api import auth
+from stratamem.api.errors import error_response
+from stratamem.api.views import profile_json
+from stratamem.config import Settings
+from stratamem.core import AsyncMemory
+from stratamem.domain import Layer, MemoryType
+from stratamem.domain import Scope as TenantScope
+from stratamem.errors import Unauthenticated
+from stratamem.manual import add_memory
+from stratamem.store.sqlite.tenants import TenantStore
+
+MCP_PATH = "/mcp"
+INSTRUCTIONS = (
+    "Long-term memory of the user. Call `recall` (or the searches) before answering questions "
+    "that may depend on what the user said before; call `add_memory` when the user states a "
+    "lasting fact, preference or instruction."
+)
+
+TenantOf = Callable[[Context], Awaitable[str]]
+MemoryKind = Literal["persona", "episodic", "instruction"]
+
+
+def fixed_tenant(tenant: str) -> TenantOf:
+    TenantScope(tenant)  # validates the identifier once, at start
+
+    async def tenant_of(ctx: Context) -> str:
+        return tenant
+
+    return tenant_of
+
+
+def tenant_from_key(tenants: TenantStore) -> TenantOf:
+    async def tenant_of(ctx: Context) -> str:
+        token = bearer_token(dict(ctx.headers or {}))
+        return await asyncio.to_thread(auth.tenant_of, tenants, token)
+
+    return tenant_of
+
+
+def bearer_token(headers: dict[str, str]) -> str | None:
+    value = headers.get("authorization") or headers.get("Authorization") or ""
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def build_mcp(memory: AsyncMemory, tenant_of: TenantOf) -> MCPServer:
+    """An MCP server with the memory tools, each scoped by `tenant_of`."""
+    server: MCPServer = MCPServer("stratamem", instructions=INSTRUCTIONS, log_level="WARNING")
+    for tool in _tools(memory, tenant_of):
+        server.add_tool(tool)
+    return server
+
+
+def _tools(memory: AsyncMemory, tenant_of: TenantOf) -> list[Callable[..., Any]]:
+    async def search_memories(query: str, ctx: Context, k: int = 8) -> dict[str, Any]:
+        """Search the user's distilled memories (facts, preferences, events, instructions)."""
+        hits = await memory.search(await tenant_of(ctx), query, k=k, layers=(Layer.L1,))
+        return {"hits": [h.to_json() for h in hits]}
+
+    async def search_conversations(
+        query: str, ctx: Context, k: int = 8, session: str | None = None
+    ) -> dict[str, Any]:
+        """Search the verbatim conversation history (optionally one session)."""
+        sessions = None if session is None else [session]
+        tenant = await tenant_of(ctx)
+        hits = await memory.search(tenant, query, k=k, layers=(Layer.L0,), sessions=sessions)
+        return {"hits": [h.to_json() for h in hits]}
+
+    async def recall(query: str, ctx: Context) -> dict[str, Any]:
+        """What to know before answering `query`: relevant memories and the user's profile."""
+        result = await memory.recall(await tenant_of(ctx), query)
+        return {"context": result.context, "stable": result.stable}
+
+    async def add_memory_tool(
+        content: str, ctx: Context, type: MemoryKind = "persona"
+    ) -> dict[str, Any]:
+        """Remember a lasting fact, preference (persona), event (episodic) or standing rule
+        (instruction) the user stated."""
+        tenant = await tenant_of(ctx)
+        record, created = await asyncio.to_thread(
+            add_memory, memory.store, TenantScope(tenant), content,
+            memory_type=MemoryType(type), now=memory.clock.now(),
+            max_chars=memory.settings.max_turn_chars,
+        )  # fmt: skip
+        if created:
+            memory.start_background()
+        return {"id": record.id, "type": record.type.value, "created": created}
+
+    async def read_profile(ctx: Context) -> dict[str, Any]:
+        """The user's profile document and the titles of their memory scenes."""
+        tenant = TenantScope(await tenant_of(ctx))
+        if memory.layers is None:
+            return {"profile": None, "scenes": []}
+        profile = await asyncio.to_thread(memory.layers.profile, tenant)
+        scenes = await asyncio.to_thread(memory.layers.current_scenes, tenant)
+        return {
+            "profile": None if profile is None else profile_json(profile),
+            "scenes": [{"title": s.title, "summary": s.summary} for s in scenes],
+        }
+
+    add_memory_tool.__name__ = "add_memory"
+    return [search_memories, search_conversations, recall, add_memory_tool, read_profile]
+
+
+class RequireKey:
+    """401 in the service's error shape unless the request carries a live tenant key."""
+
+    def __init__(self, app: ASGIApp, tenants: TenantStore) -> None:
+        self.app = app
+        self.tenants = tenants
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            await asyncio.to_thread(auth.tenant_of, self.tenants, bearer_token(headers))
+        except Unauthenticated as exc:
+            await error_response(401, "unauthenticated", str(exc))(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def http_route(server: MCPServer, tenants: TenantStore) -> Route:
+    """The streamable HTTP endpoint as a route of the service (stateless, JSON answers).
+
+    DNS-rebinding protection by Host header is off: every request needs an API key, which a
+    page rebinding a name to this host does not have. Run `server.session_manager.run()` in
+    the app's lifespan.
+    """
+    server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        stateless_http=True,
+        json_response=True,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    endpoint = RequireKey(StreamableHTTPASGIApp(server.session_manager), tenants)
+    return Route(MCP_PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"])
+
+
+def run_stdio(core: Settings, tenant: str) -> None:
+    """Serve the tools for `tenant` over stdin/stdout until the client closes them."""
+    tenant_of = fixed_tenant(tenant)
+
+    async def main() -> None:
+        memory = AsyncMemory.open(core)
+        try:
+            await build_mcp(memory, tenant_of).run_stdio_async()
+        finally:
+            await memory.aclose()
+
+    asyncio.run(main())
