@@ -125,3 +125,15 @@ async def test_health_and_metrics_need_no_key_and_name_no_tenant(
     assert "stratamem_captured_messages_total 1" in text
     assert "alice" not in text
     assert "secret-session" not in text
+
+
+async def test_unknown_query_parameters_and_loose_types_are_refused(
+    client: httpx.AsyncClient, alice: Caller
+) -> None:
+    misspelt = await client.post("/v1/sessions/s1/flush?wiat=true", headers=alice.headers)
+    assert misspelt.status_code == 422
+    assert "wiat" in misspelt.json()["error"]["message"]
+    loose = [{"query": "x", "k": True}, {"query": "x", "until": False}, {"query": "x", "k": "5"}]
+    for body in loose:
+        response = await client.post("/v1/search/conversations", json=body, headers=alice.headers)
+        assert response.status_code == 422, body

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.telemetry import TelemetryConfig
 from mcp.server.mcpserver import MCPServer
@@ -16,6 +16,7 @@ from stratamem.api.mcp_server import build_mcp, http_route, tenant_from_key
 from stratamem.api.middleware import BodyLimit, RequestMetrics
 from stratamem.api.routes import admin, health, layers, memory, pipeline
 from stratamem.api.services import Services
+from stratamem.api.strict_query import reject_unknown_query
 
 #: FastAPI's own OpenTelemetry hooks stay off: nothing is sent anywhere unless configured.
 NO_TELEMETRY: TelemetryConfig = {
@@ -47,6 +48,7 @@ def create_app(
         version="1",
         lifespan=_lifespan(services, close_on_shutdown, background, mcp),
         telemetry=NO_TELEMETRY,
+        dependencies=[Depends(reject_unknown_query)],
     )
     app.state.services = services
     errors.install(app)

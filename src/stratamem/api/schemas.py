@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
+from pydantic import BaseModel, ConfigDict, Field
 
 from stratamem.domain import MemoryType
 
 Ident = Annotated[str, Field(min_length=1, max_length=128, examples=["s1"])]
 Query = Annotated[str, Field(min_length=1, max_length=10_000, examples=["what is my dog's name?"])]
-K = Annotated[int, Field(ge=1, le=100)]
-Time = FiniteFloat | None
+# Numbers and flags in bodies are strict: `true` is not 1, and "5" is not 5.
+K = Annotated[int, Field(strict=True, ge=1, le=100)]
+Seconds = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+Flag = Annotated[bool, Field(strict=True)]
+Time = Seconds | None
 Label = Annotated[str, Field(max_length=200)]
 
 
@@ -25,7 +28,7 @@ class MessageIn(Strict):
     )
     content: str = Field(description="The message, verbatim.", examples=["I adopted a dog"])
     speaker: str | None = Field(None, max_length=200, description="Who said it (a name).")
-    timestamp: FiniteFloat | str | None = Field(
+    timestamp: Seconds | str | None = Field(
         None, description="Epoch seconds or ISO 8601; default now."
     )
     id: str | None = Field(None, max_length=200, description="Caller's id, for idempotence.")
@@ -61,8 +64,8 @@ class RecallIn(Strict):
     query: Query
     session: Ident | None = None
     k: K | None = None
-    budget_chars: Annotated[int, Field(ge=0, le=100_000)] | None = None
-    include_turns: bool = True
+    budget_chars: Annotated[int, Field(strict=True, ge=0, le=100_000)] | None = None
+    include_turns: Flag = True
 
 
 class RecallOut(BaseModel):
@@ -132,7 +135,7 @@ class ErrorOut(BaseModel):
 
 #: Error responses every authenticated route documents.
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (401, 403, 404, 409, 413, 422)
+    status: {"model": ErrorOut} for status in (400, 401, 403, 404, 409, 413, 422)
 }
 
 
@@ -140,7 +143,7 @@ class MemoryIn(Strict):
     content: str = Field(min_length=1, examples=["Prefers answers in metric units"])
     type: MemoryType = MemoryType.PERSONA
     session: Ident | None = None
-    priority: int = Field(50, ge=0, le=100)
+    priority: int = Field(50, strict=True, ge=0, le=100)
 
 
 class MemoryOut(BaseModel):

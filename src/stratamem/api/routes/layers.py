@@ -50,7 +50,12 @@ async def list_memories(
     return [memory_json(m) for m in found]
 
 
-@router.post("/memories", response_model=MemoryOut, status_code=201)
+@router.post(
+    "/memories",
+    response_model=MemoryOut,
+    status_code=201,
+    responses={200: {"model": MemoryOut, "description": "Known already: left as it was."}},
+)
 async def create_memory(
     body: MemoryIn, tenant: TenantDep, services: ServicesDep, response: Response
 ) -> dict[str, Any]:

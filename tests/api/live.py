@@ -1,0 +1,34 @@
+"""The app on a real socket: uvicorn in a thread of this process (lifespan included)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+from fastapi import FastAPI
+
+from stratamem.api.server import bind
+
+START_TIMEOUT_S = 30.0
+
+
+@contextmanager
+def live(app: FastAPI) -> Iterator[str]:
+    """The base URL of `app` served on a free port; stopped (lifespan shutdown) on exit."""
+    sock = bind("127.0.0.1", 0)
+    host, port = sock.getsockname()[:2]
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)  # bounded wait for the server thread to be ready
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
