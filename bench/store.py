@@ -30,7 +30,7 @@ from stratamem.store.sqlite import SqliteStore
 
 # A Zipf-distributed vocabulary of 20,000 pseudo-words, like the words of real memories: a few
 # very common, most rare. Queries draw from the same distribution.
-_SYLLABLES = [c + v for c in "klmnstrpvdbzfghjxqrw" for v in "aeiou"]  # 100 syllables
+_SYLLABLES = [c + v for c in "bcdfghjklmnpqrstvwxz" for v in "aeiou"]  # 100 syllables
 WORDS = np.array(
     [
         "".join(_SYLLABLES[(i // 100**k) % 100] for k in range(3))
