@@ -231,10 +231,13 @@ class Worker:
     ) -> Outcome:
         now = self.clock.now()
         await cascade(self.backend, self.settings, delivery.task, res, now)
-        await self._release(grant)
-        for follow_up in ctx.after_release:
-            await self.backend.enqueue(follow_up, now=now)
-        await self.backend.ack(delivery)
+        if ctx.after_release:
+            await self._release(grant)
+            for follow_up in ctx.after_release:
+                await self.backend.enqueue(follow_up, now=now)
+            await self.backend.ack(delivery)
+        else:
+            await self.backend.release_and_ack(delivery, grant)
         if res.skipped:
             self.metrics.skipped += 1
             return Outcome.SKIPPED
