@@ -28,7 +28,7 @@ from typing import Any
 from stratamem.clock import Clock, SystemClock
 from stratamem.errors import LockLost, PipelineError, StaleFencingToken, StratamemError
 from stratamem.pipeline.backend import PipelineBackend
-from stratamem.pipeline.errors import UnknownTaskType
+from stratamem.pipeline.errors import RetryLater, UnknownTaskType
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
 from stratamem.pipeline.metrics import RunningTask, WorkerMetrics
 from stratamem.pipeline.settings import PipelineSettings
@@ -83,7 +83,8 @@ class Worker:
         self.metrics = WorkerMetrics()
         self._sleep = sleep
         self._pump = TimerPump(backend, self.clock, batch=settings.pump_batch)
-        self._reclaimed: asyncio.Queue[Delivery] = asyncio.Queue()
+        # (delivery, lease time) pairs taken over by `reclaim_once`, for idle consumers
+        self._reclaimed: asyncio.Queue[tuple[Delivery, float]] = asyncio.Queue()
         self._stopping = asyncio.Event()
         self._idle_consumers = 0
 
@@ -92,8 +93,9 @@ class Worker:
     async def handle(self, delivery: Delivery, *, received_at: float | None = None) -> Outcome:
         """Process one delivery to its end (see the module docstring); returns what happened.
 
-        `received_at` (clock time the delivery was consumed) lets a fresh delivery skip the
-        check that it was not reclaimed meanwhile; without it the check is always made."""
+        `received_at` (the clock time the delivery was leased at, no later) lets a fresh
+        delivery skip the check that it was not reclaimed meanwhile; without it the check is
+        always made."""
         task = delivery.task
         self.metrics.consumed += 1
         lock_key = lock_key_for(task, self.settings.lock_scope)
@@ -229,10 +231,13 @@ class Worker:
     ) -> Outcome:
         now = self.clock.now()
         await cascade(self.backend, self.settings, delivery.task, res, now)
-        await self._release(grant)
-        for follow_up in ctx.after_release:
-            await self.backend.enqueue(follow_up, now=now)
-        await self.backend.ack(delivery)
+        if ctx.after_release:
+            await self._release(grant)
+            for follow_up in ctx.after_release:
+                await self.backend.enqueue(follow_up, now=now)
+            await self.backend.ack(delivery)
+        else:
+            await self.backend.release_and_ack(delivery, grant)
         if res.skipped:
             self.metrics.skipped += 1
             return Outcome.SKIPPED
@@ -243,7 +248,12 @@ class Worker:
         task, now = delivery.task, self.clock.now()
         self.metrics.failed += 1
         if task.attempt < self.settings.retry_limit:
-            due_at = now + self.settings.retry_delay_s(task.attempt)
+            delay_s = (
+                exc.delay_s
+                if isinstance(exc, RetryLater)
+                else self.settings.retry_delay_s(task.attempt)
+            )
+            due_at = now + delay_s
             await self.backend.retry(delivery, task.next_attempt(), due_at=due_at)
             self.metrics.retried += 1
             log.info("retrying %s %s at %.3f: %r", task.type, task.id, due_at, exc)
@@ -273,15 +283,16 @@ class Worker:
         spare = self._idle_consumers - self._reclaimed.qsize()
         if spare <= 0:  # reclaimed deliveries must not wait here unattended
             return 0
+        now = self.clock.now()
         got = await self.backend.reclaim(
             f"{self.name}-reclaim",
             min_idle_ms=self.settings.reclaim_idle_ms,
             count=spare,
             max_deliveries=self.settings.max_deliveries,
-            now=self.clock.now(),
+            now=now,
         )
         for delivery in got:
-            self._reclaimed.put_nowait(delivery)
+            self._reclaimed.put_nowait((delivery, now))
         self.metrics.reclaimed += len(got)
         return len(got)
 
@@ -333,19 +344,21 @@ class Worker:
                     got = await self._next(consumer)
                 finally:
                     self._idle_consumers -= 1
-                received_at = self.clock.now()
-                for delivery in got:
-                    await self.handle(delivery, received_at=received_at)
+                for delivery, leased_at in got:
+                    await self.handle(delivery, received_at=leased_at)
             except StratamemError:
                 log.exception("consumer %s: pipeline error, pausing", consumer)
                 await asyncio.sleep(BACKEND_ERROR_PAUSE_S)
 
-    async def _next(self, consumer: str) -> list[Delivery]:
+    async def _next(self, consumer: str) -> list[tuple[Delivery, float]]:
+        """The next deliveries with their lease time (the `now` the backend leased them at)."""
         if not self._reclaimed.empty():
             return [self._reclaimed.get_nowait()]
-        return await self.backend.consume(
-            consumer, count=1, block_ms=self.settings.consume_block_ms, now=self.clock.now()
+        now = self.clock.now()
+        got = await self.backend.consume(
+            consumer, count=1, block_ms=self.settings.consume_block_ms, now=now
         )
+        return [(delivery, now) for delivery in got]
 
     async def _every(self, interval_s: float, duty: Callable[[], Awaitable[int | None]]) -> None:
         while True:
