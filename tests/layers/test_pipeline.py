@@ -153,3 +153,32 @@ async def test_a_lock_taken_over_during_the_call_aborts_then_redelivery_writes_o
     again = await executors.l1(ctx)  # delivered once more after a crash before the ack
     assert again.changed  # replayed from the receipt, so the cascade still runs
     assert len(store.list_memories(SCOPE)) == 2
+
+
+async def test_flush_task_catches_up_then_cascades_to_l2_and_l3(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    rig.memory.layer_settings.max_batch_turns = 1  # two L1 batches inside one flush
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.backend.enqueue(Task(TaskType.FLUSH, "acme", "s1"), now=rig.clock.now())
+
+    assert await rig.run_next(TaskType.FLUSH) is Outcome.COMPLETED
+    assert len(scripted_llm.calls("L1")) == 2
+    assert await rig.run_next(TaskType.L2) is Outcome.COMPLETED  # forced: no delay
+    assert await rig.run_next(TaskType.L3) is Outcome.COMPLETED
+    assert rig.memory.layers is not None and rig.memory.layers.profile(SCOPE) is not None
+    assert await rig.worker.pump_once() == 1  # the cascade's L2 timer, due at once …
+    assert await rig.run_next(TaskType.L2) is Outcome.SKIPPED  # … finds it too soon, re-arms
+    assert len(scripted_llm.calls("L2")) == 1
+
+
+async def test_l3_is_enqueued_every_k_memories(rig: Rig, scripted_llm: ScriptedLLM) -> None:
+    install_layer_handlers(scripted_llm)
+    rig.memory.layer_settings.l3_every_memories = 2
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
+
+    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+    l3 = await rig.next(TaskType.L3)
+    assert l3.task.payload == {"reason": "memories", "session": "s1"}

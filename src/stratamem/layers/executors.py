@@ -49,7 +49,8 @@ class LayerExecutors:
         return _result(stage)
 
     async def flush(self, ctx: ExecutionContext) -> ExecResult:
-        """L1 until the session is caught up; the cascade then runs L2 at once, then L3."""
+        """L1 until the session is caught up, then an L2 that skips the delay (its cascade runs
+        L3 when the scenes changed)."""
         run = _run(ctx)
         changed = False
         for i in range(1000):
@@ -59,6 +60,8 @@ class LayerExecutors:
             if stage.skipped:
                 break
         await self._l3_by_count(ctx)
+        task = ctx.task
+        ctx.enqueue_after_release(Task(TaskType.L2, task.tenant, task.session, {"force": True}))
         return ExecResult(changed=changed)
 
     async def l2(self, ctx: ExecutionContext) -> ExecResult:
@@ -126,6 +129,15 @@ class LayerScheduler:
         self.backend = backend
         self.clock = clock
         self.scan_limit = scan_limit
+
+    async def run(self, stop: asyncio.Event, interval_s: float = 1.0) -> None:
+        """Scan every `interval_s` until `stop` is set (run it beside a worker)."""
+        while not stop.is_set():
+            await self.tick()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+            except TimeoutError:
+                continue
 
     async def tick(self) -> list[Task]:
         """One scan; returns the L1 tasks enqueued."""
