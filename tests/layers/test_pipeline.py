@@ -15,6 +15,8 @@ from stratamem.clock import ManualClock
 from stratamem.core import AsyncMemory
 from stratamem.domain import Scope
 from stratamem.layers.executors import LayerExecutors, LayerScheduler, register_executors
+from stratamem.layers.service import LayerService
+from stratamem.llm import LLMClient
 from stratamem.pipeline.executors import ExecutionContext, ExecutorRegistry
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
@@ -25,6 +27,8 @@ from stratamem.store.base import Fence
 from stratamem.store.sqlite import SqliteStore
 from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers, l1_reply
+
+from .conftest import llm_settings
 
 SCOPE = Scope("acme")
 TURNS = [
@@ -182,3 +186,41 @@ async def test_l3_is_enqueued_every_k_memories(rig: Rig, scripted_llm: ScriptedL
     assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
     l3 = await rig.next(TaskType.L3)
     assert l3.task.payload == {"reason": "memories", "session": "s1"}
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        (Reply.error(500, "model overloaded"), "LLMHTTPError"),
+        (Reply.held(Reply.json({"memories": []})), "LLMTimeout"),
+        (Reply.text('{"memories": [{"type": "persona"'), "StageOutputRejected"),
+    ],
+    ids=["http-500", "timeout", "truncated-json"],
+)
+async def test_every_failure_kind_ends_in_a_dead_letter(
+    rig: Rig, scripted_llm: ScriptedLLM, reply: Reply, error: str
+) -> None:
+    scripted_llm.on("L1", lambda request: reply)
+    short = LLMClient(llm_settings(scripted_llm, timeout_s=0.3, max_attempts=1))
+    assert rig.memory.layers is not None
+    service = LayerService(rig.memory.store, rig.memory.layers, llm=short)
+    registry = ExecutorRegistry()
+    register_executors(registry, service, rig.backend)
+    worker = Worker(rig.backend, registry, PipelineSettings(retry_limit=0), clock=rig.clock,
+                    name="w2", sleep=_no_sleep)  # fmt: skip
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
+
+    assert await worker.handle(await rig.next(TaskType.L1)) is Outcome.DEAD
+    [dead] = await rig.backend.list_dead(limit=10)
+    assert dead.error.startswith(error)
+    [failure] = rig.memory.layers.list_failures(SCOPE)
+    assert failure.stage == "L1" and failure.task_id == dead.task.id
+    if error == "LLMHTTPError":
+        assert "model overloaded" in failure.raws[0]
+    if error == "StageOutputRejected":
+        assert dead.error.endswith("""raw reply begins '{"memories": [{"type": "persona"'""")
+        assert failure.raws == ('{"memories": [{"type": "persona"',) * 2
+    assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == 0
+    assert len(rig.memory.store.list_turns(SCOPE, "s1")) == 2
+    await short.aclose()
