@@ -224,3 +224,21 @@ async def test_every_failure_kind_ends_in_a_dead_letter(
     assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == 0
     assert len(rig.memory.store.list_turns(SCOPE, "s1")) == 2
     await short.aclose()
+
+
+async def test_a_backlog_longer_than_a_batch_is_requested_again(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    rig.memory.layer_settings.max_batch_turns = 2
+    turns = [{"role": "user", "speaker": "Maria", "text": f"I visited city number {i}."}
+             for i in range(5)]  # fmt: skip
+    await rig.memory.capture("acme", "s1", turns)
+    for cursor, wait_s in ((2, 0.0), (4, 0.0), (5, 300.0)):
+        rig.clock.advance(wait_s)  # the last turn waits for the idle timeout (warm-up: 4 turns)
+        assert len(await rig.scheduler.tick()) == 1
+        assert await rig.scheduler.tick() == []  # in flight, nothing new
+        assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+        assert rig.memory.layers is not None
+        assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == cursor
+    assert await rig.scheduler.tick() == []

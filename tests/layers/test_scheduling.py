@@ -47,4 +47,6 @@ def test_l3_every_k_memories() -> None:
 
 def test_due_l1_lists_sessions_with_their_trigger() -> None:
     due = scheduling.due_l1([state(1), state(3, runs=2)], NOW, SETTINGS)
-    assert [(d.session, d.trigger, d.upto_seq) for d in due] == [("s", Trigger.TURNS, 11)]
+    assert [(d.session, d.trigger, d.cursor_seq, d.upto_seq) for d in due] == [
+        ("s", Trigger.TURNS, 10, 11)
+    ]
