@@ -242,3 +242,12 @@ async def test_a_backlog_longer_than_a_batch_is_requested_again(
         assert rig.memory.layers is not None
         assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == cursor
     assert await rig.scheduler.tick() == []
+
+
+async def test_a_request_left_unprocessed_is_made_again_when_stale(rig: Rig) -> None:
+    await rig.memory.capture("acme", "s1", TURNS)
+    assert len(await rig.scheduler.tick()) == 1
+    rig.clock.advance(3599)
+    assert await rig.scheduler.tick() == []  # still in flight
+    rig.clock.advance(2)
+    assert len(await rig.scheduler.tick()) == 1  # e.g. dead-lettered: asked for again
