@@ -88,3 +88,10 @@ def test_statements_and_types() -> None:
     assert kinds == [MemoryType.PERSONA, MemoryType.INSTRUCTION, MemoryType.EPISODIC]
     assert offline.classify("And always give me metric units.") is MemoryType.INSTRUCTION
     assert offline.classify("Keep it short though.") is MemoryType.INSTRUCTION
+
+
+async def test_a_statement_repeated_in_a_batch_is_stored_once(offline_memory: AsyncMemory) -> None:
+    text = "I love green tea. I love green tea."
+    await offline_memory.capture("acme", "s1", [{"role": "user", "text": text}])
+    result = await offline_memory.flush("acme", "s1")
+    assert result.l1[0].counts["store"] == 1

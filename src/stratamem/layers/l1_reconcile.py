@@ -127,6 +127,18 @@ def offline_decisions(
     return out
 
 
+def unique(memories: Sequence[NewMemory]) -> list[NewMemory]:
+    """The proposed memories without repeats of the same text within the batch."""
+    seen: set[str] = set()
+    out: list[NewMemory] = []
+    for memory in memories:
+        key = _norm(memory.content)
+        if key not in seen:
+            seen.add(key)
+            out.append(memory)
+    return out
+
+
 def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 

@@ -22,7 +22,13 @@ from stratamem import backfill
 from stratamem.clock import Clock, SystemClock
 from stratamem.domain import MemoryRecord, MemoryType, Mode, Profile, Scene, Scope, Turn
 from stratamem.embed.base import Embedder
-from stratamem.errors import ConfigError, EmbeddingError, LLMError, StageOutputRejected
+from stratamem.errors import (
+    ConfigError,
+    EmbeddingError,
+    InvalidInput,
+    LLMError,
+    StageOutputRejected,
+)
 from stratamem.layers import l1_extract, l1_reconcile, l2_scenes, l3_profile, offline
 from stratamem.layers.model import NewMemory, Reconciled, StageResult
 from stratamem.layers.prompts import load_prompt
@@ -109,7 +115,7 @@ class LayerService:
         if not batch:
             return StageResult("L1", self.mode, skipped=True)
         background = await self._background(run.scope, session, state.cursor_seq)
-        proposed = await self._extract(run, batch, background)
+        proposed = l1_reconcile.unique(await self._extract(run, batch, background))
         plan = await self._reconcile(run, proposed, f"{session}:{state.cursor_seq}")
         counts = {"turns": len(batch), **plan.counts}
         result = StageResult("L1", self.mode, changed=bool(plan.memories), counts=counts)
@@ -297,5 +303,5 @@ class LayerService:
 
 def _session_of(run: Run) -> str:
     if run.session is None:
-        raise ValueError("L1 runs on a session")
+        raise InvalidInput(f"task {run.task_id}: L1 runs on a session, none was given")
     return run.session
