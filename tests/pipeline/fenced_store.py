@@ -116,6 +116,7 @@ def refused_count(path: Path) -> int:
     return int(n)
 
 
-def running_pids(path: Path) -> set[int]:
-    """Pids with an execution begun and not ended (as far as the store knows)."""
-    return {e.pid for e in executions(path) if e.end is None}
+def running_pids(path: Path, ignore: set[str]) -> set[int]:
+    """Pids with an execution begun and not ended (tasks in `ignore`, which fail on purpose
+    and never end, left out)."""
+    return {e.pid for e in executions(path) if e.end is None and e.task_id not in ignore}

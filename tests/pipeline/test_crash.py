@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -92,20 +93,29 @@ class Cluster:
             else SqliteBackend(tmp_path / "data" / "pipeline.db")
         )
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.log_paths: dict[int, Path] = {}
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
 
     def spawn(self) -> subprocess.Popen[bytes]:
         n = len(self.procs)
-        log = (self.logs / f"worker{n}.log").open("wb")
+        path = self.logs / f"worker{n}.log"
         code = "from stratamem.cli.main import main; main()"
-        proc = subprocess.Popen(
-            [sys.executable, "-c", code, "worker", "--name", f"w{n}"],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-        )  # fmt: skip
+        with path.open("wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code, "worker", "--name", f"w{n}"],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+            )  # fmt: skip
         self.procs.append(proc)
+        self.log_paths[proc.pid] = path
         return proc
+
+    def final_counters(self, proc: subprocess.Popen[bytes]) -> dict[str, int]:
+        """The metrics a worker printed when it stopped gracefully (its last output line)."""
+        last = self.log_paths[proc.pid].read_text().strip().splitlines()[-1]
+        counters: dict[str, int] = json.loads(last)
+        return counters
 
     def close(self) -> None:
         for proc in self.procs:
@@ -139,10 +149,10 @@ def wait_until(what: str, check: Callable[[], object], deadline_s: float = DEADL
 
 
 def busy_worker(
-    cluster: Cluster, exclude: set[int]
+    cluster: Cluster, exclude: set[int], poison: set[str]
 ) -> Callable[[], subprocess.Popen[bytes] | None]:
     def check() -> subprocess.Popen[bytes] | None:
-        running = fenced_store.running_pids(cluster.fenced)
+        running = fenced_store.running_pids(cluster.fenced, poison)
         live = [p for p in cluster.procs if p.poll() is None and p.pid not in exclude]
         return next((p for p in live if p.pid in running), None)
 
@@ -161,12 +171,16 @@ def test_workers_survive_kill_and_pause(cluster: Cluster) -> None:
         cluster.spawn()
     timers = TimerSampler(cluster)
 
-    killed = wait_until("a busy worker to kill", busy_worker(cluster, set()))
+    killed = wait_until(
+        "a busy worker to kill", busy_worker(cluster, set(), {t.id for t in poison})
+    )
     assert isinstance(killed, subprocess.Popen)
     killed.send_signal(signal.SIGKILL)
     killed.wait()
     cluster.spawn()
-    paused = wait_until("a busy worker to pause", busy_worker(cluster, {killed.pid}))
+    paused = wait_until(
+        "a busy worker to pause", busy_worker(cluster, {killed.pid}, {t.id for t in poison})
+    )
     assert isinstance(paused, subprocess.Popen)
     paused.send_signal(signal.SIGSTOP)
     pause_end = time.monotonic() + 2.5 * LOCK_TTL_S  # the fault itself: a pause past the TTL
@@ -189,6 +203,9 @@ def test_workers_survive_kill_and_pause(cluster: Cluster) -> None:
         proc.wait(timeout=30)
 
     faulted = {killed.pid, paused.pid}
+    # The paused worker woke up without its lock: its execution was cancelled by the keeper or
+    # its next write was refused by the fence; either way it was aborted, not acknowledged.
+    assert cluster.final_counters(paused)["aborted"] >= 1
     check_outcomes(cluster, tasks, poison, faulted)
     check_no_overlap(cluster)
     timers.check()

@@ -27,7 +27,7 @@ def test_fence_refuses_older_token_in_the_same_transaction(tmp_path: Path) -> No
     def write(token: int, body: str) -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            fence_check(conn, "session:t:s", token)
+            fence_check(conn, "session/t/s", token)
             conn.execute("INSERT INTO notes VALUES (?)", (body,))
         except StaleFencingToken:
             conn.execute("ROLLBACK")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -20,11 +21,15 @@ from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.worker import WORKERS_SCOPE
 
 T = TypeVar("T")
+DEFAULT_DATA_DIR = "./stratamem-data"
 
 
 def _data_dir(ctx: click.Context) -> Path:
-    obj = ctx.find_root().obj or {}
-    return Path(obj.get("data_dir", Path("./stratamem-data")))
+    """The root group's `--data-dir` (ctx.obj["data_dir"]); None means the default."""
+    value = (ctx.find_root().obj or {}).get("data_dir")
+    if value is None:
+        value = os.environ.get("STRATAMEM_DATA_DIR", DEFAULT_DATA_DIR)
+    return Path(value)
 
 
 def _settings(**overrides: Any) -> PipelineSettings:

@@ -14,6 +14,7 @@ import functools
 import sqlite3
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -416,35 +417,52 @@ class SqliteBackend:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._core = _translated(_SqliteCore)(path)
-        # Consumers waiting for work share one poller (other processes enqueue too, and SQLite
-        # cannot notify them); an enqueue from this process wakes them at once.
-        self._poller: asyncio.Lock | None = None
-        self._wakeup: asyncio.Event | None = None
+        # Consumers waiting for work park on futures; one of them polls the file (other
+        # processes enqueue too, and SQLite cannot notify). An enqueue from this process wakes
+        # exactly one waiter; the poller seeing work wakes them all.
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._polling = False
 
-    def _signals(self) -> tuple[asyncio.Lock, asyncio.Event]:
-        if self._poller is None or self._wakeup is None:
-            self._poller, self._wakeup = asyncio.Lock(), asyncio.Event()
-        return self._poller, self._wakeup
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
-    def _wake(self) -> None:
-        _, wakeup = self._signals()
-        wakeup.set()
-        self._wakeup = asyncio.Event()
+    def _wake_all(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def _wait_for_work(self, deadline: float) -> None:
-        """Return when a task may be ready (or at `deadline`). Only one waiter polls the file."""
-        poller, wakeup = self._signals()
+        """Return when a task may be ready (or at `deadline`)."""
         loop = asyncio.get_running_loop()
-        if poller.locked():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wakeup.wait(), max(0.0, deadline - loop.time()))
-            return
-        async with poller:
-            while loop.time() < deadline and not wakeup.is_set():
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            if self._polling:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter, max(0.0, deadline - loop.time()))
+                return
+            await self._poll(waiter, deadline)
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    async def _poll(self, waiter: asyncio.Future[None], deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._polling = True
+        try:
+            while loop.time() < deadline and not waiter.done():
                 if await self._call(self._core.has_ready):
-                    break
+                    self._wake_all()
+                    return
                 await asyncio.sleep(POLL_INTERVAL_S)
-            self._wake()
+        finally:
+            self._polling = False
+        self._wake_one()  # hand the polling over to another waiter
 
     async def _call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run one short transaction: on the loop if the file is free (tens of microseconds),
@@ -470,7 +488,7 @@ class SqliteBackend:
 
     async def enqueue(self, task: Task, *, now: float) -> None:
         await self._call(self._core.enqueue, task, now)
-        self._wake()
+        self._wake_one()
 
     async def consume(
         self, consumer: str, *, count: int, block_ms: int, now: float
