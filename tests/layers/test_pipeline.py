@@ -18,10 +18,10 @@ from stratamem.layers.executors import LayerExecutors, LayerScheduler, register_
 from stratamem.layers.service import LayerService
 from stratamem.llm import LLMClient
 from stratamem.pipeline.executors import ExecutionContext, ExecutorRegistry
-from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.settings import LockScope, PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Delivery, Task, TaskType
-from stratamem.pipeline.timers import l2_timer_key
+from stratamem.pipeline.timers import l2_timer_key, lock_key_for
 from stratamem.pipeline.worker import Outcome, Worker
 from stratamem.store.base import Fence
 from stratamem.store.sqlite import SqliteStore
@@ -31,6 +31,7 @@ from stratamem.testing.layers import install_layer_handlers, l1_reply
 from .conftest import llm_settings
 
 SCOPE = Scope("acme")
+LOCK_KEY = lock_key_for(Task(TaskType.L1, "acme", "s1"), LockScope.SESSION)
 TURNS = [
     {"role": "user", "speaker": "Maria", "text": "I'm a nurse and I live in Lisbon."},
     {"role": "user", "speaker": "Maria", "text": "I ran a half marathon yesterday."},
@@ -136,7 +137,7 @@ async def test_a_lock_taken_over_during_the_call_aborts_then_redelivery_writes_o
     def take_over_once(request: RecordedRequest) -> Reply:
         if not taken:  # another worker got the session's lock with a newer token
             taken.append(True)
-            with store.writing(Fence("session:acme:s1", 10**6)):
+            with store.writing(Fence(LOCK_KEY, 10**6)):
                 pass
         return l1_reply(request)
 
@@ -148,11 +149,11 @@ async def test_a_lock_taken_over_during_the_call_aborts_then_redelivery_writes_o
     assert await rig.worker.handle(delivery) is Outcome.ABORTED
     assert store.list_memories(SCOPE) == []
 
-    with store.writing(Fence("session:acme:s1", 2 * 10**6)):
+    with store.writing(Fence(LOCK_KEY, 2 * 10**6)):
         pass  # the fence table moves on; our next grant must be newer still
     executors = LayerExecutors(rig.memory.layer_service())
     # the task is delivered again (its delivery was never acknowledged) under a newer grant
-    ctx = ExecutionContext(delivery.task, "session:acme:s1", 3 * 10**6, rig.clock, 0.0)
+    ctx = ExecutionContext(delivery.task, LOCK_KEY, 3 * 10**6, rig.clock, 0.0)
     assert (await executors.l1(ctx)).changed
     again = await executors.l1(ctx)  # delivered once more after a crash before the ack
     assert again.changed  # replayed from the receipt, so the cascade still runs
