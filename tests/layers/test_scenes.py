@@ -69,8 +69,9 @@ async def test_operations_become_versions(
         {"operations": [create("A", "M7")]},
         {"operations": [create(f"T{i}") for i in range(13)]},  # more than max_scenes (12)
         {"operations": [{"op": "merge", "scenes": ["S1"], "title": "x"}]},
+        {"operations": [{"op": "merge", "scenes": ["S1", "S1"], "title": "x"}]},
     ],
-    ids=["unknown-scene", "unknown-memory", "too-many-scenes", "merge-of-one"],
+    ids=["unknown-scene", "unknown-memory", "too-many-scenes", "merge-of-one", "merge-itself"],
 )
 async def test_invalid_operations_are_refused(
     llm_memory: AsyncMemory, scripted_llm: ScriptedLLM, bad: dict[str, object]
