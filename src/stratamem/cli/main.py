@@ -28,8 +28,7 @@ from stratamem.cli.pipeline_cmds import bench, pipeline, worker
 def cli(ctx: click.Context, data_dir: Path | None, embedder: str | None) -> None:
     """stratamem: layered long-term memory for AI agents."""
     ctx.ensure_object(dict)
-    if data_dir is not None:  # absent: each command falls back to its default
-        ctx.obj["data_dir"] = data_dir
+    ctx.obj["data_dir"] = data_dir
     ctx.obj["embedder"] = embedder
 
 
@@ -40,16 +39,19 @@ for command in (
     memory_cmds.import_,
     memory_cmds.reindex,
     memory_cmds.stats,
+    worker,
+    pipeline,
+    bench,
 ):
     cli.add_command(command)
-cli.add_command(worker)
-cli.add_command(pipeline)
-cli.add_command(bench)
-cli.add_command(layers_cmds.flush)
-cli.add_command(layers_cmds.schedule)
-cli.add_command(layers_cmds.memories)
-cli.add_command(layers_cmds.profile)
-cli.add_command(layers_cmds.scenes)
+for command in (
+    layers_cmds.flush,
+    layers_cmds.schedule,
+    layers_cmds.memories,
+    layers_cmds.profile,
+    layers_cmds.scenes,
+):
+    cli.add_command(command)
 
 
 def main() -> None:
