@@ -271,3 +271,7 @@ def scenes_show(
         click.echo(f"# {scene.title} (v{scene.version}, {state}, heat {scene.heat:.1f})")
         click.echo(scene.summary)
         click.echo(scene.body)
+
+
+#: The commands `stratamem.cli.main` adds to the root group.
+LAYER_COMMANDS: tuple[click.Command, ...] = (flush, schedule, memories, profile, scenes)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from stratamem.cli import layers_cmds, memory_cmds
+from stratamem.cli import memory_cmds
+from stratamem.cli.layers_cmds import LAYER_COMMANDS
 from stratamem.cli.pipeline_cmds import bench, pipeline, worker
 
 
@@ -44,13 +45,9 @@ for command in (
     bench,
 ):
     cli.add_command(command)
-for command in (
-    layers_cmds.flush,
-    layers_cmds.schedule,
-    layers_cmds.memories,
-    layers_cmds.profile,
-    layers_cmds.scenes,
-):
+
+
+for command in LAYER_COMMANDS:
     cli.add_command(command)
 
 
