@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from stratamem.cli import memory_cmds
+from stratamem.cli.layers_cmds import LAYER_COMMANDS
 from stratamem.cli.pipeline_cmds import bench, pipeline, worker
 
 
@@ -43,6 +44,10 @@ for command in (
     pipeline,
     bench,
 ):
+    cli.add_command(command)
+
+
+for command in LAYER_COMMANDS:
     cli.add_command(command)
 
 

@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from dataclasses import dataclass
 
 from stratamem.errors import StoreError
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    version: int
-    name: str
-    sql: str
-
+from stratamem.store.sqlite.layer_schema import LAYER_MIGRATIONS
+from stratamem.store.sqlite.migration import Migration
 
 _FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 # The full-text tables index a scope column too: the tenant's token (`scope.py`) and, for
@@ -122,6 +115,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "turns with full-text index", M001_TURNS),
     Migration(2, "memories with full-text index", M002_MEMORIES),
     Migration(3, "meta and fencing tokens", M003_META),
+    *LAYER_MIGRATIONS,
 )
 
 
