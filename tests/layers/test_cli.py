@@ -61,3 +61,15 @@ def test_profile_and_scenes(flushed: Path) -> None:
     }  # fmt: skip
     code, out = run(flushed, "scenes", "show", "--tenant", "t1", listed[0]["id"], "--history")
     assert code == 0 and "v1" in out
+
+
+def test_schedule_once_enqueues_due_sessions(flushed: Path) -> None:
+    code, out = run(flushed, "capture", "--tenant", "t1", "--session", "s2",
+                    "--text", "I adopted a cat.")  # fmt: skip
+    assert code == 0, out
+    code, out = run(flushed, "schedule", "--once")
+    assert code == 0 and out.strip() == "L1 t1 s2 (turns)"
+    code, out = run(flushed, "schedule", "--once")
+    assert code == 0 and out.strip() == ""  # requested already
+    code, out = run(flushed, "pipeline", "status", "--json")
+    assert code == 0 and json.loads(out)["depth"]["ready"] == 1

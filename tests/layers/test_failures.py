@@ -32,7 +32,7 @@ TURNS = [
 BAD_ID = Reply.json(
     {"memories": [{"type": "persona", "content": "x", "source_turn_ids": ["T7"]}]}
 )
-FENCE_KEY = "session:acme:s1"
+FENCE_KEY = "session/acme/s1"
 SCOPE = Scope("acme")
 
 

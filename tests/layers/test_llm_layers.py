@@ -36,6 +36,7 @@ async def test_happy_path_end_to_end(llm_memory: AsyncMemory, scripted_llm: Scri
         "Maria: I'm a nurse and I live in Lisbon.",
     ]
     assert {m.mode for m in memories} == {Mode.LLM}
+    assert {m.metadata["made_by"] for m in memories} == {"l1_extract@v1"}
     turns = llm_memory.store.list_turns(SCOPE, "s1")
     race = next(m for m in memories if m.type is MemoryType.EPISODIC)
     assert race.source_turn_ids == (turns[2].id,)

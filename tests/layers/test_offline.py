@@ -69,6 +69,8 @@ def test_relative_dates_resolve_against_the_turn_time() -> None:
         "on Wednesday I swam": "2024-05-01",
         "tomorrow I fly": "2024-05-09",
         "I changed jobs last year": "2023-05-09",
+        "the appointment is next Monday": "2024-05-13",
+        "we fly next week": "2024-05-15",
     }
     for sentence, expected in cases.items():
         assert day(resolve_relative_date(sentence, wednesday)) == expected, sentence
@@ -84,3 +86,12 @@ def test_statements_and_types() -> None:
     ]
     kinds = [offline.classify(s) for s in offline.split_statements(text)]
     assert kinds == [MemoryType.PERSONA, MemoryType.INSTRUCTION, MemoryType.EPISODIC]
+    assert offline.classify("And always give me metric units.") is MemoryType.INSTRUCTION
+    assert offline.classify("Keep it short though.") is MemoryType.INSTRUCTION
+
+
+async def test_a_statement_repeated_in_a_batch_is_stored_once(offline_memory: AsyncMemory) -> None:
+    text = "I love green tea. I love green tea."
+    await offline_memory.capture("acme", "s1", [{"role": "user", "text": text}])
+    result = await offline_memory.flush("acme", "s1")
+    assert result.l1[0].counts["store"] == 1

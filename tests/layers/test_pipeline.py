@@ -15,18 +15,23 @@ from stratamem.clock import ManualClock
 from stratamem.core import AsyncMemory
 from stratamem.domain import Scope
 from stratamem.layers.executors import LayerExecutors, LayerScheduler, register_executors
+from stratamem.layers.service import LayerService
+from stratamem.llm import LLMClient
 from stratamem.pipeline.executors import ExecutionContext, ExecutorRegistry
-from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.settings import LockScope, PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Delivery, Task, TaskType
-from stratamem.pipeline.timers import l2_timer_key
+from stratamem.pipeline.timers import l2_timer_key, lock_key_for
 from stratamem.pipeline.worker import Outcome, Worker
 from stratamem.store.base import Fence
 from stratamem.store.sqlite import SqliteStore
 from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers, l1_reply
 
+from .conftest import llm_settings
+
 SCOPE = Scope("acme")
+LOCK_KEY = lock_key_for(Task(TaskType.L1, "acme", "s1"), LockScope.SESSION)
 TURNS = [
     {"role": "user", "speaker": "Maria", "text": "I'm a nurse and I live in Lisbon."},
     {"role": "user", "speaker": "Maria", "text": "I ran a half marathon yesterday."},
@@ -132,7 +137,7 @@ async def test_a_lock_taken_over_during_the_call_aborts_then_redelivery_writes_o
     def take_over_once(request: RecordedRequest) -> Reply:
         if not taken:  # another worker got the session's lock with a newer token
             taken.append(True)
-            with store.writing(Fence("session/acme/s1", 10**6)):
+            with store.writing(Fence(LOCK_KEY, 10**6)):
                 pass
         return l1_reply(request)
 
@@ -144,12 +149,106 @@ async def test_a_lock_taken_over_during_the_call_aborts_then_redelivery_writes_o
     assert await rig.worker.handle(delivery) is Outcome.ABORTED
     assert store.list_memories(SCOPE) == []
 
-    with store.writing(Fence("session/acme/s1", 2 * 10**6)):
+    with store.writing(Fence(LOCK_KEY, 2 * 10**6)):
         pass  # the fence table moves on; our next grant must be newer still
     executors = LayerExecutors(rig.memory.layer_service())
     # the task is delivered again (its delivery was never acknowledged) under a newer grant
-    ctx = ExecutionContext(delivery.task, "session/acme/s1", 3 * 10**6, rig.clock, 0.0)
+    ctx = ExecutionContext(delivery.task, LOCK_KEY, 3 * 10**6, rig.clock, 0.0)
     assert (await executors.l1(ctx)).changed
     again = await executors.l1(ctx)  # delivered once more after a crash before the ack
     assert again.changed  # replayed from the receipt, so the cascade still runs
     assert len(store.list_memories(SCOPE)) == 2
+
+
+async def test_flush_task_catches_up_then_cascades_to_l2_and_l3(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    rig.memory.layer_settings.max_batch_turns = 1  # two L1 batches inside one flush
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.backend.enqueue(Task(TaskType.FLUSH, "acme", "s1"), now=rig.clock.now())
+
+    assert await rig.run_next(TaskType.FLUSH) is Outcome.COMPLETED
+    assert len(scripted_llm.calls("L1")) == 2
+    assert await rig.run_next(TaskType.L2) is Outcome.COMPLETED  # forced: no delay
+    assert await rig.run_next(TaskType.L3) is Outcome.COMPLETED
+    assert rig.memory.layers is not None and rig.memory.layers.profile(SCOPE) is not None
+    assert await rig.worker.pump_once() == 1  # the cascade's L2 timer, due at once …
+    assert await rig.run_next(TaskType.L2) is Outcome.SKIPPED  # … finds it too soon, re-arms
+    assert len(scripted_llm.calls("L2")) == 1
+
+
+async def test_l3_is_enqueued_every_k_memories(rig: Rig, scripted_llm: ScriptedLLM) -> None:
+    install_layer_handlers(scripted_llm)
+    rig.memory.layer_settings.l3_every_memories = 2
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
+
+    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+    l3 = await rig.next(TaskType.L3)
+    assert l3.task.payload == {"reason": "memories", "session": "s1"}
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        (Reply.error(500, "model overloaded"), "LLMHTTPError"),
+        (Reply.held(Reply.json({"memories": []})), "LLMTimeout"),
+        (Reply.text('{"memories": [{"type": "persona"'), "StageOutputRejected"),
+    ],
+    ids=["http-500", "timeout", "truncated-json"],
+)
+async def test_every_failure_kind_ends_in_a_dead_letter(
+    rig: Rig, scripted_llm: ScriptedLLM, reply: Reply, error: str
+) -> None:
+    scripted_llm.on("L1", lambda request: reply)
+    short = LLMClient(llm_settings(scripted_llm, timeout_s=0.3, max_attempts=1))
+    assert rig.memory.layers is not None
+    service = LayerService(rig.memory.store, rig.memory.layers, llm=short)
+    registry = ExecutorRegistry()
+    register_executors(registry, service, rig.backend)
+    worker = Worker(rig.backend, registry, PipelineSettings(retry_limit=0), clock=rig.clock,
+                    name="w2", sleep=_no_sleep)  # fmt: skip
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
+
+    assert await worker.handle(await rig.next(TaskType.L1)) is Outcome.DEAD
+    [dead] = await rig.backend.list_dead(limit=10)
+    assert dead.error.startswith(error)
+    [failure] = rig.memory.layers.list_failures(SCOPE)
+    assert failure.stage == "L1" and failure.task_id == dead.task.id
+    if error == "LLMHTTPError":
+        assert "model overloaded" in failure.raws[0]
+    if error == "StageOutputRejected":
+        assert dead.error.endswith("""raw reply begins '{"memories": [{"type": "persona"'""")
+        assert failure.raws == ('{"memories": [{"type": "persona"',) * 2
+    assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == 0
+    assert len(rig.memory.store.list_turns(SCOPE, "s1")) == 2
+    await short.aclose()
+
+
+async def test_a_backlog_longer_than_a_batch_is_requested_again(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    rig.memory.layer_settings.max_batch_turns = 2
+    turns = [{"role": "user", "speaker": "Maria", "text": f"I visited city number {i}."}
+             for i in range(5)]  # fmt: skip
+    await rig.memory.capture("acme", "s1", turns)
+    for cursor, wait_s in ((2, 0.0), (4, 0.0), (5, 300.0)):
+        rig.clock.advance(wait_s)  # the last turn waits for the idle timeout (warm-up: 4 turns)
+        assert len(await rig.scheduler.tick()) == 1
+        assert await rig.scheduler.tick() == []  # in flight, nothing new
+        assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+        assert rig.memory.layers is not None
+        assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == cursor
+    assert await rig.scheduler.tick() == []
+
+
+async def test_a_request_left_unprocessed_is_made_again_when_stale(rig: Rig) -> None:
+    await rig.memory.capture("acme", "s1", TURNS)
+    assert len(await rig.scheduler.tick()) == 1
+    rig.clock.advance(3599)
+    assert await rig.scheduler.tick() == []  # still in flight
+    rig.clock.advance(2)
+    assert len(await rig.scheduler.tick()) == 1  # e.g. dead-lettered: asked for again

@@ -221,7 +221,12 @@ def check_outcomes(
     for task in tasks:
         ended = [r for r in by_task[task.id] if r.end is not None]
         cut = [r for r in by_task[task.id] if r.end is None]
-        assert len(ended) == 1, f"{task.id} completed {len(ended)} times"
+        # At least once; a second completion only where a faulted worker ran the task: a worker
+        # paused past its TTL may finish (its token still the newest the store saw) before it
+        # learns it lost the lock, and the task is then delivered again (at most 1 + faults).
+        by_faulted = [r for r in by_task[task.id] if r.pid in faulted]
+        assert 1 <= len(ended) <= 1 + len(by_faulted), f"{task.id} completed {len(ended)} times"
+        assert sum(r.pid not in faulted for r in ended) <= 1, f"{task.id} completed twice"
         assert all(r.pid in faulted for r in cut), f"{task.id} interrupted without a fault"
     dead = cluster.call(cluster.backend.list_dead(limit=100))
     assert sorted(d.task.id for d in dead) == sorted(t.id for t in poison)

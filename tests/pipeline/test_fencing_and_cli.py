@@ -116,3 +116,15 @@ def test_every_pipeline_command_is_documented() -> None:
     for name, command in _commands(cli):
         if name.split()[0] in {"worker", "pipeline", "bench"}:
             assert command.help, f"`stratamem {name}` has no help text"
+
+
+@pytest.mark.redis
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:saq.*")  # saq calls redis-py's setex
+def test_bench_pipeline_prints_the_figures(tmp_path: Path) -> None:
+    out = run_cli(
+        tmp_path, "bench", "pipeline", "--backend", "sqlite", "--tasks", "20", "--workers", "2",
+        "--repeat", "1", "--json",
+    )  # fmt: skip
+    report = json.loads(out.strip().splitlines()[-1])
+    assert {"tasks_per_s", "p50_start_ms", "p99_start_ms", "baseline", "ratio"} <= set(report)
+    assert report["baseline"]["name"] == "saq" and report["tasks_per_s"] > 0

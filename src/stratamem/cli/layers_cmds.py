@@ -1,7 +1,9 @@
-"""CLI commands over the memory layers: flush, memories, profile, scenes."""
+"""CLI commands over the memory layers: flush, schedule, memories, profile, scenes."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -10,7 +12,12 @@ from typing import Any
 import click
 
 from stratamem.cli.common import handle_errors, open_memory, print_json, settings_from
+from stratamem.config import Settings
+from stratamem.core import AsyncMemory
 from stratamem.domain import MemoryRecord, MemoryType, Profile, Scene, Scope
+from stratamem.layers.executors import LayerScheduler
+from stratamem.pipeline.runner import open_backend
+from stratamem.pipeline.settings import PipelineSettings
 from stratamem.store.base import Filters
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.layers import SqliteLayerStore
@@ -85,6 +92,37 @@ def flush(ctx: click.Context, tenant: str, session: str, as_json: bool) -> None:
         if stage is not None:
             click.echo(f"{stage.stage}: {'changed' if stage.changed else 'unchanged'}"
                        f" ({stage.mode.value})")  # fmt: skip
+
+
+@click.command()
+@click.option("--interval", default=1.0, show_default=True, help="Seconds between two scans.")
+@click.option("--once", is_flag=True, help="Scan once, print the tasks enqueued, and exit.")
+@click.pass_context
+@handle_errors
+def schedule(ctx: click.Context, interval: float, once: bool) -> None:
+    """Enqueue L1 tasks on the pipeline for sessions that are due, until SIGTERM / SIGINT."""
+    tasks = asyncio.run(_schedule(settings_from(ctx), interval, once))
+    for line in tasks:
+        click.echo(line)
+
+
+async def _schedule(settings: Settings, interval: float, once: bool) -> list[str]:
+    memory = AsyncMemory.open(settings, embedder=None, llm=None)
+    backend = open_backend(PipelineSettings(), settings.data_dir)
+    try:
+        scheduler = LayerScheduler(memory.layer_service(), backend, memory.clock)
+        if once:
+            return [f"L1 {t.tenant} {t.session} ({t.payload['trigger']})"
+                    for t in await scheduler.tick()]  # fmt: skip
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await scheduler.run(stop, interval)
+        return []
+    finally:
+        await backend.close()
+        await memory.aclose()
 
 
 @click.group()
@@ -233,3 +271,7 @@ def scenes_show(
         click.echo(f"# {scene.title} (v{scene.version}, {state}, heat {scene.heat:.1f})")
         click.echo(scene.summary)
         click.echo(scene.body)
+
+
+#: The commands `stratamem.cli.main` adds to the root group.
+LAYER_COMMANDS: tuple[click.Command, ...] = (flush, schedule, memories, profile, scenes)

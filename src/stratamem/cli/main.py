@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from stratamem.cli import layers_cmds, memory_cmds, service_cmds
+from stratamem.cli import memory_cmds, service_cmds
+from stratamem.cli.layers_cmds import LAYER_COMMANDS
 from stratamem.cli.pipeline_cmds import bench, pipeline, worker
 
 
@@ -28,8 +29,7 @@ from stratamem.cli.pipeline_cmds import bench, pipeline, worker
 def cli(ctx: click.Context, data_dir: Path | None, embedder: str | None) -> None:
     """stratamem: layered long-term memory for AI agents."""
     ctx.ensure_object(dict)
-    if data_dir is not None:  # absent: each command falls back to its default
-        ctx.obj["data_dir"] = data_dir
+    ctx.obj["data_dir"] = data_dir
     ctx.obj["embedder"] = embedder
 
 
@@ -40,15 +40,15 @@ for command in (
     memory_cmds.import_,
     memory_cmds.reindex,
     memory_cmds.stats,
+    worker,
+    pipeline,
+    bench,
 ):
     cli.add_command(command)
-cli.add_command(worker)
-cli.add_command(pipeline)
-cli.add_command(bench)
-cli.add_command(layers_cmds.flush)
-cli.add_command(layers_cmds.memories)
-cli.add_command(layers_cmds.profile)
-cli.add_command(layers_cmds.scenes)
+
+
+for command in LAYER_COMMANDS:
+    cli.add_command(command)
 cli.add_command(service_cmds.serve)
 cli.add_command(service_cmds.tenants)
 cli.add_command(service_cmds.keys)

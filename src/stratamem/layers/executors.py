@@ -23,6 +23,9 @@ from stratamem.store.base import Fence
 
 log = logging.getLogger(__name__)
 REQUESTED_FIELD = "l1_requested_upto"
+REQUESTED_AT_FIELD = "l1_requested_at"
+REQUEST_STALE_S = 3600.0
+"""A request whose batch is still unprocessed after this long (dead-lettered) is made again."""
 
 
 def _run(ctx: ExecutionContext) -> Run:
@@ -49,7 +52,8 @@ class LayerExecutors:
         return _result(stage)
 
     async def flush(self, ctx: ExecutionContext) -> ExecResult:
-        """L1 until the session is caught up; the cascade then runs L2 at once, then L3."""
+        """L1 until the session is caught up, then an L2 that skips the delay (its cascade runs
+        L3 when the scenes changed)."""
         run = _run(ctx)
         changed = False
         for i in range(1000):
@@ -59,6 +63,8 @@ class LayerExecutors:
             if stage.skipped:
                 break
         await self._l3_by_count(ctx)
+        task = ctx.task
+        ctx.enqueue_after_release(Task(TaskType.L2, task.tenant, task.session, {"force": True}))
         return ExecResult(changed=changed)
 
     async def l2(self, ctx: ExecutionContext) -> ExecResult:
@@ -115,8 +121,10 @@ def register_executors(
 class LayerScheduler:
     """Finds sessions whose L1 is due (turns past the cursor) and enqueues one L1 each.
 
-    A session is not enqueued again until new turns arrive past what was last requested, so a
-    scan every second costs one query, not a task per session per scan.
+    A request covers the next batch (`max_batch_turns` past the cursor). While it is in flight
+    (the cursor below it) the session is not enqueued again unless the next batch grew beyond
+    it or the request went stale, so a scan every second costs one query, not a task per session
+    per scan; a backlog longer than one batch is requested batch by batch.
     """
 
     def __init__(
@@ -127,6 +135,15 @@ class LayerScheduler:
         self.clock = clock
         self.scan_limit = scan_limit
 
+    async def run(self, stop: asyncio.Event, interval_s: float = 1.0) -> None:
+        """Scan every `interval_s` until `stop` is set (run it beside a worker)."""
+        while not stop.is_set():
+            await self.tick()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+            except TimeoutError:
+                continue
+
     async def tick(self) -> list[Task]:
         """One scan; returns the L1 tasks enqueued."""
         now = self.clock.now()
@@ -135,22 +152,35 @@ class LayerScheduler:
         )
         enqueued: list[Task] = []
         for due in scheduling.due_l1(sessions, now, self.service.settings):
-            scope = session_scope(due.tenant, due.session)
-            state = await self.backend.state_get(scope)
-            if int(state.get(REQUESTED_FIELD, "0")) >= due.upto_seq:
-                continue
-            task = Task(TaskType.L1, due.tenant, due.session, {"trigger": due.trigger.value})
-            await self.backend.enqueue(task, now=now)
-            await self.backend.state_set(scope, REQUESTED_FIELD, str(due.upto_seq))
-            enqueued.append(task)
+            if await self._request(due, now):
+                enqueued.append(
+                    Task(TaskType.L1, due.tenant, due.session, {"trigger": due.trigger.value})
+                )
+                await self.backend.enqueue(enqueued[-1], now=now)
         return enqueued
 
+    async def _request(self, due: scheduling.L1Due, now: float) -> bool:
+        """Record a request for the next batch unless one covering it is still in flight."""
+        scope = session_scope(due.tenant, due.session)
+        state = await self.backend.state_get(scope)
+        target = min(due.upto_seq, due.cursor_seq + self.service.settings.max_batch_turns)
+        requested = int(state.get(REQUESTED_FIELD, "0"))
+        fresh = now - float(state.get(REQUESTED_AT_FIELD, "0")) < REQUEST_STALE_S
+        if requested > due.cursor_seq and requested >= target and fresh:
+            return False
+        await self.backend.state_set(scope, REQUESTED_FIELD, str(target))
+        await self.backend.state_set(scope, REQUESTED_AT_FIELD, repr(now))
+        return True
 
 def layer_registry() -> ExecutorRegistry:
     """The registry `stratamem worker --executors stratamem.layers.executors:layer_registry`
     loads: the layers over the store, embedder and LLM configured by `STRATAMEM_*` variables
-    (offline mode when no LLM endpoint is configured)."""
+    (offline mode when no LLM endpoint is configured), with the configured pipeline backend for
+    re-arming early L2 timers. They live as long as the worker process."""
     from stratamem.core import AsyncMemory  # noqa: PLC0415 - runtime wiring, not a layer import
+    from stratamem.pipeline.runner import open_backend  # noqa: PLC0415
+    from stratamem.pipeline.settings import PipelineSettings  # noqa: PLC0415
 
     memory = AsyncMemory.open()
-    return LayerExecutors(memory.layer_service()).registry()
+    backend = open_backend(PipelineSettings(), memory.settings.data_dir)
+    return LayerExecutors(memory.layer_service(), backend).registry()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -127,6 +127,18 @@ def offline_decisions(
     return out
 
 
+def unique(memories: Sequence[NewMemory]) -> list[NewMemory]:
+    """The proposed memories without repeats of the same text within the batch."""
+    seen: set[str] = set()
+    out: list[NewMemory] = []
+    for memory in memories:
+        key = _norm(memory.content)
+        if key not in seen:
+            seen.add(key)
+            out.append(memory)
+    return out
+
+
 def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
@@ -147,8 +159,12 @@ def plan(
     id_seed: str,
     now: float,
     mode: Mode,
+    made_by: str = "",
 ) -> L1Plan:
-    """Records to write: new memories (ids from `id_seed`) and the versions they close."""
+    """Records to write: new memories (ids from `id_seed`) and the versions they close.
+
+    `made_by` (a prompt tag such as `l1_extract@v1`) goes into each memory's metadata.
+    """
     out = L1Plan([], [], {a.value: 0 for a in Action})
     for decision in decisions:
         out.counts[decision.action.value] += 1
@@ -158,6 +174,8 @@ def plan(
         new_id = stable_id("m", scope.tenant, id_seed, decision.index)
         olds = [existing[t] for t in decision.targets]
         record = _record(scope, session, memory, olds, new_id, decision.content, now, mode)
+        if made_by:
+            record = replace(record, metadata={**record.metadata, "made_by": made_by})
         out.memories.append(record)
         out.supersedes.extend(Supersede(old.id, new_id) for old in olds)
     return out

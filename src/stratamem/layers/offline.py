@@ -24,8 +24,10 @@ _SMALL_TALK = re.compile(
     r"^(hi|hello|hey|thanks|thank you|ok|okay|sure|bye|good (morning|night|evening))\b",
     re.IGNORECASE,
 )
+_FILLER = re.compile(r"^((and|but|also|so|oh|well|ok|okay|plus)\b[\s,]*)+", re.IGNORECASE)
 _INSTRUCTION = re.compile(
-    r"^(please\b|always\b|never\b|don'?t\b|do not\b|remember to\b|call me\b|from now on\b)"
+    r"^(please|always|never|don'?t|do not|remember to|call me|from now on|keep it|give me"
+    r"|answer|reply|remind me|stop|avoid|use)\b"
     r"|\b(you should|i want you to|make sure to)\b",
     re.IGNORECASE,
 )
@@ -50,6 +52,7 @@ def split_statements(text: str) -> list[str]:
 
 
 def classify(sentence: str) -> MemoryType:
+    sentence = _FILLER.sub("", sentence)
     if _INSTRUCTION.search(sentence):
         return MemoryType.INSTRUCTION
     if _PERSONA.search(sentence):

@@ -63,6 +63,7 @@ class L1Due:
     tenant: str
     session: str
     trigger: Trigger
+    cursor_seq: int
     upto_seq: int
 
 
@@ -74,5 +75,7 @@ def due_l1(
     for state in sessions:
         trigger = l1_trigger(state, now, settings)
         if trigger is not None:
-            due.append(L1Due(state.tenant, state.session, trigger, state.last_seq))
+            due.append(
+                L1Due(state.tenant, state.session, trigger, state.cursor_seq, state.last_seq)
+            )
     return due

@@ -146,12 +146,17 @@ class SceneOp(BaseModel):
             raise ValueError("create needs title, summary and body")
         if self.op in ("update", "delete") and not self.scene:
             raise ValueError(f"{self.op} needs `scene`")
+        if self.op == "merge" and len(set(self.scenes)) != len(self.scenes):
+            raise ValueError("merge names each of its `scenes` once")
         if self.op == "merge" and len(self.scenes) < 2:
-            raise ValueError("merge needs at least two `scenes`")
+            raise ValueError("merge needs at least two different `scenes`")
         return self
 
     def scene_ids(self) -> list[str]:
-        return [*([self.scene] if self.scene and self.op != "create" else []), *self.scenes]
+        """The existing scenes the operation acts on (merge: `scenes`, the first one kept)."""
+        if self.op == "merge":
+            return list(self.scenes)
+        return [self.scene] if self.scene and self.op != "create" else []
 
 
 class SceneOps(BoundSchema):

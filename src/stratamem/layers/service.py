@@ -22,7 +22,13 @@ from stratamem import backfill
 from stratamem.clock import Clock, SystemClock
 from stratamem.domain import MemoryRecord, MemoryType, Mode, Profile, Scene, Scope, Turn
 from stratamem.embed.base import Embedder
-from stratamem.errors import EmbeddingError, LLMError, StageOutputRejected
+from stratamem.errors import (
+    ConfigError,
+    EmbeddingError,
+    InvalidInput,
+    LLMError,
+    StageOutputRejected,
+)
 from stratamem.layers import l1_extract, l1_reconcile, l2_scenes, l3_profile, offline
 from stratamem.layers.model import NewMemory, Reconciled, StageResult
 from stratamem.layers.prompts import load_prompt
@@ -109,7 +115,7 @@ class LayerService:
         if not batch:
             return StageResult("L1", self.mode, skipped=True)
         background = await self._background(run.scope, session, state.cursor_seq)
-        proposed = await self._extract(run, batch, background)
+        proposed = l1_reconcile.unique(await self._extract(run, batch, background))
         plan = await self._reconcile(run, proposed, f"{session}:{state.cursor_seq}")
         counts = {"turns": len(batch), **plan.counts}
         result = StageResult("L1", self.mode, changed=bool(plan.memories), counts=counts)
@@ -154,8 +160,9 @@ class LayerService:
         )  # fmt: skip
         decisions = await self._decide(run, proposed, neighbours)
         existing = {m.id: m for group in neighbours for m in group}
+        made_by = "offline@v1" if self.llm is None else load_prompt("l1_extract").tag
         return l1_reconcile.plan(run.scope, _session_of(run), proposed, decisions, existing,
-                                 id_seed, self.clock.now(), self.mode)  # fmt: skip
+                                 id_seed, self.clock.now(), self.mode, made_by)  # fmt: skip
 
     async def _decide(
         self,
@@ -271,7 +278,7 @@ class LayerService:
     async def _ask(self, run: Run, stage: str, messages: Any, schema: type[M]) -> M:
         """One validated LLM reply; every failure is recorded with its raw text, then raised."""
         if self.llm is None:
-            raise StageOutputRejected(f"stage {stage} needs an LLM", raws=())
+            raise ConfigError(f"stage {stage} needs an LLM endpoint")
         try:
             return await self.llm.complete_json(stage, messages, schema)
         except LLMOutputInvalid as exc:
@@ -296,5 +303,5 @@ class LayerService:
 
 def _session_of(run: Run) -> str:
     if run.session is None:
-        raise ValueError("L1 runs on a session")
+        raise InvalidInput(f"task {run.task_id}: L1 runs on a session, none was given")
     return run.session
