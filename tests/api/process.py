@@ -47,6 +47,11 @@ def stratamem(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def env_for_checkout(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without STRATAMEM_* settings, running this checkout's code."""
+    return _env(extra)
+
+
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
     return {**env, "PYTHONPATH": str(SRC), "HF_HUB_OFFLINE": "1", **(extra or {})}
@@ -92,13 +97,20 @@ def serving(
     data_dir: Path, log: Path, *args: str, env: dict[str, str] | None = None
 ) -> Iterator[ServeProcess]:
     """A `stratamem serve` on a free port; stopped (or already killed) on exit."""
+    command = [sys.executable, "-m", "stratamem.cli.main", "--data-dir", str(data_dir),
+               "--embedder", "hash:64", "serve", "--port", "0", *args]  # fmt: skip
+    with running(command, log, _env(env)) as server:
+        yield server
+
+
+@contextmanager
+def running(
+    command: list[str], log: Path, env: dict[str, str], cwd: Path | None = None
+) -> Iterator[ServeProcess]:
+    """Any command that ends up announcing `listening on URL`; stopped on exit."""
     offset = log.stat().st_size if log.exists() else 0
     with log.open("ab") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "stratamem.cli.main", "--data-dir", str(data_dir),
-             "--embedder", "hash:64", "serve", "--port", "0", *args],
-            env=_env(env), stdout=sink, stderr=sink,
-        )
+        proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=sink, stderr=sink)
     try:
         url = _wait_for_address(proc, log, offset)
         _wait_for_health(url)

@@ -60,8 +60,10 @@ def create_app(
 
 
 def _install_middleware(app: FastAPI, services: Services) -> None:
-    """Outermost last: metrics see every request, the body limit runs before anything reads."""
+    """Each one added wraps the ones before: the body limit runs before anything reads, CORS
+    headers reach every answer (a 413 too), metrics see every request."""
     settings = services.settings
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -69,7 +71,6 @@ def _install_middleware(app: FastAPI, services: Services) -> None:
             allow_methods=["GET", "POST", "PATCH", "DELETE"],
             allow_headers=["Authorization", "Content-Type"],
         )
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=services.metrics, monotonic=services.monotonic)
 
 

@@ -81,7 +81,8 @@ def status_of(error: StratamemError) -> tuple[int, str]:
 
 
 async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StratamemError)
+    if not isinstance(exc, StratamemError):  # registered for StratamemError only
+        raise exc
     status, kind = status_of(exc)
     if status >= 500:
         log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
@@ -89,13 +90,15 @@ async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, HTTPException)
+    if not isinstance(exc, HTTPException):  # registered for HTTPException only
+        raise exc
     kind = TYPE_OF_STATUS.get(exc.status_code, "http_error")
     return error_response(exc.status_code, kind, str(exc.detail))
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
+    if not isinstance(exc, RequestValidationError):  # registered for RequestValidationError only
+        raise exc
     parts = []
     for error in exc.errors():
         where = ".".join(str(p) for p in error.get("loc", ()))

@@ -121,6 +121,11 @@ class TenantStore:
             ).fetchall()
         return [Tenant(r["name"], r["label"], r["created_at"]) for r in rows]
 
+    def count_tenants(self) -> int:
+        """How many tenants there are (also a cheap check that the store answers)."""
+        with self._store.reading() as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM tenants").fetchone()[0])
+
     # -- keys --------------------------------------------------------------------------------
     def create_key(self, tenant: str, label: str = "") -> IssuedKey:
         """Issue a new key for an existing tenant; its token is returned once, never stored."""
