@@ -7,7 +7,7 @@ per chat message for its role and separators. Deterministic so budgets are repro
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stratamem.llm.wire import estimate_tokens
@@ -28,5 +28,5 @@ def message_tokens(message: Mapping[str, Any]) -> int:
     return MESSAGE_OVERHEAD_TOKENS + estimate_tokens(chars)
 
 
-def context_tokens(messages: list[Mapping[str, Any]]) -> int:
+def context_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
     return sum(message_tokens(m) for m in messages)
