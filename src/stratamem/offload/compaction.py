@@ -211,14 +211,17 @@ def _inject(
             parts.append(block)
             used += text_tokens(block)
             shown.append(diagram.task_id)
-    refs = "Their tool results can be read back exactly by ref:"
+    header = "Their tool results can be read back exactly by ref:"
+    lines: list[str] = []
+    used += text_tokens(header)
     for entry in dropped:
         line = f"- {entry.tool} ({entry.call_id}): ref {entry.ref_id}"
-        if used + text_tokens(refs + line) > reserve:
+        if used + text_tokens(line) > reserve:
             break
-        refs += "\n" + line
+        lines.append(line)
         used += text_tokens(line)
-    parts.append(refs)
+    if lines:
+        parts.append("\n".join([header, *lines]))
     note: ChatMessage = {"role": "system", "content": "\n\n".join(parts)}
     work.messages.insert(work.head, note)
     return tuple(shown)

@@ -55,6 +55,8 @@ class ToolPair:
                 timestamp=float(data.get("timestamp") or default_ts),
                 duration_ms=_opt_float(data.get("duration_ms")),
             )
+        except InvalidInput:
+            raise
         except KeyError as exc:
             raise InvalidInput(f"a tool pair needs {exc.args[0]!r}") from exc
         except (TypeError, ValueError) as exc:
