@@ -46,18 +46,21 @@ class InProcessRunner:
     def ready(self) -> list[StageTask]:
         return list(self._ready)
 
-    def _fire_due(self) -> None:
+    def _fire_due(self, flush: bool) -> None:
         now = self._clock.now()
         for key, (due, task) in sorted(self._timers.items(), key=lambda kv: kv[1][0]):
-            if due <= now:
+            if flush or due <= now:
                 del self._timers[key]
                 self._ready.append(task)
 
-    async def run(self, offload: Offload, max_tasks: int = 10_000) -> RunReport:
-        """Run ready tasks and due timers until none is left (or `max_tasks` ran)."""
+    async def run(
+        self, offload: Offload, *, flush: bool = False, max_tasks: int = 10_000
+    ) -> RunReport:
+        """Run ready tasks and due timers until none is left (or `max_tasks` ran); with
+        `flush`, every timer counts as due (a script that will not wait for them)."""
         report = RunReport()
         for _ in range(max_tasks):
-            self._fire_due()
+            self._fire_due(flush)
             if not self._ready:
                 break
             task = self._ready.popleft()
