@@ -110,7 +110,7 @@ async def test_unmapped_leftovers_rearm_then_become_orphans(
 async def test_a_stale_fence_cannot_write_a_diagram(rig: Rig, scripted_llm: ScriptedLLM) -> None:
     await session_with_entries(rig, scripted_llm, 1)
     scripted_llm.on("offload-l2", model.diagram)
-    key = f"diagram:{T}:{S}"
+    key = f"diagram/{T}/{S}"
     await run_l2(rig.offload.deps, T, S, Fence(key, 7))
     pair = ToolPair("c3", "ls", {}, "x", rig.clock.now() + 3)
     await rig.offload.ingest(T, S, [pair])

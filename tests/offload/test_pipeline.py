@@ -16,6 +16,7 @@ from stratamem.llm import LLMClient
 from stratamem.offload import Offload, ToolPair
 from stratamem.offload.executors import PipelineScheduler, register_executors
 from stratamem.pipeline.executors import ExecutorRegistry
+from stratamem.pipeline.runner import load_registry
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import TaskType
@@ -120,5 +121,18 @@ async def test_the_whole_flow_on_the_pipeline_with_a_fenced_diagram(
     assert await pipe.step() is Outcome.COMPLETED  # offload-l2, fired by its timer
     [diagram] = (await pipe.offload.diagrams(T, S)).diagrams
     assert diagram.version == 1 and all(e.node_id for e in await pipe.offload.entries(T, S))
-    key = f"diagram:{T}:{S}"
+    key = f"diagram/{T}/{S}"
     assert sqlite_store.newest_fence(key) == await pipe.backend.fence_token(key) > 0
+
+
+def test_the_worker_factory_registers_the_offload_executors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRATAMEM_DATA_DIR", str(tmp_path))
+    for name in ("STRATAMEM_LLM_BASE_URL", "STRATAMEM_LLM_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    registry = load_registry("stratamem.offload.executors:worker_registry")
+    assert {TaskType.OFFLOAD_L1, TaskType.OFFLOAD_L15, TaskType.OFFLOAD_L2} <= set(
+        registry.types()
+    )
+    assert (tmp_path / "stratamem.db").exists()

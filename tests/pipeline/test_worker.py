@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 
 import pytest
 
-from stratamem.errors import StaleFencingToken
+from stratamem.errors import ConfigError, StaleFencingToken
 from stratamem.pipeline.backend import retry_timer_key
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
 from stratamem.pipeline.settings import LockScope, PipelineSettings
@@ -163,7 +164,7 @@ async def test_lock_freed_while_waiting_is_taken(harness: Harness) -> None:
     worker, sleeper = make_worker(harness, ok)
     task = Task(TaskType.L3, "t")
     key = lock_key_for(task, LockScope.SESSION)
-    assert key == "tenant:t"
+    assert key == "tenant/t"
     now = harness.clock.now()
     await harness.backend.acquire_lock(key, "other", ttl_ms=3_600_000, now=now)
 
@@ -254,11 +255,11 @@ async def test_executor_gets_token_and_enqueues_after_release(harness: Harness) 
         is Outcome.COMPLETED
     )
     assert await b.list_tasks(limit=10) == [follow_up]
-    assert await b.acquire_lock("session:t:s", "next", ttl_ms=1000, now=harness.clock.now())
+    assert await b.acquire_lock("session/t/s", "next", ttl_ms=1000, now=harness.clock.now())
     [queued] = await b.consume("c", count=1, block_ms=0, now=harness.clock.now())
     await b.ack(queued)
     await worker.handle(await deliver(harness, Task(TaskType.OFFLOAD_L1, "t", "s")))
-    assert seen == [("session:t:s", 1), (None, None)]
+    assert seen == [("session/t/s", 1), (None, None)]
 
 
 async def test_tenant_lock_scope_setting(harness: Harness) -> None:
@@ -271,7 +272,7 @@ async def test_tenant_lock_scope_setting(harness: Harness) -> None:
     worker, _ = make_worker(harness, record, lock_scope="tenant")
     for task_type in (TaskType.L1, TaskType.L2, TaskType.FLUSH, TaskType.OFFLOAD_L15):
         await worker.handle(await deliver(harness, Task(task_type, "t", "s")))
-    assert keys == ["tenant:t", "tenant:t", "tenant:t", None]
+    assert keys == ["tenant/t", "tenant/t", "tenant/t", None]
 
 
 @pytest.mark.parametrize("finish", [True, False])
@@ -299,3 +300,29 @@ async def test_graceful_stop(harness: Harness, finish: bool) -> None:
     assert key is not None
     assert await harness.backend.acquire_lock(key, "next", ttl_ms=1000, now=harness.clock.now())
     assert worker.metrics.running == {}
+    [published] = [json.loads(v) for v in (await harness.backend.state_get("_workers")).values()]
+    assert published["name"] == "w"
+    assert published["counters"]["completed"] == (1 if finish else 0)
+
+
+async def test_flush_moves_l2_timer_to_now(harness: Harness) -> None:
+    worker, _ = make_worker(harness, ok, l2_delay_s=60)
+    b, t0 = harness.backend, harness.clock.now()
+    await worker.handle(await deliver(harness, Task(TaskType.L1, "t", "s")))
+    harness.clock.advance(1)
+    await worker.handle(await deliver(harness, Task(TaskType.FLUSH, "t", "s")))
+    timer = await b.get_timer(l2_timer_key("t", "s"))
+    assert timer is not None and timer[0] == t0 + 1 and timer[1].type is TaskType.L2
+    assert await worker.pump_once() == 1
+    assert [t.type for t in await b.list_tasks(limit=10)] == [TaskType.L2]
+
+
+def test_settings_from_env_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STRATAMEM_PIPELINE_BACKEND", "redis")
+    monkeypatch.setenv("STRATAMEM_PIPELINE_LOCK_SCOPE", "tenant")
+    settings = PipelineSettings()
+    assert settings.backend == "redis" and settings.lock_scope is LockScope.TENANT
+    assert [settings.retry_delay_s(n) for n in range(3)] == [5, 15, 45]
+    assert settings.lock_wait_s == 30 and settings.heartbeat_s == 7.5
+    with pytest.raises(ConfigError):
+        PipelineSettings(lock_ttl_ms=60_000, reclaim_idle_ms=10_000)

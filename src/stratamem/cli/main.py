@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from stratamem.cli import memory_cmds, offload_cmds
+from stratamem.cli.pipeline_cmds import bench, pipeline, worker
 
 
 @click.group()
@@ -41,6 +42,9 @@ for command in (
 ):
     cli.add_command(command)
 cli.add_command(offload_cmds.offload)
+cli.add_command(worker)
+cli.add_command(pipeline)
+cli.add_command(bench)
 
 
 def main() -> None:

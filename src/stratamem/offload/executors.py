@@ -11,13 +11,19 @@ and writes its diagrams under the lock's fencing token.
 
 from __future__ import annotations
 
-from stratamem.clock import Clock
+from stratamem.clock import Clock, SystemClock
+from stratamem.config import Settings
+from stratamem.llm import LLMClient, LLMSettings
 from stratamem.offload.facade import Offload, mark_of
 from stratamem.offload.schedule import Stage, StageTask
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
+from stratamem.pipeline.runner import open_backend
+from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.store.base import Fence
+from stratamem.store.sqlite import SqliteStore
+from stratamem.store.sqlite.offload import SqliteOffloadStore
 
 _TYPES = {
     Stage.L1: TaskType.OFFLOAD_L1,
@@ -72,3 +78,22 @@ def register_executors(registry: ExecutorRegistry, offload: Offload) -> None:
     registry.register(TaskType.OFFLOAD_L1, offload_l1)
     registry.register(TaskType.OFFLOAD_L15, offload_l15)
     registry.register(TaskType.OFFLOAD_L2, offload_l2)
+
+
+def worker_registry() -> ExecutorRegistry:
+    """The offload executors for `stratamem worker --executors
+    stratamem.offload.executors:worker_registry`.
+
+    Reads the environment: the store under `STRATAMEM_DATA_DIR`, the pipeline backend of
+    `STRATAMEM_PIPELINE_*` (for follow-ups and timers), the LLM of `STRATAMEM_LLM_*` (offline
+    mode without one), `STRATAMEM_OFFLOAD_*`. The store and client live as long as the process.
+    """
+    settings, clock = Settings(), SystemClock()
+    backend = open_backend(PipelineSettings(), settings.data_dir)
+    llm_settings = LLMSettings()
+    llm = LLMClient(llm_settings, clock=clock) if llm_settings.configured else None
+    store = SqliteOffloadStore(SqliteStore(settings.store_path))
+    offload = Offload(store, PipelineScheduler(backend, clock), llm=llm, clock=clock)
+    registry = ExecutorRegistry()
+    register_executors(registry, offload)
+    return registry

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from stratamem.pipeline.timers import offload_l2_timer_key
+
 
 class Stage(StrEnum):
     L1 = "offload-l1"
@@ -27,12 +29,13 @@ class StageTask:
 
 
 def l1_timer_key(tenant: str, session: str) -> str:
-    return f"offload-l1:{tenant}:{session}"
+    """Identifiers cannot contain `/`, so no two sessions share a key."""
+    return f"offload-l1/{tenant}/{session}"
 
 
 def l2_timer_key(tenant: str, session: str) -> str:
-    """Same key as `stratamem.pipeline.timers.offload_l2_timer_key`, so dead letters clear it."""
-    return f"offload-l2:{tenant}:{session}"
+    """The pipeline's key (`offload_l2_timer_key`), so a dead letter clears the timer."""
+    return offload_l2_timer_key(tenant, session)
 
 
 class Scheduler(Protocol):

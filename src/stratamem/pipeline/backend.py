@@ -57,7 +57,7 @@ class PipelineBackend(Protocol):
 
     async def retry(self, delivery: Delivery, task: Task, *, due_at: float) -> None:
         """Atomically acknowledge `delivery` and schedule `task` (usually the next attempt) to
-        be enqueued at `due_at`, through the keyed timer `retry:<task.id>`."""
+        be enqueued at `due_at`, through the keyed timer `retry/<task.id>`."""
 
     async def depth(self) -> QueueDepth:
         """Counts of ready, in-flight (delivered, unacknowledged), timers and dead letters."""
@@ -138,7 +138,7 @@ class PipelineBackend(Protocol):
 
 
 def retry_timer_key(task: Task) -> str:
-    return f"retry:{task.id}"
+    return f"retry/{task.id}"
 
 
 DELIVERY_LIMIT_ERROR = "delivery limit exceeded (the task's worker went silent every time)"

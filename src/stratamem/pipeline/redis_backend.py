@@ -15,11 +15,11 @@ Stream entries carry the task JSON in field `task` and the enqueue time in field
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError, ResponseError, WatchError
 
 from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, retry_timer_key
 from stratamem.pipeline.errors import BackendUnavailable, DeadLetterNotFound
@@ -29,6 +29,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 GROUP = "workers"
+REQUEUE_ATTEMPTS = 5
 
 ACQUIRE_LUA = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -114,7 +115,7 @@ class RedisKeys:
         return f"{self.prefix}state:{scope}"
 
 
-def _translated(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+def _translated(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
@@ -345,19 +346,25 @@ class RedisBackend:
 
     @_translated
     async def requeue_dead(self, dead_id: str, *, now: float) -> Task:
+        """WATCH the dead stream, read the record, then delete it and enqueue in one MULTI."""
         await self._ensure_group()
-        entries: Any = await self._redis.xrange(self.keys.dead, min=dead_id, max=dead_id, count=1)
-        if not entries:
-            raise DeadLetterNotFound(f"no dead letter {dead_id!r}")
-        old = _dead(*entries[0]).task
-        task = Task(old.type, old.tenant, old.session, old.payload, 0, old.id)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.xdel(self.keys.dead, dead_id)
-            pipe.xadd(self.keys.tasks, {"task": task.to_json(), "at": repr(now)})
-            deleted, _ = await pipe.execute()
-        if int(deleted) != 1:
-            raise DeadLetterNotFound(f"dead letter {dead_id!r} was requeued concurrently")
-        return task
+        for _ in range(REQUEUE_ATTEMPTS):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                await pipe.watch(self.keys.dead)
+                entries: Any = await pipe.xrange(self.keys.dead, min=dead_id, max=dead_id)
+                if not entries:
+                    raise DeadLetterNotFound(f"no dead letter {dead_id!r}")
+                old = _dead(*entries[0]).task
+                task = Task(old.type, old.tenant, old.session, old.payload, 0, old.id)
+                pipe.multi()  # type: ignore[no-untyped-call]
+                pipe.xdel(self.keys.dead, dead_id)
+                pipe.xadd(self.keys.tasks, {"task": task.to_json(), "at": repr(now)})
+                try:
+                    await pipe.execute()
+                except WatchError:
+                    continue
+                return task
+        raise BackendUnavailable(f"dead letters kept changing while requeueing {dead_id!r}")
 
     @_translated
     async def purge_dead(self, dead_ids: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ loses nothing (its leases go idle and are reclaimed).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sqlite3
 import threading
@@ -103,26 +104,35 @@ def _migrate(conn: sqlite3.Connection) -> None:
 
 
 class _SqliteCore:
-    """Synchronous implementation; `SqliteBackend` runs each call in a thread."""
+    """Synchronous implementation. One connection per process, guarded by a re-entrant mutex;
+    `SqliteBackend` calls it on the event loop when the file is free and in a thread when not."""
 
     def __init__(self, path: Path) -> None:
         self.conn = connect(path)
-        self._mutex = threading.Lock()
+        self.mutex = threading.RLock()
+        self._busy_timeout_ms = BUSY_TIMEOUT_MS
+
+    def set_busy_timeout(self, ms: int) -> None:
+        """0 on the event loop (never block it: fail fast and retry in a thread)."""
+        if ms != self._busy_timeout_ms:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(ms)}")
+            self._busy_timeout_ms = ms
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        with self._mutex:
+        with self.mutex:
             self.conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self.conn
+                self.conn.execute("COMMIT")
             except BaseException:
-                self.conn.execute("ROLLBACK")
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
                 raise
-            self.conn.execute("COMMIT")
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
-        with self._mutex:
+        with self.mutex:
             yield self.conn
 
     # queue
@@ -349,6 +359,11 @@ class _SqliteCore:
             )
 
 
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
 def _insert_task(c: sqlite3.Connection, task: Task, now: float) -> None:
     c.execute(
         "INSERT INTO tasks (id, body, enqueued_at) VALUES (?, ?, ?)",
@@ -401,12 +416,61 @@ class SqliteBackend:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._core = _translated(_SqliteCore)(path)
+        # Consumers waiting for work share one poller (other processes enqueue too, and SQLite
+        # cannot notify them); an enqueue from this process wakes them at once.
+        self._poller: asyncio.Lock | None = None
+        self._wakeup: asyncio.Event | None = None
+
+    def _signals(self) -> tuple[asyncio.Lock, asyncio.Event]:
+        if self._poller is None or self._wakeup is None:
+            self._poller, self._wakeup = asyncio.Lock(), asyncio.Event()
+        return self._poller, self._wakeup
+
+    def _wake(self) -> None:
+        _, wakeup = self._signals()
+        wakeup.set()
+        self._wakeup = asyncio.Event()
+
+    async def _wait_for_work(self, deadline: float) -> None:
+        """Return when a task may be ready (or at `deadline`). Only one waiter polls the file."""
+        poller, wakeup = self._signals()
+        loop = asyncio.get_running_loop()
+        if poller.locked():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wakeup.wait(), max(0.0, deadline - loop.time()))
+            return
+        async with poller:
+            while loop.time() < deadline and not wakeup.is_set():
+                if await self._call(self._core.has_ready):
+                    break
+                await asyncio.sleep(POLL_INTERVAL_S)
+            self._wake()
 
     async def _call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        return await asyncio.to_thread(_translated(fn), *args, **kwargs)
+        """Run one short transaction: on the loop if the file is free (tens of microseconds),
+        else in a thread that waits for the write lock (another process is writing)."""
+        core = self._core
+        if core.mutex.acquire(blocking=False):
+            try:
+                core.set_busy_timeout(0)
+                return fn(*args, **kwargs)
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise BackendUnavailable(f"SQLite pipeline store failed: {exc}") from exc
+            except sqlite3.Error as exc:
+                raise BackendUnavailable(f"SQLite pipeline store failed: {exc}") from exc
+            finally:
+                core.mutex.release()
+        return await asyncio.to_thread(_translated(self._waiting), fn, *args, **kwargs)
+
+    def _waiting(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._core.mutex:
+            self._core.set_busy_timeout(BUSY_TIMEOUT_MS)
+            return fn(*args, **kwargs)
 
     async def enqueue(self, task: Task, *, now: float) -> None:
         await self._call(self._core.enqueue, task, now)
+        self._wake()
 
     async def consume(
         self, consumer: str, *, count: int, block_ms: int, now: float
@@ -414,13 +478,10 @@ class SqliteBackend:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + block_ms / 1000
         while True:
-            if await self._call(self._core.has_ready):
-                got = await self._call(self._core.consume, consumer, count, now)
-                if got:
-                    return got
-            if loop.time() >= deadline:
-                return []
-            await asyncio.sleep(POLL_INTERVAL_S)
+            got = await self._call(self._core.consume, consumer, count, now)
+            if got or loop.time() >= deadline:
+                return got
+            await self._wait_for_work(deadline)
 
     async def ack(self, delivery: Delivery) -> bool:
         return await self._call(self._core.ack, delivery.receipt)

@@ -1,4 +1,7 @@
-"""Timer keys, lock keys, the cascade between task types, and the timer pump."""
+"""Timer keys, lock keys, the cascade between task types, and the timer pump.
+
+Keys join identifiers with `/`, which `check_ident` never accepts inside a tenant or session, so
+two different sessions can never share a lock, a timer or a state scope."""
 
 from __future__ import annotations
 
@@ -19,10 +22,10 @@ def lock_key_for(task: Task, scope: LockScope) -> str | None:
     if task.type in LOCKLESS:
         return None
     if task.type is TaskType.OFFLOAD_L2:
-        return f"diagram:{task.tenant}:{task.session}"
+        return f"diagram/{task.tenant}/{task.session}"
     if task.type in SESSION_LOCKED and scope is LockScope.SESSION:
-        return f"session:{task.tenant}:{task.session}"
-    return f"tenant:{task.tenant}"
+        return f"session/{task.tenant}/{task.session}"
+    return f"tenant/{task.tenant}"
 
 
 def session_scope(tenant: str, session: str) -> str:
@@ -30,15 +33,15 @@ def session_scope(tenant: str, session: str) -> str:
 
 
 def l2_timer_key(tenant: str, session: str) -> str:
-    return f"l2:{tenant}:{session}"
+    return f"l2/{tenant}/{session}"
 
 
 def l2_max_timer_key(tenant: str, session: str) -> str:
-    return f"l2max:{tenant}:{session}"
+    return f"l2max/{tenant}/{session}"
 
 
 def offload_l2_timer_key(tenant: str, session: str) -> str:
-    return f"offload-l2:{tenant}:{session}"
+    return f"offload-l2/{tenant}/{session}"
 
 
 def session_timer_keys(tenant: str, session: str) -> list[str]:

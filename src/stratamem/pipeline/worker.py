@@ -83,11 +83,15 @@ class Worker:
         self._pump = TimerPump(backend, self.clock, batch=settings.pump_batch)
         self._reclaimed: asyncio.Queue[Delivery] = asyncio.Queue()
         self._stopping = asyncio.Event()
+        self._idle_consumers = 0
 
     # -- one delivery -----------------------------------------------------------------------
 
-    async def handle(self, delivery: Delivery) -> Outcome:
-        """Process one delivery to its end (see the module docstring); returns what happened."""
+    async def handle(self, delivery: Delivery, *, received_at: float | None = None) -> Outcome:
+        """Process one delivery to its end (see the module docstring); returns what happened.
+
+        `received_at` (clock time the delivery was consumed) lets a fresh delivery skip the
+        check that it was not reclaimed meanwhile; without it the check is always made."""
         task = delivery.task
         self.metrics.consumed += 1
         lock_key = lock_key_for(task, self.settings.lock_scope)
@@ -96,6 +100,8 @@ class Worker:
             grant = await self._acquire(delivery, lock_key)
             if grant is None:
                 return await self._on_conflict(delivery)
+        if not await self._still_ours(delivery, received_at):
+            return await self._on_stale(delivery, grant)
         self.metrics.running[task.id] = RunningTask(
             task.id, task.type.value, task.tenant, task.session, lock_key, task.attempt,
             self.clock.now(),
@@ -130,6 +136,20 @@ class Worker:
         self.metrics.dropped += 1
         log.warning("dropped %s %s: its lock stayed busy", delivery.task.type, delivery.task.id)
         return Outcome.DROPPED
+
+    async def _still_ours(self, delivery: Delivery, received_at: float | None) -> bool:
+        now = self.clock.now()
+        fresh_s = self.settings.reclaim_idle_ms / 4000
+        if received_at is not None and now - received_at < fresh_s:
+            return True  # not idle long enough for anyone to have reclaimed it
+        return await self.backend.extend(delivery, now=now)
+
+    async def _on_stale(self, delivery: Delivery, grant: LockGrant | None) -> Outcome:
+        """The delivery was reclaimed by another consumer while we waited: leave it to them."""
+        await self._release(grant)
+        self.metrics.aborted += 1
+        log.warning("%s %s was reclaimed before it started", delivery.task.type, delivery.task.id)
+        return Outcome.ABORTED
 
     async def _execute(
         self, delivery: Delivery, lock_key: str | None, grant: LockGrant | None
@@ -236,12 +256,13 @@ class Worker:
 
     async def reclaim_once(self) -> int:
         """Take over deliveries of silent workers (when this process has spare capacity)."""
-        if self._reclaimed.qsize() >= self.settings.concurrency:
+        spare = self._idle_consumers - self._reclaimed.qsize()
+        if spare <= 0:  # reclaimed deliveries must not wait here unattended
             return 0
         got = await self.backend.reclaim(
             f"{self.name}-reclaim",
             min_idle_ms=self.settings.reclaim_idle_ms,
-            count=self.settings.concurrency,
+            count=spare,
             max_deliveries=self.settings.max_deliveries,
             now=self.clock.now(),
         )
@@ -273,7 +294,7 @@ class Worker:
         await self._stopping.wait()
         for duty in duties:
             await _cancel_and_wait(duty)
-        _, late = await asyncio.wait(consumers, timeout=self.settings.grace_period_s or None)
+        _, late = await asyncio.wait(consumers, timeout=self.settings.grace_period_s)
         for consumer in late:
             await _cancel_and_wait(consumer)
         await self.publish_status()
@@ -285,8 +306,14 @@ class Worker:
     async def _consume_loop(self, consumer: str) -> None:
         while not self._stopping.is_set():
             try:
-                for delivery in await self._next(consumer):
-                    await self.handle(delivery)
+                self._idle_consumers += 1
+                try:
+                    got = await self._next(consumer)
+                finally:
+                    self._idle_consumers -= 1
+                received_at = self.clock.now()
+                for delivery in got:
+                    await self.handle(delivery, received_at=received_at)
             except PipelineError:
                 log.exception("consumer %s: backend error, pausing", consumer)
                 await asyncio.sleep(BACKEND_ERROR_PAUSE_S)
