@@ -54,8 +54,8 @@ def timed(fn: Callable[[np.ndarray], Any], queries: np.ndarray) -> dict[str, flo
 
 
 def sqlite_vec_search(vectors: np.ndarray) -> Callable[[np.ndarray], Any]:
-    import apsw
-    import sqlite_vec
+    import apsw  # noqa: PLC0415 - optional bench dependency
+    import sqlite_vec  # noqa: PLC0415 - optional bench dependency
 
     conn = apsw.Connection(":memory:")
     conn.enable_load_extension(True)
@@ -100,10 +100,10 @@ def speed(sizes: list[int], query_count: int) -> list[dict[str, Any]]:
 
 
 def agreement_on_locomo(path: str) -> dict[str, Any]:
-    import asyncio
+    import asyncio  # noqa: PLC0415 - only this figure needs it
 
-    from stratamem.datasets import locomo
-    from stratamem.embed import LocalEmbedder
+    from stratamem.datasets import locomo  # noqa: PLC0415 - loads the dataset code lazily
+    from stratamem.embed import LocalEmbedder  # noqa: PLC0415 - loads the model code lazily
 
     samples = locomo.load(__import__("pathlib").Path(path))
     turns = [m["text"] for s in samples for msgs in s.sessions.values() for m in msgs]
