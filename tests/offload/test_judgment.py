@@ -13,7 +13,7 @@ from stratamem.offload.l1_summaries import run_l1
 from stratamem.offload.l15_judgment import JudgmentConflict, run_l15
 from stratamem.offload.models import Decision
 from stratamem.offload.schedule import l2_timer_key
-from stratamem.offload.store import VersionConflict
+from stratamem.offload.store import DiagramWrite, VersionConflict
 from stratamem.testing import Reply, ScriptedLLM
 
 from . import model
@@ -149,3 +149,27 @@ async def test_offline_judgment_opens_then_continues_a_task(offline_rig: Rig) ->
     [task] = view.diagrams
     assert task.label == "Refactor the billing module please" and task.mermaid == ""
     assert view.note is not None and "need an LLM" in view.note
+
+
+async def test_the_judgment_sees_the_active_diagram_and_the_others_stages(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    scope, t0 = Scope(T), rig.clock.now()
+    first = await rig.offload.user_message(T, S, "Build the export", timestamp=t0)
+    second = await rig.offload.user_message(T, S, "Fix the parser", timestamp=t0 + 1)
+    scripted_llm.push_for("offload-l15", model.judgment("Export"), model.judgment("Parser"))
+    await rig.run()
+    task_a = rig.store.get_mark(scope, S, first).task_id
+    task_b = rig.store.get_mark(scope, S, second).task_id
+    assert task_a is not None and task_b is not None
+    for task_id, text in ((task_a, 'flowchart TD\n    q["Query rows"] --> w["Write CSV"]'),
+                          (task_b, 'flowchart TD\n    r["Read parser"]')):  # fmt: skip
+        rig.store.save_diagram(scope, S, DiagramWrite(task_id, text, 0, {}), t0, None)
+    await rig.offload.user_message(T, S, "Back to the export", timestamp=t0 + 2)
+    scripted_llm.push_for("offload-l15", model.judgment(None, continues=task_a))
+    await rig.run()
+    prompt = scripted_llm.calls("offload-l15")[-1].messages[1]["content"]
+    assert f"[{task_b}] Parser (active) ACTIVE\nflowchart TD" in prompt
+    assert f"[{task_a}] Export (open)\n  stages: Query rows, Write CSV" in prompt
+    assert "NEW USER MESSAGE\nBack to the export" in prompt
+    assert rig.store.boundary(scope, S).active_task == task_a

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from stratamem.errors import InvalidInput
 from stratamem.offload.models import Diagram, Entry
 from stratamem.offload.settings import OffloadSettings
 from stratamem.offload.tokens import context_tokens, message_tokens, text_tokens
@@ -50,6 +51,7 @@ class Compaction:
             "budget_tokens": self.budget_tokens,
             "tokens_before": self.tokens_before,
             "tokens_after": self.tokens_after,
+            "fits_budget": self.tokens_after <= self.budget_tokens,
             "replaced": list(self.replaced),
             "dropped_messages": self.dropped_messages,
             "diagrams": list(self.diagrams),
@@ -95,6 +97,8 @@ def compact(
     settings: OffloadSettings,
 ) -> Compaction:
     """Compact `messages` (OpenAI chat format) for `budget_tokens`; `entries` by call id."""
+    if budget_tokens < 1:
+        raise InvalidInput("budget_tokens must be at least 1")
     copied = [dict(m) for m in messages]
     before = context_tokens(copied)
     level = level_for(before, budget_tokens, settings)

@@ -116,8 +116,6 @@ class Offload:
     ) -> Compaction:
         """`messages` (OpenAI chat format) compacted for `budget_tokens` (see `compaction`)."""
         check_ident(session, "session")
-        if budget_tokens < 1:
-            raise InvalidInput("budget_tokens must be at least 1")
         call_ids = _known_call_ids(messages)
 
         def load() -> tuple[list[Entry], list[Diagram]]:

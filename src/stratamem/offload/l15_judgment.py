@@ -8,6 +8,7 @@ state, a bounded number of times, then the task fails and the pipeline retries i
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,8 @@ from stratamem.offload.store import VersionConflict
 STAGE = Stage.L15.value
 LABEL_CHARS = 80
 _OFFLINE_LABEL_WORDS = 8
+_STAGE_LABEL = re.compile(r'\["([^"]{1,60})"\]')
+"""Node labels of a diagram: the summary of a task that is not the active one."""
 
 
 class JudgmentConflict(StoreError):
@@ -162,6 +165,8 @@ def _tasks_block(diagrams: Sequence[Diagram], active: str | None) -> str:
         lines.append(f"[{d.task_id}] {d.label} ({d.status.value}){flag}")
         if d.task_id == active and d.mermaid:
             lines.append(d.mermaid)
+        elif d.mermaid:
+            lines.append("  stages: " + ", ".join(_STAGE_LABEL.findall(d.mermaid)[:8]))
     return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections import Counter
 from dataclasses import dataclass
 
 from stratamem.clock import Clock, IdFactory
@@ -39,15 +40,17 @@ def derived_id(prefix: str, *parts: str) -> str:
 
 
 async def arm_diagram_timer(deps: StageDeps, tenant: str, session: str) -> int:
-    """Arm offload-l2 for entries routed to a task with no node yet: at once at the batch,
-    else after the delay. Offline (no LLM) nothing is armed. Returns the unmapped count."""
+    """Arm offload-l2 for entries routed to a task with no node yet: at once when one task has
+    a batch of them, else after the delay. Offline (no LLM) nothing is armed. Returns the
+    unmapped count."""
     if deps.llm is None:
         return 0
     unmapped = await asyncio.to_thread(deps.store.unmapped_entries, Scope(tenant), session)
     if not unmapped:
         return 0
     now = deps.clock.now()
-    soon = len(unmapped) >= deps.settings.diagram_batch
+    per_task = Counter(e.task_id for e in unmapped)
+    soon = max(per_task.values()) >= deps.settings.diagram_batch
     due = now if soon else now + deps.settings.diagram_delay_s
     task = StageTask(Stage.L2, tenant, session)
     await deps.scheduler.arm(l2_timer_key(tenant, session), task, due)
