@@ -1,9 +1,10 @@
-"""The offload stages as pipeline executors on the SQLite backend: retries, dead letters and
-requeues lose nothing; offload-l2 writes under its lock's fencing token."""
+"""The offload stages as pipeline executors on both backends (SQLite, the local Redis): retries,
+dead letters and requeues lose nothing; offload-l2 writes under its lock's fencing token."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,9 @@ from stratamem.domain import Scope
 from stratamem.llm import LLMClient
 from stratamem.offload import Offload, ToolPair
 from stratamem.offload.executors import PipelineScheduler, register_executors
+from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecutorRegistry
+from stratamem.pipeline.redis_backend import RedisBackend
 from stratamem.pipeline.runner import load_registry
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
@@ -40,7 +43,7 @@ async def never(_seconds: float) -> None:
 class Pipe:
     offload: Offload
     worker: Worker
-    backend: SqliteBackend
+    backend: PipelineBackend
     store: SqliteOffloadStore
     clock: ManualClock
 
@@ -55,11 +58,24 @@ class Pipe:
         return len(self.store.list_entries(Scope(T), S))
 
 
-@pytest.fixture
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def open_backend(kind: str, tmp_path: Path) -> PipelineBackend:
+    if kind == "sqlite":
+        return SqliteBackend(tmp_path / "pipeline.db")
+    return RedisBackend(REDIS_URL, prefix=f"test-offload:{uuid.uuid4().hex}:")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 async def pipe(
-    tmp_path: Path, sqlite_store: SqliteStore, llm: LLMClient, clock: ManualClock
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    sqlite_store: SqliteStore,
+    llm: LLMClient,
+    clock: ManualClock,
 ) -> AsyncIterator[Pipe]:
-    backend = SqliteBackend(tmp_path / "pipeline.db")
+    backend = open_backend(request.param, tmp_path)
     store = SqliteOffloadStore(sqlite_store)
     offload = Offload(store, PipelineScheduler(backend, clock), llm=llm, clock=clock)
     registry = ExecutorRegistry()
@@ -67,6 +83,8 @@ async def pipe(
     settings = PipelineSettings(retry_limit=1)
     worker = Worker(backend, registry, settings, clock=clock, name="w", sleep=never)
     yield Pipe(offload, worker, backend, store, clock)
+    if isinstance(backend, RedisBackend):
+        await backend.drop_all()
     await backend.close()
 
 
