@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from stratamem.cli.main import cli
+from stratamem.pipeline.runner import load_registry
+from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.sqlite_backend import SqliteBackend
+from stratamem.pipeline.worker import Worker
 from stratamem.testing import ScriptedLLM
 
 from . import model
+from .test_pipeline import never
 
 RESULT = "\n".join(f"row {i}: value {i * 3}" for i in range(300))
 
@@ -93,3 +100,29 @@ def test_ingest_with_a_model_makes_diagrams(
     assert code == 0, err
     code, out, _ = run(data, "offload", "diagrams", "--tenant", "t1", "--session", "s1")
     assert code == 0 and "## Find odd rows (active" in out and "flowchart TD" in out
+
+
+@pytest.mark.usefixtures("no_llm")
+async def test_ingest_hands_the_stages_to_pipeline_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    monkeypatch.setenv("STRATAMEM_DATA_DIR", str(data))
+    monkeypatch.setenv("STRATAMEM_OFFLOAD_L1_BATCH", "1")
+    args = ("offload", "ingest", str(write_session(tmp_path)), "--tenant", "t1",
+            "--session", "s1", "--stages", "pipeline", "--json")  # fmt: skip
+    code, out, _ = await asyncio.to_thread(run, data, *args)
+    assert code == 0 and json.loads(out)["entries"] == 0
+    backend = SqliteBackend(data / "pipeline.db")
+    try:
+        queued = await backend.list_tasks(limit=10)
+        assert sorted(t.type.value for t in queued) == ["offload-l1", "offload-l15"]
+        registry = load_registry("stratamem.offload.executors:worker_registry")
+        worker = Worker(backend, registry, PipelineSettings(), name="w", sleep=never)
+        for delivery in await backend.consume("c", count=10, block_ms=0, now=time.time()):
+            await worker.handle(delivery)
+    finally:
+        await backend.close()
+    code, out, _ = await asyncio.to_thread(run, data, "offload", "entries",
+                                           "--tenant", "t1", "--session", "s1")  # fmt: skip
+    assert code == 0 and [e["call_id"] for e in json.loads(out)] == ["call_1", "call_2"]

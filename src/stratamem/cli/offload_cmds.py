@@ -1,7 +1,9 @@
 """`stratamem offload …`: ingest tool pairs, compact a context, read back a ref, show diagrams.
 
-The stages run in-process here (`InProcessRunner`, timers flushed); with an LLM configured
-(`STRATAMEM_LLM_*`) summaries, judgments and diagrams come from it, else the offline mode runs.
+`ingest` runs the stages in-process (`InProcessRunner`, timers flushed), or hands them to the
+pipeline (`--stages pipeline`: tasks and timers for `stratamem worker --executors
+stratamem.offload.executors:worker_registry`). With an LLM configured (`STRATAMEM_LLM_*`)
+summaries, judgments and diagrams come from it, else the offline mode runs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from stratamem.cli.common import handle_errors, print_json, settings_from
 from stratamem.clock import SystemClock
 from stratamem.errors import InvalidInput
 from stratamem.llm import LLMClient, LLMSettings
-from stratamem.offload import InProcessRunner, Offload, RunReport, ToolPair
+from stratamem.offload import InProcessRunner, Offload, RunReport, Scheduler, ToolPair
+from stratamem.offload.executors import PipelineScheduler
+from stratamem.pipeline.runner import open_backend
+from stratamem.pipeline.settings import PipelineSettings
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.offload import SqliteOffloadStore
 
@@ -28,23 +33,32 @@ Job = Callable[[Offload, InProcessRunner], Coroutine[Any, Any, T]]
 
 
 @asynccontextmanager
-async def _offload(ctx: click.Context) -> AsyncIterator[tuple[Offload, InProcessRunner]]:
+async def _offload(
+    ctx: click.Context, on_pipeline: bool = False
+) -> AsyncIterator[tuple[Offload, InProcessRunner]]:
+    """The offload over the data dir's store; its stages run in-process, or (`on_pipeline`)
+    are handed to the pipeline's workers."""
     clock = SystemClock()
-    store = SqliteStore(settings_from(ctx).store_path)
+    settings = settings_from(ctx)
+    store = SqliteStore(settings.store_path)
     llm_settings = LLMSettings()
     llm = LLMClient(llm_settings, clock=clock) if llm_settings.configured else None
     runner = InProcessRunner(clock)
+    backend = open_backend(PipelineSettings(), settings.data_dir) if on_pipeline else None
+    scheduler: Scheduler = runner if backend is None else PipelineScheduler(backend, clock)
     try:
-        yield Offload(SqliteOffloadStore(store), runner, llm=llm, clock=clock), runner
+        yield Offload(SqliteOffloadStore(store), scheduler, llm=llm, clock=clock), runner
     finally:
+        if backend is not None:
+            await backend.close()
         if llm is not None:
             await llm.aclose()
         store.close()
 
 
-def _run(ctx: click.Context, job: Job[T]) -> T:
+def _run(ctx: click.Context, job: Job[T], on_pipeline: bool = False) -> T:
     async def main() -> T:
-        async with _offload(ctx) as (offload, runner):
+        async with _offload(ctx, on_pipeline) as (offload, runner):
             return await job(offload, runner)
 
     return asyncio.run(main())
@@ -59,19 +73,26 @@ def offload() -> None:
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--tenant", required=True)
 @click.option("--session", required=True)
-@click.option("--run/--no-run", default=True, show_default=True, help="Run the stages now.")
+@click.option(
+    "--stages",
+    type=click.Choice(["inline", "pipeline", "none"]),
+    default="inline",
+    show_default=True,
+    help="Run the offload stages now, hand them to the pipeline's workers, or neither.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 @handle_errors
 def ingest(
-    ctx: click.Context, path: Path, tenant: str, session: str, run: bool, as_json: bool
+    ctx: click.Context, path: Path, tenant: str, session: str, stages: str, as_json: bool
 ) -> None:
     """Ingest a JSONL file of tool pairs (and `{"user": "…"}` lines, task boundaries)."""
     lines = _read_jsonl(path)
 
     async def job(off: Offload, runner: InProcessRunner) -> dict[str, Any]:
         stored, marks = await _ingest_lines(off, tenant, session, lines)
-        report = await runner.run(off, flush=True) if run else RunReport()
+        inline = stages == "inline"
+        report = await runner.run(off, flush=True) if inline else RunReport()
         entries = await off.entries(tenant, session)
         return {
             "stored": stored,
@@ -80,7 +101,7 @@ def ingest(
             "failed": [f"{task.stage}: {error}" for task, error in report.failed],
         }
 
-    result = _run(ctx, job)
+    result = _run(ctx, job, on_pipeline=stages == "pipeline")
     if as_json:
         print_json(result)
     else:
