@@ -99,8 +99,31 @@ async def summarise(
     max_chars = deps.settings.summary_max_chars
     if deps.llm is None:
         return [offline_entry(p, max_chars) for p in pairs], (), ()
-    reply = await deps.llm.complete_json(STAGE, _messages(deps, pairs), SummaryReply)
-    return _validated(reply, pairs, max_chars, deps.settings.fallback_score)
+    entries: list[NewEntry] = []
+    fallbacks: list[str] = []
+    unknown: list[str] = []
+    for chunk in _chunks(pairs, deps.settings.l1_prompt_result_chars,
+                         deps.settings.l1_prompt_max_chars):  # fmt: skip
+        reply = await deps.llm.complete_json(STAGE, _messages(deps, chunk), SummaryReply)
+        done, left_out, named = _validated(reply, chunk, max_chars, deps.settings.fallback_score)
+        entries += done
+        fallbacks += left_out
+        unknown += named
+    return entries, tuple(fallbacks), tuple(unknown)
+
+
+def _chunks(pairs: Sequence[ToolPair], cap: int, max_chars: int) -> list[list[ToolPair]]:
+    """`pairs` in order, split so that each prompt shows at most `max_chars` of blocks."""
+    chunks: list[list[ToolPair]] = [[]]
+    used = 0
+    for pair in pairs:
+        size = len(_pair_block(pair, cap))
+        if chunks[-1] and used + size > max_chars:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(pair)
+        used += size
+    return chunks
 
 
 def _messages(deps: StageDeps, pairs: Sequence[ToolPair]) -> list[dict[str, str]]:

@@ -22,6 +22,9 @@ class OffloadSettings(BaseSettings):
     l1_prompt_result_chars: int = Field(
         3000, ge=200, description="Characters of each result shown to the summariser."
     )
+    l1_prompt_max_chars: int = Field(
+        24_000, ge=1000, description="Characters of tool calls in one summary prompt."
+    )
     summary_max_chars: int = Field(400, ge=40, description="Longest summary kept.")
     fallback_score: int = Field(
         1, ge=0, le=10, description="Score of an entry the LLM left out (offline summary)."
