@@ -3,11 +3,11 @@
 Builds a session of `--tasks` tasks (a user message, then 8-24 tool calls each: file reads,
 test runs, greps, listings, HTTP fetches, of realistic sizes), ingests it into a fresh store,
 runs offload offline (deterministic summaries and scores; diagrams need an LLM and are not
-made) and compacts the whole chat context for budgets that make it 60 %, 90 %, 150 % and 300 %
-full. Prints JSON figures: tokens before and after, results replaced, messages dropped, and the
-share of tool results recoverable exactly (verbatim in the context, or by a ref the context
-names, read back and compared byte for byte). Baseline in the same run: dropping the oldest
-messages until the context fits, without offload.
+made) and compacts the whole chat context for budgets that make it 60 %, 90 %, 150 % and
+300 % full, and for a 128k-token window. Prints JSON figures: tokens before and after, results
+replaced, messages dropped, and the share of tool results recoverable exactly (verbatim in the
+context, or by a ref the context names, read back and compared byte for byte). Baseline in the
+same run: dropping the oldest messages until the context fits, without offload.
 
     python bench/compaction.py [--tasks 30] [--seed 7]
 """
@@ -32,6 +32,8 @@ from stratamem.store.sqlite.offload import SqliteOffloadStore
 
 TENANT, SESSION = "bench", "long-session"
 FILLS = (0.6, 0.9, 1.5, 3.0)
+WINDOW_TOKENS = 128_000
+"""Also compacted for a typical 128k-token context window."""
 Message = dict[str, Any]
 
 
@@ -157,8 +159,8 @@ async def main(tasks: int, seed: int) -> dict[str, Any]:
             "tool_result_tokens": sum(message_tokens(m) for m in messages if m["role"] == "tool"),
             "ingest_and_l1_s": round(ingest_s, 3), "levels": [],
         }  # fmt: skip
-        for fill in FILLS:
-            budget = int(before / fill)
+        for budget in [int(before / fill) for fill in FILLS] + [WINDOW_TOKENS]:
+            fill = round(before / budget, 2)
             started = time.perf_counter()
             result = await offload.compact(TENANT, SESSION, messages, budget)
             elapsed_ms = (time.perf_counter() - started) * 1000
