@@ -74,3 +74,14 @@ async def test_malformed_pairs_are_refused_whole(offline_rig: Rig) -> None:
     assert await offline_rig.offload.entries(T, S) == []
     with offline_rig.store._store.reading() as conn:
         assert conn.execute("SELECT COUNT(*) FROM offload_pairs").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("bad", EVIL)
+async def test_path_like_tenants_and_message_ids_are_refused(offline_rig: Rig, bad: str) -> None:
+    pair = ToolPair("c1", "cat", {}, "data", 1.0)
+    with pytest.raises(InvalidIdentifier):
+        await offline_rig.offload.ingest(bad, S, [pair])
+    with pytest.raises(InvalidIdentifier):
+        await offline_rig.offload.user_message(T, S, "hello", message_id=bad)
+    with pytest.raises(InvalidIdentifier):
+        await offline_rig.offload.read_back(bad, "ref-0123")

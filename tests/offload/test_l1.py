@@ -168,3 +168,18 @@ async def test_a_large_claim_is_summarised_in_several_calls(
     assert outcome.claimed == 6 and outcome.fallbacks == ()
     assert len(scripted_llm.calls("offload-l1")) == 3
     assert entry_count(rig) == 6
+
+
+async def test_concurrent_runs_claim_disjoint_pairs(
+    offload_store: SqliteOffloadStore, clock: ManualClock, llm: LLMClient,
+    scripted_llm: ScriptedLLM,
+) -> None:  # fmt: skip
+    scripted_llm.on("offload-l1", model.summaries)
+    rig = make_rig(offload_store, clock, llm, l1_claim_max=5)
+    await rig.offload.ingest(T, S, pairs(clock.now(), 10))
+    one, two = await asyncio.gather(
+        run_l1(rig.offload.deps, T, S), run_l1(rig.offload.deps, T, S)
+    )
+    assert one.claimed == two.claimed == 5
+    assert {e.call_id for e in one.created}.isdisjoint({e.call_id for e in two.created})
+    assert entry_count(rig) == 10 and len(scripted_llm.calls("offload-l1")) == 2
