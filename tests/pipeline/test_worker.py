@@ -326,3 +326,21 @@ def test_settings_from_env_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None
     assert settings.lock_wait_s == 30 and settings.heartbeat_s == 7.5
     with pytest.raises(ConfigError):
         PipelineSettings(lock_ttl_ms=60_000, reclaim_idle_ms=10_000)
+
+
+async def test_a_crashed_consumer_stops_the_worker_and_surfaces(harness: Harness) -> None:
+    async def broken_sleep(seconds: float) -> None:
+        raise RuntimeError("injected sleep broke")
+
+    async def slow(ctx: ExecutionContext) -> ExecResult:
+        await asyncio.Event().wait()
+        return ExecResult()
+
+    settings = PipelineSettings(concurrency=2, consume_block_ms=20, grace_period_s=0)
+    registry = ExecutorRegistry([(TaskType.L1, slow)])
+    worker = Worker(
+        harness.backend, registry, settings, clock=harness.clock, name="w", sleep=broken_sleep
+    )
+    await harness.backend.enqueue(Task(TaskType.L1, "t", "s"), now=harness.clock.now())
+    with pytest.raises(RuntimeError, match="injected sleep broke"):
+        await asyncio.wait_for(worker.run(), timeout=10)

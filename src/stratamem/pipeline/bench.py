@@ -25,6 +25,7 @@ from typing import Any
 
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
+from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.pipeline.worker import Worker
@@ -104,16 +105,6 @@ async def _measure(
 # -- ours -------------------------------------------------------------------------------------
 
 
-def _our_backend(kind: str, redis_url: str, data_dir: Path) -> PipelineBackend:
-    if kind == "redis":
-        from stratamem.pipeline.redis_backend import RedisBackend  # noqa: PLC0415
-
-        return RedisBackend(redis_url, prefix=f"bench:{uuid.uuid4().hex}:")
-    from stratamem.pipeline.sqlite_backend import SqliteBackend  # noqa: PLC0415
-
-    return SqliteBackend(data_dir / "bench-pipeline.db")
-
-
 async def bench_ours(
     kind: str, tasks: int, workers: int, redis_url: str, timeout_s: float
 ) -> Figures:
@@ -125,11 +116,17 @@ async def bench_ours(
         return ExecResult(changed=False)
 
     settings = PipelineSettings(
-        concurrency=workers, consume_block_ms=200, pump_interval_s=1, reclaim_interval_s=5
+        backend="redis" if kind == "redis" else "sqlite",
+        redis_url=redis_url,
+        redis_prefix=f"bench:{uuid.uuid4().hex}:",
+        concurrency=workers,
+        consume_block_ms=200,
+        pump_interval_s=1,
+        reclaim_interval_s=5,
     )
     registry = ExecutorRegistry([(TaskType.OFFLOAD_L2, noop)])
     with tempfile.TemporaryDirectory(prefix="stratamem-bench-") as tmp:
-        backend = _our_backend(kind, redis_url, Path(tmp))
+        backend = open_backend(settings, Path(tmp))
         worker = Worker(backend, registry, settings, name="bench")
         running = asyncio.ensure_future(worker.run())
 

@@ -26,15 +26,17 @@ from enum import StrEnum
 from typing import Any
 
 from stratamem.clock import Clock, SystemClock
-from stratamem.errors import LockLost, PipelineError, StaleFencingToken
+from stratamem.errors import LockLost, PipelineError, StaleFencingToken, StratamemError
 from stratamem.pipeline.backend import PipelineBackend
-from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
+from stratamem.pipeline.errors import UnknownTaskType
+from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
 from stratamem.pipeline.metrics import RunningTask, WorkerMetrics
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Delivery, LockGrant, TaskType
 from stratamem.pipeline.timers import TimerPump, cascade, clear_session_timers, lock_key_for
 
 log = logging.getLogger(__name__)
+FIRST_COMPLETED = asyncio.FIRST_COMPLETED
 
 Sleep = Callable[[float], Awaitable[None]]
 WORKERS_SCOPE = "_workers"
@@ -81,7 +83,8 @@ class Worker:
         self.metrics = WorkerMetrics()
         self._sleep = sleep
         self._pump = TimerPump(backend, self.clock, batch=settings.pump_batch)
-        self._reclaimed: asyncio.Queue[Delivery] = asyncio.Queue()
+        # (delivery, lease time) pairs taken over by `reclaim_once`, for idle consumers
+        self._reclaimed: asyncio.Queue[tuple[Delivery, float]] = asyncio.Queue()
         self._stopping = asyncio.Event()
         self._idle_consumers = 0
 
@@ -90,8 +93,9 @@ class Worker:
     async def handle(self, delivery: Delivery, *, received_at: float | None = None) -> Outcome:
         """Process one delivery to its end (see the module docstring); returns what happened.
 
-        `received_at` (clock time the delivery was consumed) lets a fresh delivery skip the
-        check that it was not reclaimed meanwhile; without it the check is always made."""
+        `received_at` (the clock time the delivery was leased at, no later) lets a fresh
+        delivery skip the check that it was not reclaimed meanwhile; without it the check is
+        always made."""
         task = delivery.task
         self.metrics.consumed += 1
         lock_key = lock_key_for(task, self.settings.lock_scope)
@@ -162,35 +166,47 @@ class Worker:
             enqueued_at=delivery.enqueued_at,
         )
         try:
-            result = await self._run_guarded(ctx, delivery, grant)
-        except (LockLost, StaleFencingToken) as exc:
-            self.metrics.aborted += 1
-            log.warning("aborted %s %s: %s", ctx.task.type, ctx.task.id, exc)
-            return Outcome.ABORTED
+            executor = self.executors.get(ctx.task.type)
+            result = await self._run_guarded(executor, ctx, delivery, grant)
+        except UnknownTaskType as exc:
+            result = exc
+        except LockLost as exc:
+            result = exc
         except asyncio.CancelledError:
             await self._release(grant)
             raise
-        except Exception as exc:  # noqa: BLE001 - an executor failure is recorded, then retried
+        if isinstance(result, LockLost | StaleFencingToken):
+            self.metrics.aborted += 1
+            log.warning("aborted %s %s: %s", ctx.task.type, ctx.task.id, result)
+            return Outcome.ABORTED
+        if isinstance(result, Exception):
             await self._release(grant)
-            return await self._fail(delivery, exc)
+            return await self._fail(delivery, result)
         return await self._succeed(delivery, ctx, grant, result)
 
     async def _run_guarded(
-        self, ctx: ExecutionContext, delivery: Delivery, grant: LockGrant | None
-    ) -> ExecResult:
-        executor = self.executors.get(ctx.task.type)
+        self, executor: Executor, ctx: ExecutionContext, delivery: Delivery, grant: LockGrant | None
+    ) -> ExecResult | Exception:
+        """Run the executor under the keeper. The executor's own error is returned as a value
+        (it is the task's failure); errors of the keeper itself propagate (they are bugs)."""
         job = asyncio.ensure_future(executor(ctx))
         keeper = asyncio.ensure_future(self._keep_alive(delivery, grant))
         try:
-            await asyncio.wait({job, keeper}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({job, keeper}, return_when=FIRST_COMPLETED)
             lost = not job.done()
         finally:
             if not job.done():
-                await _cancel_and_wait(job)
+                job.cancel()
+                await asyncio.wait({job})
             await _cancel_and_wait(keeper)
         if lost:
             raise LockLost(f"lost the lock or lease of {ctx.task.type} {ctx.task.id}")
-        return job.result()
+        error = job.exception()
+        if error is None:
+            return job.result()
+        if isinstance(error, Exception):
+            return error
+        raise error
 
     async def _keep_alive(self, delivery: Delivery, grant: LockGrant | None) -> None:
         """Renew the lock and heartbeat the delivery; returns when either is lost."""
@@ -259,15 +275,16 @@ class Worker:
         spare = self._idle_consumers - self._reclaimed.qsize()
         if spare <= 0:  # reclaimed deliveries must not wait here unattended
             return 0
+        now = self.clock.now()
         got = await self.backend.reclaim(
             f"{self.name}-reclaim",
             min_idle_ms=self.settings.reclaim_idle_ms,
             count=spare,
             max_deliveries=self.settings.max_deliveries,
-            now=self.clock.now(),
+            now=now,
         )
         for delivery in got:
-            self._reclaimed.put_nowait(delivery)
+            self._reclaimed.put_nowait((delivery, now))
         self.metrics.reclaimed += len(got)
         return len(got)
 
@@ -282,7 +299,10 @@ class Worker:
         self._stopping.set()
 
     async def run(self) -> None:
-        """Consume until `request_stop`, then drain within the grace period and return."""
+        """Consume until `request_stop`, then drain within the grace period and return.
+
+        If a consumer or duty loop dies of an unexpected error, the worker stops the same way
+        and re-raises it (a worker never goes on silently with fewer consumers)."""
         consumers = [
             asyncio.ensure_future(self._consume_loop(f"{self.name}-{i}"))
             for i in range(self.settings.concurrency)
@@ -291,13 +311,18 @@ class Worker:
             asyncio.ensure_future(self._every(self.settings.pump_interval_s, self._duties)),
             asyncio.ensure_future(self._every(self.settings.reclaim_interval_s, self.reclaim_once)),
         ]
-        await self._stopping.wait()
-        for duty in duties:
-            await _cancel_and_wait(duty)
+        stop = asyncio.ensure_future(self._stopping.wait())
+        done, _ = await asyncio.wait([stop, *consumers, *duties], return_when=FIRST_COMPLETED)
+        self.request_stop()
+        for duty in [stop, *duties]:
+            if duty not in done:
+                await _cancel_and_wait(duty)
         _, late = await asyncio.wait(consumers, timeout=self.settings.grace_period_s)
         for consumer in late:
             await _cancel_and_wait(consumer)
         await self.publish_status()
+        for crashed in done - {stop}:
+            crashed.result()
 
     async def _duties(self) -> int:
         await self.publish_status()
@@ -311,24 +336,26 @@ class Worker:
                     got = await self._next(consumer)
                 finally:
                     self._idle_consumers -= 1
-                received_at = self.clock.now()
-                for delivery in got:
-                    await self.handle(delivery, received_at=received_at)
-            except PipelineError:
-                log.exception("consumer %s: backend error, pausing", consumer)
+                for delivery, leased_at in got:
+                    await self.handle(delivery, received_at=leased_at)
+            except StratamemError:
+                log.exception("consumer %s: pipeline error, pausing", consumer)
                 await asyncio.sleep(BACKEND_ERROR_PAUSE_S)
 
-    async def _next(self, consumer: str) -> list[Delivery]:
+    async def _next(self, consumer: str) -> list[tuple[Delivery, float]]:
+        """The next deliveries with their lease time (the `now` the backend leased them at)."""
         if not self._reclaimed.empty():
             return [self._reclaimed.get_nowait()]
-        return await self.backend.consume(
-            consumer, count=1, block_ms=self.settings.consume_block_ms, now=self.clock.now()
+        now = self.clock.now()
+        got = await self.backend.consume(
+            consumer, count=1, block_ms=self.settings.consume_block_ms, now=now
         )
+        return [(delivery, now) for delivery in got]
 
     async def _every(self, interval_s: float, duty: Callable[[], Awaitable[int | None]]) -> None:
         while True:
             try:
                 await duty()
-            except PipelineError:
-                log.exception("%s: backend error", getattr(duty, "__name__", "duty"))
+            except StratamemError:
+                log.exception("%s: pipeline error", getattr(duty, "__name__", "duty"))
             await asyncio.sleep(interval_s)
