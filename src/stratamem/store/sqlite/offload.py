@@ -6,12 +6,14 @@ value is a bound parameter).
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import ParamSpec, TypeVar
 
 from stratamem.domain import Mode, Scope
-from stratamem.errors import NotFound
+from stratamem.errors import NotFound, StoreError
 from stratamem.offload.models import (
     Boundary,
     Claim,
@@ -36,9 +38,24 @@ _PAIR_COLUMNS = "call_id, tool, params, result, error, ts, duration_ms"
 _TASK_COLUMNS = (
     "task_id, session, label, status, long_task, mermaid, version, created_at, updated_at"
 )
+P = ParamSpec("P")
+R = TypeVar("R")
 _PENDING = (
     "tenant = ? AND session = ? AND done = 0 AND (claim_id IS NULL OR claim_expires <= ?)"
 )
+
+
+def _translated(method: Callable[P, R]) -> Callable[P, R]:
+    """SQLite failures (a locked file past the busy timeout, a full disk) as `StoreError`."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.Error as exc:
+            raise StoreError(f"offload store: {exc}") from exc
+
+    return wrapper
 
 
 class SqliteOffloadStore:
@@ -48,6 +65,7 @@ class SqliteOffloadStore:
         self._store = store
 
     # -- tool pairs and claims ---------------------------------------------------------------
+    @_translated
     def append_pairs(
         self, scope: Scope, session: str, pairs: Sequence[ToolPair], now: float
     ) -> Appended:
@@ -67,6 +85,7 @@ class SqliteOffloadStore:
             ).fetchone()[0]
         return Appended(tuple(stored), tuple(duplicates), int(pending))
 
+    @_translated
     def claim_pairs(
         self, scope: Scope, session: str, claim_id: str, now: float, lease_s: float, limit: int
     ) -> Claim:
@@ -90,6 +109,7 @@ class SqliteOffloadStore:
             ).fetchall()
         return Claim(claim_id, tuple(_pair(r) for r in rows), tuple(r[0] for r in done))
 
+    @_translated
     def next_claim_expiry(self, scope: Scope, session: str, now: float) -> float | None:
         with self._store.reading() as conn:
             row = conn.execute(
@@ -99,6 +119,7 @@ class SqliteOffloadStore:
             ).fetchone()
         return None if row[0] is None else float(row[0])
 
+    @_translated
     def release_claim(self, scope: Scope, session: str, claim_id: str) -> int:
         with self._store.writing() as conn:
             cursor = conn.execute(
@@ -108,6 +129,7 @@ class SqliteOffloadStore:
             )
         return cursor.rowcount
 
+    @_translated
     def complete_claim(
         self,
         scope: Scope,
@@ -132,6 +154,7 @@ class SqliteOffloadStore:
         return created
 
     # -- entries and refs --------------------------------------------------------------------
+    @_translated
     def list_entries(
         self, scope: Scope, session: str, call_ids: Sequence[str] | None = None
     ) -> list[Entry]:
@@ -146,6 +169,7 @@ class SqliteOffloadStore:
             rows = conn.execute(sql + " ORDER BY ts, call_id", params).fetchall()
         return [_entry(r) for r in rows]
 
+    @_translated
     def unmapped_entries(self, scope: Scope, session: str) -> list[Entry]:
         with self._store.reading() as conn:
             rows = conn.execute(
@@ -155,6 +179,7 @@ class SqliteOffloadStore:
             ).fetchall()
         return [_entry(r) for r in rows]
 
+    @_translated
     def get_ref(self, scope: Scope, ref_id: str) -> Ref:
         with self._store.reading() as conn:
             row = conn.execute(
@@ -167,6 +192,7 @@ class SqliteOffloadStore:
         return Ref(row[0], row[1], row[2], row[3], row[4])
 
     # -- boundaries and judgments ------------------------------------------------------------
+    @_translated
     def add_mark(self, scope: Scope, session: str, mark: Mark) -> bool:
         with self._store.writing() as conn:
             cursor = conn.execute(
@@ -176,6 +202,7 @@ class SqliteOffloadStore:
             )
         return cursor.rowcount > 0
 
+    @_translated
     def get_mark(self, scope: Scope, session: str, mark_id: str) -> Mark:
         with self._store.reading() as conn:
             row = conn.execute(
@@ -187,6 +214,7 @@ class SqliteOffloadStore:
             raise NotFound(f"no boundary {mark_id!r} in session {session!r}")
         return _mark(row)
 
+    @_translated
     def recent_marks(self, scope: Scope, session: str, until_ts: float, limit: int) -> list[Mark]:
         with self._store.reading() as conn:
             rows = conn.execute(
@@ -197,10 +225,12 @@ class SqliteOffloadStore:
             ).fetchall()
         return [_mark(r) for r in reversed(rows)]
 
+    @_translated
     def boundary(self, scope: Scope, session: str) -> Boundary:
         with self._store.reading() as conn:
             return _boundary(conn, scope.tenant, session)
 
+    @_translated
     def apply_decision(
         self,
         scope: Scope,
@@ -227,6 +257,7 @@ class SqliteOffloadStore:
         return Routed(boundary, task_id, routed)
 
     # -- diagrams ----------------------------------------------------------------------------
+    @_translated
     def list_diagrams(self, scope: Scope, session: str) -> list[Diagram]:
         with self._store.reading() as conn:
             rows = conn.execute(
@@ -236,6 +267,7 @@ class SqliteOffloadStore:
             ).fetchall()
         return [_diagram(r) for r in rows]
 
+    @_translated
     def save_diagram(
         self, scope: Scope, session: str, write: DiagramWrite, now: float, fence: Fence | None
     ) -> Diagram:
