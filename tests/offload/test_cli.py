@@ -126,3 +126,17 @@ async def test_ingest_hands_the_stages_to_pipeline_workers(
     code, out, _ = await asyncio.to_thread(run, data, "offload", "entries",
                                            "--tenant", "t1", "--session", "s1")  # fmt: skip
     assert code == 0 and [e["call_id"] for e in json.loads(out)] == ["call_1", "call_2"]
+
+
+@pytest.mark.usefixtures("no_llm")
+def test_resubmit_runs_waiting_work(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    code, _, _ = run(data, "offload", "ingest", str(write_session(tmp_path)), "--tenant", "t1",
+                     "--session", "s1", "--stages", "none")  # fmt: skip
+    assert code == 0
+    code, out, _ = run(data, "offload", "resubmit", "--tenant", "t1", "--session", "s1")
+    assert code == 0 and json.loads(out) == {
+        "pending_pairs": 2, "unjudged": ["u1"], "unmapped": 0, "failed": [],
+    }  # fmt: skip
+    code, out, _ = run(data, "offload", "entries", "--tenant", "t1", "--session", "s1")
+    assert [e["task_id"] is not None for e in json.loads(out)] == [True, True]

@@ -154,3 +154,27 @@ def test_the_worker_factory_registers_the_offload_executors(
         registry.types()
     )
     assert (tmp_path / "stratamem.db").exists()
+
+
+async def test_purged_dead_letters_lose_nothing_either(
+    pipe: Pipe, scripted_llm: ScriptedLLM
+) -> None:
+    scripted_llm.push_for("offload-l1", Reply.error(500), Reply.error(500))
+    scripted_llm.push_for("offload-l15", Reply.error(500), Reply.error(500))
+    scripted_llm.on("offload-l1", model.summaries)
+    scripted_llm.on("offload-l15", lambda request: model.judgment("Search"))
+    mark = await pipe.offload.user_message(T, S, "Search the logs", timestamp=pipe.clock.now())
+    await pipe.offload.ingest(T, S, batch(pipe.clock.now() + 1))
+    outcomes = [await pipe.step(), await pipe.step()]
+    pipe.clock.advance(5)
+    outcomes += [await pipe.step(), await pipe.step()]
+    assert outcomes.count(Outcome.DEAD) == 2
+    assert await pipe.backend.purge_dead() == 2
+
+    again = await pipe.offload.resubmit(T, S)
+    assert again.pending_pairs == 8 and again.unjudged == (mark,)
+    while await pipe.step() is not None:
+        pass
+    assert pipe.entries() == 8
+    assert pipe.store.get_mark(Scope(T), S, mark).judged
+    assert (await pipe.offload.resubmit(T, S)).pending_pairs == 0

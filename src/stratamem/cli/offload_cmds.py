@@ -236,3 +236,28 @@ def entries(ctx: click.Context, tenant: str, session: str) -> None:
         return [e.to_json() for e in await off.entries(tenant, session)]
 
     print_json(_run(ctx, job))
+
+
+@offload.command()
+@click.option("--tenant", required=True)
+@click.option("--session", required=True)
+@click.option(
+    "--stages",
+    type=click.Choice(["inline", "pipeline"]),
+    default="inline",
+    show_default=True,
+    help="Run the resubmitted stages now, or hand them to the pipeline's workers.",
+)
+@click.pass_context
+@handle_errors
+def resubmit(ctx: click.Context, tenant: str, session: str, stages: str) -> None:
+    """Submit a session's waiting work again (after dead letters); prints JSON."""
+
+    async def job(off: Offload, runner: InProcessRunner) -> dict[str, Any]:
+        result = (await off.resubmit(tenant, session)).to_json()
+        if stages == "inline":
+            report = await runner.run(off, flush=True)
+            result["failed"] = [f"{task.stage}: {error}" for task, error in report.failed]
+        return result
+
+    print_json(_run(ctx, job, on_pipeline=stages == "pipeline"))

@@ -11,7 +11,8 @@ from stratamem.clock import Clock, IdFactory, SystemClock, UuidFactory
 from stratamem.domain import Scope, check_ident
 from stratamem.errors import InvalidIdentifier, InvalidInput
 from stratamem.llm.base import LLM
-from stratamem.offload import ingest, l1_summaries, l2_diagram, l15_judgment
+from stratamem.offload import ingest as intake
+from stratamem.offload import l1_summaries, l2_diagram, l15_judgment
 from stratamem.offload.compaction import Compaction, compact
 from stratamem.offload.models import Diagram, Entry, ToolPair
 from stratamem.offload.offline import NEEDS_LLM
@@ -63,11 +64,11 @@ class Offload:
     # -- ingest ------------------------------------------------------------------------------
     async def ingest(
         self, tenant: str, session: str, pairs: Sequence[ToolPair | Mapping[str, Any]]
-    ) -> ingest.IngestResult:
+    ) -> intake.IngestResult:
         """Append tool pairs (records or their JSON form); every pair is validated first."""
         now = self.deps.clock.now()
         records = [p if isinstance(p, ToolPair) else ToolPair.from_json(p, now) for p in pairs]
-        return await ingest.ingest_pairs(self.deps, tenant, session, records)
+        return await intake.ingest_pairs(self.deps, tenant, session, records)
 
     async def user_message(
         self,
@@ -79,9 +80,14 @@ class Offload:
         timestamp: float | None = None,
     ) -> str:
         """Record a user message as a task boundary; returns its id."""
-        return await ingest.record_user_message(
+        return await intake.record_user_message(
             self.deps, tenant, session, text, message_id=message_id, timestamp=timestamp
         )
+
+    async def resubmit(self, tenant: str, session: str) -> intake.Resubmitted:
+        """Submit the session's waiting work again (pending pairs, unjudged boundaries,
+        unmapped entries), e.g. after its tasks were dead-lettered and purged."""
+        return await intake.resubmit(self.deps, tenant, session)
 
     # -- stages ------------------------------------------------------------------------------
     async def run_l1(self, tenant: str, session: str) -> l1_summaries.L1Outcome:

@@ -10,7 +10,7 @@ from stratamem.domain import Scope, check_ident
 from stratamem.errors import InvalidInput
 from stratamem.offload.models import Mark, ToolPair
 from stratamem.offload.schedule import Stage, StageTask, l1_timer_key
-from stratamem.offload.stage import StageDeps, derived_id
+from stratamem.offload.stage import StageDeps, arm_diagram_timer, derived_id
 
 MAX_MARK_CHARS = 20_000
 
@@ -75,3 +75,33 @@ async def record_user_message(
     if await asyncio.to_thread(deps.store.add_mark, Scope(tenant), session, mark):
         await deps.scheduler.enqueue(StageTask(Stage.L15, tenant, session, {"mark": mark_id}))
     return mark_id
+
+
+@dataclass(frozen=True, slots=True)
+class Resubmitted:
+    pending_pairs: int
+    unjudged: tuple[str, ...]
+    unmapped: int
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "pending_pairs": self.pending_pairs,
+            "unjudged": list(self.unjudged),
+            "unmapped": self.unmapped,
+        }
+
+
+async def resubmit(deps: StageDeps, tenant: str, session: str) -> Resubmitted:
+    """Submit a session's waiting work again (after a dead letter, say): offload-l1 for pending
+    pairs, offload-l15 for unjudged boundaries, the diagram timer for unmapped entries. Safe to
+    repeat: claims, compare-and-set and judged boundaries make duplicates do nothing."""
+    check_ident(session, "session")
+    scope = Scope(tenant)
+    pending = await asyncio.to_thread(deps.store.pending_pairs, scope, session)
+    marks = await asyncio.to_thread(deps.store.unjudged_marks, scope, session)
+    if pending:
+        await deps.scheduler.enqueue(StageTask(Stage.L1, tenant, session))
+    for mark in marks:
+        await deps.scheduler.enqueue(StageTask(Stage.L15, tenant, session, {"mark": mark.mark_id}))
+    unmapped = await arm_diagram_timer(deps, tenant, session)
+    return Resubmitted(pending, tuple(m.mark_id for m in marks), unmapped)

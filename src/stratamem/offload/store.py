@@ -118,6 +118,12 @@ class OffloadStore(Protocol):
     def recent_marks(self, scope: Scope, session: str, until_ts: float, limit: int) -> list[Mark]:
         """Up to `limit` boundaries at or before `until_ts`, oldest first."""
 
+    def unjudged_marks(self, scope: Scope, session: str) -> list[Mark]:
+        """Boundaries still waiting for their judgment, oldest first."""
+
+    def pending_pairs(self, scope: Scope, session: str) -> int:
+        """How many pairs of the session have no entry yet (claimed or not)."""
+
     def boundary(self, scope: Scope, session: str) -> Boundary:
         """The session's routing state (version 0 before the first judgment)."""
 

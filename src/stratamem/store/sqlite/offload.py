@@ -226,6 +226,25 @@ class SqliteOffloadStore:
         return [_mark(r) for r in reversed(rows)]
 
     @_translated
+    def unjudged_marks(self, scope: Scope, session: str) -> list[Mark]:
+        with self._store.reading() as conn:
+            rows = conn.execute(
+                "SELECT mark_id, session, ts, text, task_id, judged FROM offload_marks"
+                " WHERE tenant = ? AND session = ? AND judged = 0 ORDER BY ts, mark_id",
+                (scope.tenant, session),
+            ).fetchall()
+        return [_mark(r) for r in rows]
+
+    @_translated
+    def pending_pairs(self, scope: Scope, session: str) -> int:
+        with self._store.reading() as conn:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM offload_pairs WHERE tenant = ? AND session = ? AND done = 0",
+                (scope.tenant, session),
+            ).fetchone()
+        return int(row[0])
+
+    @_translated
     def boundary(self, scope: Scope, session: str) -> Boundary:
         with self._store.reading() as conn:
             return _boundary(conn, scope.tenant, session)
