@@ -141,3 +141,20 @@ def test_mermaid_bounds_and_edits() -> None:
         apply_edits("a", [Edit(3, 3, ())])
     with pytest.raises(InvalidDiagram, match="overlaps"):
         apply_edits("a\nb\nc", [Edit(1, 2, ()), Edit(2, 3, ())])
+
+
+async def test_a_rewrite_may_not_drop_nodes_in_use(rig: Rig, scripted_llm: ScriptedLLM) -> None:
+    await session_with_entries(rig, scripted_llm, 1)
+    scripted_llm.push_for("offload-l2", reply(FLOW, {"c0": "a"}, []))
+    await run_l2(rig.offload.deps, T, S)
+    await rig.offload.ingest(T, S, [ToolPair("c4", "ls", {}, "x", rig.clock.now() + 4)])
+    await run_l1(rig.offload.deps, T, S)
+    scripted_llm.push_for(
+        "offload-l2",
+        reply('flowchart TD\n    b["Change code"]', {"c4": "b"}, []),
+        reply(FLOW, {"c4": "b"}, []),
+    )
+    assert (await run_l2(rig.offload.deps, T, S)).mapped == 1
+    first, repair = scripted_llm.calls("offload-l2")[1:]
+    assert "MUST STAY (earlier calls are mapped to them): a" in first.messages[1]["content"]
+    assert "mapped to nodes it removed: ['a']" in repair.messages[-1]["content"]

@@ -138,7 +138,11 @@ async def _update(
     fence: Fence | None,
 ) -> int:
     batch = list(entries[:MAX_CALLS_PER_PROMPT])
-    text, mapping = await propose(deps, llm, diagram, batch)
+    mapped = await asyncio.to_thread(deps.store.list_entries, scope, diagram.session)
+    in_use = frozenset(
+        e.node_id for e in mapped if e.task_id == diagram.task_id and e.node_id is not None
+    )
+    text, mapping = await propose(deps, llm, diagram, batch, in_use)
     write = DiagramWrite(diagram.task_id, text, diagram.version, mapping)
     await asyncio.to_thread(
         deps.store.save_diagram, scope, diagram.session, write, deps.clock.now(), fence
@@ -146,38 +150,57 @@ async def _update(
     return len(mapping)
 
 
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    """What a proposed diagram is checked against."""
+
+    current: str
+    shown: frozenset[str]
+    in_use: frozenset[str]
+    max_lines: int
+    max_chars: int
+
+
 async def propose(
-    deps: StageDeps, llm: LLM, diagram: Diagram, entries: Sequence[Entry]
+    deps: StageDeps,
+    llm: LLM,
+    diagram: Diagram,
+    entries: Sequence[Entry],
+    in_use: frozenset[str] = frozenset(),
 ) -> tuple[str, dict[str, str]]:
-    """The LLM's new diagram text (validated, canonical) and call id → node for `entries`."""
-    limits = (deps.settings.diagram_max_lines - 1, deps.settings.diagram_max_chars)
-    shown = {e.call_id for e in entries}
+    """The LLM's new diagram text (validated, canonical) and call id → node for `entries`;
+    the nodes in `in_use` (earlier calls are mapped to them) must stay."""
+    rules = _Rules(
+        diagram.mermaid, frozenset(e.call_id for e in entries), in_use,
+        deps.settings.diagram_max_lines - 1, deps.settings.diagram_max_chars,
+    )  # fmt: skip
     result: dict[str, tuple[str, dict[str, str]]] = {}
 
     def check(reply: DiagramReply) -> str | None:
         try:
-            result["ok"] = _checked(reply, diagram.mermaid, shown, limits)
+            result["ok"] = _checked(reply, rules)
         except mermaid.InvalidDiagram as problem:
             return str(problem)
         return None
 
-    messages = _messages(deps, diagram, entries)
+    messages = _messages(deps, diagram, entries, in_use)
     await complete_checked(llm, STAGE, messages, DiagramReply, check)
     return result["ok"]
 
 
-def _checked(
-    reply: DiagramReply, current: str, shown: set[str], limits: tuple[int, int]
-) -> tuple[str, dict[str, str]]:
+def _checked(reply: DiagramReply, rules: _Rules) -> tuple[str, dict[str, str]]:
     if reply.rewrite is not None:
         proposed = reply.rewrite
     else:
         edits = [mermaid.Edit(e.start, e.end, tuple(e.lines)) for e in reply.edits]
-        proposed = mermaid.apply_edits(current, edits)
-    text, nodes = mermaid.validate(proposed, *limits)
+        proposed = mermaid.apply_edits(rules.current, edits)
+    text, nodes = mermaid.validate(proposed, rules.max_lines, rules.max_chars)
+    lost = sorted(rules.in_use - nodes)
+    if lost:
+        raise mermaid.InvalidDiagram(f"earlier tool calls are mapped to nodes it removed: {lost}")
     mapping: dict[str, str] = {}
     for item in reply.mapping:
-        if item.call_id not in shown:
+        if item.call_id not in rules.shown:
             raise mermaid.InvalidDiagram(f"call id {item.call_id!r} was not among the new calls")
         if item.node not in nodes:
             raise mermaid.InvalidDiagram(f"node {item.node!r} is not in the diagram")
@@ -185,13 +208,17 @@ def _checked(
     return text, mapping
 
 
-def _messages(deps: StageDeps, diagram: Diagram, entries: Sequence[Entry]) -> list[dict[str, str]]:
+def _messages(
+    deps: StageDeps, diagram: Diagram, entries: Sequence[Entry], in_use: frozenset[str]
+) -> list[dict[str, str]]:
     system = load_prompt("offload_l2").text.replace(
         "{max_lines}", str(deps.settings.diagram_max_lines - 1)
     )
     calls = "\n".join(f"[{e.call_id}] {e.tool}: {shorten(e.summary, 300)}" for e in entries)
+    keep = ", ".join(sorted(in_use)) or "(none)"
     user = (
         f"TASK: {diagram.label}\n\nCURRENT DIAGRAM\n{mermaid.numbered(diagram.mermaid)}"
+        f"\n\nNODES THAT MUST STAY (earlier calls are mapped to them): {keep}"
         f"\n\nNEW TOOL CALLS\n{calls}"
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
