@@ -127,6 +127,22 @@ async def test_retry_acks_and_schedules_next_attempt(harness: Harness) -> None:
     assert again.enqueued_at == now + 5
 
 
+async def test_release_and_ack_in_one_step(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    await b.enqueue(l1(), now=now)
+    await b.enqueue(l1(), now=now)
+    first, second = await b.consume("c1", count=2, block_ms=0, now=now)
+    grant = await b.acquire_lock("k", "w1", ttl_ms=30_000, now=now)
+    assert grant is not None
+    assert await b.release_and_ack(first, grant) is True
+    assert await b.release_and_ack(first, grant) is False
+    assert await b.acquire_lock("k", "w2", ttl_ms=30_000, now=now) is not None
+    assert await b.release_and_ack(second, grant) is True  # stale grant: lock left to w2
+    assert await b.acquire_lock("k", "w3", ttl_ms=30_000, now=now) is None
+    assert await b.release_and_ack(second, None) is False
+    assert (await b.depth()).in_flight == 0
+
+
 # -- locks ------------------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from stratamem.errors import ConfigError, StaleFencingToken
 from stratamem.pipeline.backend import retry_timer_key
+from stratamem.pipeline.errors import RetryLater
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
 from stratamem.pipeline.settings import LockScope, PipelineSettings
 from stratamem.pipeline.task import Delivery, Task, TaskType
@@ -144,6 +145,23 @@ async def test_failures_retry_with_backoff_then_dead_letter(harness: Harness) ->
     assert (depth.ready, depth.in_flight, depth.timers, depth.dead) == (0, 0, 0, 1)
     m = worker.metrics
     assert (m.failed, m.retried, m.dead_lettered) == (4, 3, 1)
+
+
+async def test_executor_chooses_its_retry_time(harness: Harness) -> None:
+    async def rate_limited(ctx: ExecutionContext) -> ExecResult:
+        raise RetryLater(120, "429 from the LLM endpoint")
+
+    worker, _ = make_worker(harness, rate_limited, retry_limit=1)
+    task, t0 = Task(TaskType.L2, "t", "s"), harness.clock.now()
+    assert await worker.handle(await deliver(harness, task)) is Outcome.RETRIED
+    timer = await harness.backend.get_timer(retry_timer_key(task))
+    assert timer is not None and timer[0] == t0 + 120
+    harness.clock.set(t0 + 120)
+    await worker.pump_once()
+    [again] = await harness.backend.consume("c", count=1, block_ms=0, now=t0 + 120)
+    assert await worker.handle(again) is Outcome.DEAD
+    [dead] = await harness.backend.list_dead(limit=1)
+    assert dead.error == "RetryLater: 429 from the LLM endpoint"
 
 
 async def test_lock_conflict_waits_with_backoff_then_drops(harness: Harness) -> None:

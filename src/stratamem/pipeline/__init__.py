@@ -4,6 +4,7 @@ Backends are imported from their modules (`stratamem.pipeline.sqlite_backend`,
 `stratamem.pipeline.redis_backend`, which needs the `redis` extra)."""
 
 from stratamem.pipeline.backend import PipelineBackend
+from stratamem.pipeline.errors import RetryLater
 from stratamem.pipeline.executors import (
     ExecResult,
     ExecutionContext,
@@ -29,6 +30,7 @@ __all__ = [
     "PipelineBackend",
     "PipelineSettings",
     "QueueDepth",
+    "RetryLater",
     "Task",
     "TaskType",
     "TimerPump",

@@ -40,6 +40,10 @@ class PipelineBackend(Protocol):
     async def ack(self, delivery: Delivery) -> bool:
         """Acknowledge and forget a delivered task. False if it was no longer pending."""
 
+    async def release_and_ack(self, delivery: Delivery, grant: LockGrant | None) -> bool:
+        """`release_lock(grant.key, grant.owner)` (when `grant` is given), then `ack(delivery)`,
+        in one round trip. Returns what `ack` would."""
+
     async def extend(self, delivery: Delivery, *, now: float) -> bool:
         """Heartbeat: reset the idle time of a pending delivery so `reclaim` leaves it alone.
 

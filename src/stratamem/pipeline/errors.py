@@ -15,3 +15,12 @@ class UnknownTaskType(PipelineError):
 
 class DeadLetterNotFound(PipelineError, LookupError):
     """The named dead-letter record does not exist (already requeued or purged)."""
+
+
+class RetryLater(PipelineError):
+    """Raised by an executor to be retried after `delay_s` instead of the default backoff
+    (e.g. an LLM endpoint answered 429 with Retry-After). Counts as one attempt."""
+
+    def __init__(self, delay_s: float, reason: str = "") -> None:
+        super().__init__(reason or f"retry requested in {delay_s} s")
+        self.delay_s = max(0.0, delay_s)

@@ -13,6 +13,9 @@ an `ExecutorRegistry`. The worker calls it once per delivery, with:
   follow-up on the same key does not meet our own lock); enqueued only if the executor succeeds;
 - `ctx.clock` (injected time), `ctx.enqueued_at` (when the task was enqueued).
 
+To choose the retry time itself (a rate limit's Retry-After), the executor raises
+`stratamem.pipeline.errors.RetryLater(delay_s)`; it still counts against the retry limit.
+
 The executor may be cancelled at any await (lock lost, or shutdown past the grace period): it
 must keep its writes transactional. Any exception other than `StaleFencingToken` / `LockLost`
 counts as a failure: the task is retried with backoff, then dead-lettered with the error text.

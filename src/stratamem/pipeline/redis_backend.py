@@ -72,6 +72,19 @@ end
 return 0
 """
 
+RELEASE_AND_ACK_LUA = """
+if KEYS[2] ~= '' and redis.call('GET', KEYS[2]) == ARGV[4] then
+  redis.call('DEL', KEYS[2])
+end
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if #p == 1 and p[1][2] == ARGV[3] then
+  redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('XDEL', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
 OWNED_EXTEND_LUA = """
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 if #p == 1 and p[1][2] == ARGV[3] then
@@ -147,6 +160,7 @@ class RedisBackend:
         self._pop_due = self._redis.register_script(POP_DUE_LUA)
         self._owned_ack = self._redis.register_script(OWNED_ACK_LUA)
         self._owned_extend = self._redis.register_script(OWNED_EXTEND_LUA)
+        self._release_and_ack = self._redis.register_script(RELEASE_AND_ACK_LUA)
         self._group_ready = False
 
     async def _ensure_group(self) -> None:
@@ -193,6 +207,13 @@ class RedisBackend:
     async def ack(self, delivery: Delivery) -> bool:
         args = [GROUP, delivery.receipt, delivery.consumer]
         return int(await self._owned_ack(keys=[self.keys.tasks], args=args)) == 1
+
+    @_translated
+    async def release_and_ack(self, delivery: Delivery, grant: LockGrant | None) -> bool:
+        lock = "" if grant is None else self.keys.lock(grant.key)
+        owner = "" if grant is None else grant.owner
+        args = [GROUP, delivery.receipt, delivery.consumer, owner]
+        return int(await self._release_and_ack(keys=[self.keys.tasks, lock], args=args)) == 1
 
     @_translated
     async def extend(self, delivery: Delivery, *, now: float) -> bool:

@@ -56,10 +56,14 @@ class PipelineSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> PipelineSettings:
-        if self.reclaim_idle_ms <= self.lock_ttl_ms // 4:
+        # Live workers heartbeat their deliveries every quarter TTL while running and after
+        # every lock backoff while waiting: both must come well within the reclaim threshold.
+        longest_silence_ms = max(self.lock_ttl_ms / 4, self.lock_backoff_cap_s * 1000)
+        if self.reclaim_idle_ms <= longest_silence_ms:
             raise ConfigError(
-                "reclaim_idle_ms must exceed a quarter of lock_ttl_ms (the heartbeat period), "
-                "or running tasks are reclaimed from live workers"
+                f"reclaim_idle_ms ({self.reclaim_idle_ms}) must exceed both a quarter of "
+                f"lock_ttl_ms and lock_backoff_cap_s ({longest_silence_ms:.0f} ms), or tasks "
+                "of live workers are reclaimed"
             )
         return self
 

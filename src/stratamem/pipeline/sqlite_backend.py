@@ -119,6 +119,9 @@ class SqliteBackend:
     async def ack(self, delivery: Delivery) -> bool:
         return await self._call(self._core.ack, delivery.receipt)
 
+    async def release_and_ack(self, delivery: Delivery, grant: LockGrant | None) -> bool:
+        return await self._call(self._core.release_and_ack, delivery.receipt, grant)
+
     async def extend(self, delivery: Delivery, *, now: float) -> bool:
         return await self._call(self._core.extend, delivery.receipt, now)
 

@@ -156,6 +156,14 @@ class SqliteCore:
             cur = c.execute("DELETE FROM tasks WHERE seq = ? AND lease_token = ?", (seq, token))
         return cur.rowcount == 1
 
+    def release_and_ack(self, receipt: str, grant: LockGrant | None) -> bool:
+        seq, token = _parse_receipt(receipt)
+        with self.write() as c:
+            if grant is not None:
+                c.execute("DELETE FROM locks WHERE key = ? AND owner = ?", (grant.key, grant.owner))
+            cur = c.execute("DELETE FROM tasks WHERE seq = ? AND lease_token = ?", (seq, token))
+        return cur.rowcount == 1
+
     def extend(self, receipt: str, now: float) -> bool:
         seq, token = _parse_receipt(receipt)
         with self.write() as c:

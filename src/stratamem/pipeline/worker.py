@@ -28,7 +28,7 @@ from typing import Any
 from stratamem.clock import Clock, SystemClock
 from stratamem.errors import LockLost, PipelineError, StaleFencingToken, StratamemError
 from stratamem.pipeline.backend import PipelineBackend
-from stratamem.pipeline.errors import UnknownTaskType
+from stratamem.pipeline.errors import RetryLater, UnknownTaskType
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
 from stratamem.pipeline.metrics import RunningTask, WorkerMetrics
 from stratamem.pipeline.settings import PipelineSettings
@@ -231,10 +231,13 @@ class Worker:
     ) -> Outcome:
         now = self.clock.now()
         await cascade(self.backend, self.settings, delivery.task, res, now)
-        await self._release(grant)
-        for follow_up in ctx.after_release:
-            await self.backend.enqueue(follow_up, now=now)
-        await self.backend.ack(delivery)
+        if ctx.after_release:
+            await self._release(grant)
+            for follow_up in ctx.after_release:
+                await self.backend.enqueue(follow_up, now=now)
+            await self.backend.ack(delivery)
+        else:
+            await self.backend.release_and_ack(delivery, grant)
         if res.skipped:
             self.metrics.skipped += 1
             return Outcome.SKIPPED
@@ -245,7 +248,12 @@ class Worker:
         task, now = delivery.task, self.clock.now()
         self.metrics.failed += 1
         if task.attempt < self.settings.retry_limit:
-            due_at = now + self.settings.retry_delay_s(task.attempt)
+            delay_s = (
+                exc.delay_s
+                if isinstance(exc, RetryLater)
+                else self.settings.retry_delay_s(task.attempt)
+            )
+            due_at = now + delay_s
             await self.backend.retry(delivery, task.next_attempt(), due_at=due_at)
             self.metrics.retried += 1
             log.info("retrying %s %s at %.3f: %r", task.type, task.id, due_at, exc)
