@@ -3,6 +3,7 @@ tail and tool-call/result pairs kept whole, diagrams of dropped work injected wi
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -124,3 +125,37 @@ def test_diagrams_stay_within_their_share(share: float) -> None:
     assert result.diagrams == ()
     injected = result.messages[1]["content"]
     assert len(injected) // 4 <= max(int(budget * share), 20)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_invariants_hold_on_random_contexts(seed: int) -> None:
+    rng = random.Random(seed)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "agent"}]
+    entries: dict[str, Entry] = {}
+    for n in range(rng.randint(1, 30)):
+        if rng.random() < 0.3:
+            messages.append({"role": "user", "content": "q" * rng.randint(1, 400)})
+        calls = [f"c{n}_{k}" for k in range(rng.randint(1, 3))]
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [{"id": c} for c in calls]})  # fmt: skip
+        for call in calls:
+            messages.append(
+                {"role": "tool", "tool_call_id": call, "content": "r" * rng.randint(5, 6000)}
+            )
+            if rng.random() < 0.8:
+                entries[call] = entry(call, rng.randint(0, 10), "s" * rng.randint(5, 300))
+    before = context_tokens(messages)
+    budget = max(1, int(before / rng.uniform(0.3, 4.0)))
+    result = compact(messages, budget, entries, [], SETTINGS)
+    out = result.messages
+    assert pairs_whole(out) and out[0] == messages[0]
+    assert result.tokens_after <= result.tokens_before == before
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+    if last_user is not None and result.level is not Level.EMERGENCY:
+        assert out[-(len(messages) - last_user):] == messages[last_user:]
+    originals = {m.get("tool_call_id"): m["content"] for m in messages if m["role"] == "tool"}
+    for message in out:
+        if message["role"] == "tool" and message["content"] != originals[message["tool_call_id"]]:
+            entry_ = entries[message["tool_call_id"]]
+            assert message["content"] == summary_text(entry_)
+            assert len(message["content"]) < len(originals[message["tool_call_id"]])
