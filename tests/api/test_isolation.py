@@ -30,12 +30,13 @@ class Alice:
     scene_ids: list[str]
     dead_id: str
     task_id: str
+    ref_id: str
 
     @property
     def ids(self) -> list[str]:
         """Ids that are unique strings (a dead letter's id may be a small number: its task's
         id stands for it)."""
-        return [*self.turn_ids, *self.memory_ids, *self.scene_ids, self.task_id]
+        return [*self.turn_ids, *self.memory_ids, *self.scene_ids, self.task_id, self.ref_id]
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,15 @@ def probes(alice: Alice) -> list[Probe]:
         Probe("GET", "/v1/pipeline", 200),
         Probe("GET", "/v1/dead-letters", 200),
         Probe("POST", f"/v1/dead-letters/{alice.dead_id}/requeue", 404),
+        Probe("POST", f"/v1/offload/sessions/{SESSION}/tool-results", 200, {"pairs": [
+            {"call_id": "call-1", "tool": "vault", "result": f"bob's {SECRET}"}]}),
+        Probe("POST", f"/v1/offload/sessions/{SESSION}/user-messages", 200,
+              {"text": f"{SECRET}?", "id": "u-1"}),
+        Probe("POST", f"/v1/offload/sessions/{SESSION}/compact", 200, {"budget_tokens": 50,
+              "messages": [{"role": "tool", "tool_call_id": "call-1", "content": "x" * 400}]}),
+        Probe("GET", f"/v1/offload/sessions/{SESSION}/entries", 200),
+        Probe("GET", f"/v1/offload/sessions/{SESSION}/diagrams", 200),
+        Probe("GET", f"/v1/offload/refs/{alice.ref_id}", 404),
         Probe("GET", "/v1/health", 200),
         Probe("GET", "/metrics", 200),
         Probe("POST", "/v1/admin/tenants", 403, {"name": a}),
@@ -90,6 +100,7 @@ def _template(path: str, alice: Alice) -> str:
         ("scenes", alice.scene_ids[0]): "{scene_id}",
         ("dead-letters", alice.dead_id): "{dead_id}",
         ("sessions", SESSION): "{session}",
+        ("refs", alice.ref_id): "{ref_id}",
     }
     parts = path.split("/")
     for i in range(1, len(parts)):
@@ -113,14 +124,30 @@ async def _seed(client: httpx.AsyncClient, services: Services, caller: Caller) -
     await backend.enqueue(task, now=0.0)
     [delivery] = await backend.consume("test", count=1, block_ms=0, now=0.0)
     dead = await backend.dead_letter(delivery, "failed on purpose", now=0.0)
+    ref_id = await _seed_offload(client, services, caller)
     return Alice(caller, captured.json()["ids"], [m["id"] for m in memories],
-                 [s["id"] for s in scenes], dead.id, task.id)  # fmt: skip
+                 [s["id"] for s in scenes], dead.id, task.id, ref_id)  # fmt: skip
+
+
+async def _seed_offload(client: httpx.AsyncClient, services: Services, caller: Caller) -> str:
+    """A tool result of alice's, summarised (offload-l1 run by hand), with its ref."""
+    pair = {"call_id": "call-1", "tool": "vault", "result": f"{SECRET} code {PRIVATE}"}
+    path = f"/v1/offload/sessions/{SESSION}/tool-results"
+    ingested = await client.post(path, json={"pairs": [pair]}, headers=caller.headers)
+    assert ingested.status_code == 200, ingested.text
+    await services.require_offload().run_l1(caller.tenant, SESSION)
+    path = f"/v1/offload/sessions/{SESSION}/entries"
+    [entry] = (await client.get(path, headers=caller.headers)).json()
+    ref_id: str = entry["ref_id"]
+    return ref_id
 
 
 async def _view(client: httpx.AsyncClient, alice: Alice) -> dict[str, Any]:
     headers, query = alice.caller.headers, {"query": SECRET, "k": 20}
     gets = ["/v1/stats", "/v1/memories", "/v1/scenes", "/v1/profile", "/v1/profile/history",
-            "/v1/pipeline", "/v1/dead-letters", f"/v1/memories/{alice.memory_ids[0]}/history"]
+            "/v1/pipeline", "/v1/dead-letters", f"/v1/memories/{alice.memory_ids[0]}/history",
+            f"/v1/offload/sessions/{SESSION}/entries", f"/v1/offload/sessions/{SESSION}/diagrams",
+            f"/v1/offload/refs/{alice.ref_id}"]
     view = {path: (await client.get(path, headers=headers)).json() for path in gets}
     for path in ("/v1/search/conversations", "/v1/search/memories", "/v1/recall"):
         view[path] = (await client.post(path, json=query, headers=headers)).json()

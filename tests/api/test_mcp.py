@@ -83,6 +83,8 @@ async def test_http_round_trip_is_scoped_by_the_key(tmp_path: Path) -> None:
     with serving(data, tmp_path / "serve.log", "--workers", "0") as server:
         url = f"{server.url}/mcp"
         async with _client(url, keys["alice"]) as mcp:
+            names = {t.name for t in (await mcp.list_tools()).tools}
+            assert names == {*TOOLS, "read_tool_result"}
             added = structured(await mcp.call_tool("add_memory", {"content": "Allergic to nuts"}))
             found = structured(await mcp.call_tool("search_memories", {"query": "nuts"}))
             assert [h["id"] for h in found["hits"]] == [added["id"]]

@@ -14,7 +14,7 @@ from stratamem.api import errors
 from stratamem.api.background import Background
 from stratamem.api.mcp_server import build_mcp, http_route, tenant_from_key
 from stratamem.api.middleware import BodyLimit, RequestMetrics
-from stratamem.api.routes import admin, health, layers, memory, pipeline
+from stratamem.api.routes import admin, health, layers, memory, offload, pipeline
 from stratamem.api.services import Services
 from stratamem.api.strict_query import reject_unknown_query
 
@@ -41,7 +41,7 @@ def create_app(
     `background` (the pipeline worker and scheduler) runs from startup to shutdown; with
     `close_on_shutdown`, the app closes the services at shutdown.
     """
-    mcp = build_mcp(services.memory, tenant_from_key(services.tenants))
+    mcp = build_mcp(services.memory, tenant_from_key(services.tenants), services.offload)
     app = FastAPI(
         title="stratamem",
         summary="Layered long-term memory for AI agents.",
@@ -52,8 +52,9 @@ def create_app(
     )
     app.state.services = services
     errors.install(app)
-    for router in (health.router, memory.router, layers.router, pipeline.router, admin.router):
-        app.include_router(router)
+    routers = (health, memory, layers, offload, pipeline, admin)
+    for module in routers:
+        app.include_router(module.router)
     app.router.routes.append(http_route(mcp, services.tenants))
     _install_middleware(app, services)
     return app

@@ -1,5 +1,6 @@
 """The pipeline work `serve` runs beside the API: a worker (consumers, timer pump, reclaim) with
-the memory layers' executors, and the scheduler that queues L1 for sessions with new turns."""
+the executors of the memory layers and of context offload, and the scheduler that queues L1 for
+sessions with new turns."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import socket
 from stratamem.api.services import Services
 from stratamem.errors import PipelineError
 from stratamem.layers.executors import LayerExecutors, LayerScheduler
+from stratamem.offload.executors import register_executors as register_offload
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.worker import Worker
 
@@ -27,6 +29,7 @@ class Background:
         self.settings = settings.model_copy(update={"concurrency": max(workers, 1)})
         self.enabled = workers > 0
         registry = LayerExecutors(layers, backend).registry()
+        register_offload(registry, services.require_offload())
         name = f"serve-{socket.gethostname()}-{os.getpid()}"
         self.worker = Worker(backend, registry, self.settings, clock=services.memory.clock,
                              name=name)  # fmt: skip

@@ -1,6 +1,7 @@
 """The MCP server: tools an agent calls on its own memory, over stdio or streamable HTTP.
 
-Tools: `search_memories`, `search_conversations`, `recall`, `add_memory`, `read_profile`. Over
+Tools: `search_memories`, `search_conversations`, `recall`, `add_memory`, `read_profile`, and
+`read_tool_result` (an offloaded tool result, by its ref) where context offload runs. Over
 stdio the tenant is fixed when the server starts (`stratamem mcp --tenant T`: whoever runs it
 has the data directory anyway). Over HTTP (`/mcp` beside the REST API) the tenant comes from the
 request's API key, like every REST route; requests without a live key get 401 before any MCP
@@ -28,6 +29,9 @@ from stratamem.domain import Layer, MemoryType
 from stratamem.domain import Scope as TenantScope
 from stratamem.errors import Unauthenticated
 from stratamem.manual import add_memory
+from stratamem.offload import InProcessRunner, Offload
+from stratamem.store.sqlite import SqliteStore
+from stratamem.store.sqlite.offload import SqliteOffloadStore
 from stratamem.store.sqlite.tenants import TenantStore
 
 MCP_PATH = "/mcp"
@@ -66,12 +70,30 @@ def bearer_token(headers: dict[str, str]) -> str | None:
     return token.strip()
 
 
-def build_mcp(memory: AsyncMemory, tenant_of: TenantOf) -> MCPServer:
-    """An MCP server with the memory tools, each scoped by `tenant_of`."""
+def build_mcp(
+    memory: AsyncMemory, tenant_of: TenantOf, offload: Offload | None = None
+) -> MCPServer:
+    """An MCP server with the memory tools (and, with `offload`, the read-back of offloaded
+    tool results), each scoped by `tenant_of`."""
     server: MCPServer = MCPServer("stratamem", instructions=INSTRUCTIONS, log_level="WARNING")
     for tool in _tools(memory, tenant_of):
         server.add_tool(tool)
+    if offload is not None:
+        server.add_tool(_read_tool_result(offload, tenant_of))
     return server
+
+
+def _read_tool_result(offload: Offload, tenant_of: TenantOf) -> Callable[..., Any]:
+    async def read_tool_result(
+        ref_id: str, ctx: Context, query: str | None = None, max_tokens: int | None = None
+    ) -> dict[str, Any]:
+        """The exact result of an offloaded tool call (by the ref in its summary), or the part
+        around `query` when it is long."""
+        tenant = await tenant_of(ctx)
+        found = await offload.read_back(tenant, ref_id, query=query, max_tokens=max_tokens)
+        return found.to_json()
+
+    return read_tool_result
 
 
 def _tools(memory: AsyncMemory, tenant_of: TenantOf) -> list[Callable[..., Any]]:
@@ -159,6 +181,14 @@ def http_route(server: MCPServer, tenants: TenantStore) -> Route:
     return Route(MCP_PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"])
 
 
+def _read_only_offload(memory: AsyncMemory) -> Offload | None:
+    """Offload for reading refs back (its stages are not run from here)."""
+    if not isinstance(memory.store, SqliteStore):
+        return None
+    store = SqliteOffloadStore(memory.store)
+    return Offload(store, InProcessRunner(memory.clock), clock=memory.clock)
+
+
 def run_stdio(core: Settings, tenant: str) -> None:
     """Serve the tools for `tenant` over stdin/stdout until the client closes them."""
     tenant_of = fixed_tenant(tenant)
@@ -166,7 +196,7 @@ def run_stdio(core: Settings, tenant: str) -> None:
     async def main() -> None:
         memory = AsyncMemory.open(core)
         try:
-            await build_mcp(memory, tenant_of).run_stdio_async()
+            await build_mcp(memory, tenant_of, _read_only_offload(memory)).run_stdio_async()
         finally:
             await memory.aclose()
 

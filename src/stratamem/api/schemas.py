@@ -212,3 +212,28 @@ class PipelineOut(BaseModel):
     queued: int = Field(description="The caller's tasks queued or running (oldest 10,000 seen).")
     dead_letters: int = Field(description="The caller's dead letters.")
     pending_turns: int = Field(description="Captured turns that L1 has not read yet.")
+
+
+class ToolPairIn(Strict):
+    call_id: str = Field(min_length=1, max_length=128, examples=["call_1"])
+    tool: str = Field(min_length=1, max_length=200, examples=["web_search"])
+    params: dict[str, Any] = Field(default_factory=dict)
+    result: str | None = Field(None, description="The tool's result, verbatim.")
+    error: str | None = None
+    timestamp: Seconds | None = None
+    duration_ms: Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)] | None = None
+
+
+class ToolResultsIn(Strict):
+    pairs: list[ToolPairIn] = Field(min_length=1, max_length=500)
+
+
+class UserMessageIn(Strict):
+    text: str = Field(min_length=1, description="The user's message: a possible task boundary.")
+    id: str | None = Field(None, max_length=128)
+    timestamp: Seconds | None = None
+
+
+class CompactIn(Strict):
+    messages: list[dict[str, Any]] = Field(description="Chat messages, OpenAI format.")
+    budget_tokens: int = Field(strict=True, ge=1, le=10_000_000)

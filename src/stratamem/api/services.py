@@ -11,11 +11,14 @@ from stratamem.api.settings import ServerSettings
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.errors import ConfigError, PipelineError
+from stratamem.offload import Offload
+from stratamem.offload.executors import PipelineScheduler
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.store.layers_base import LayerStore
 from stratamem.store.sqlite import SqliteStore
+from stratamem.store.sqlite.offload import SqliteOffloadStore
 from stratamem.store.sqlite.tenants import TenantStore
 
 
@@ -25,6 +28,7 @@ class Services:
     tenants: TenantStore
     settings: ServerSettings
     pipeline: PipelineBackend | None = None
+    offload: Offload | None = None
     metrics: Metrics = field(default_factory=Metrics)
     monotonic: Callable[[], float] = time.perf_counter
 
@@ -35,10 +39,17 @@ class Services:
         settings: ServerSettings,
         pipeline: PipelineBackend | None = None,
     ) -> Services:
-        """Services over an open memory whose store is the embedded SQLite store."""
-        if not isinstance(memory.store, SqliteStore):
+        """Services over an open memory whose store is the embedded SQLite store; context
+        offload runs its stages on the pipeline, so it is there only with one."""
+        store = memory.store
+        if not isinstance(store, SqliteStore):
             raise ConfigError("the service keeps tenants in the embedded SQLite store")
-        return cls(memory, TenantStore(memory.store, memory.clock), settings, pipeline)
+        offload = None
+        if pipeline is not None:
+            scheduler = PipelineScheduler(pipeline, memory.clock)
+            offload = Offload(SqliteOffloadStore(store), scheduler, llm=memory.llm,
+                              clock=memory.clock)  # fmt: skip
+        return cls(memory, TenantStore(store, memory.clock), settings, pipeline, offload)
 
     @classmethod
     def open(
@@ -57,6 +68,11 @@ class Services:
         if self.memory.layers is None:
             raise ConfigError("the memory layers need the embedded (SQLite) store")
         return self.memory.layers
+
+    def require_offload(self) -> Offload:
+        if self.offload is None:
+            raise PipelineError("context offload needs the pipeline, and this service has none")
+        return self.offload
 
     def require_pipeline(self) -> PipelineBackend:
         if self.pipeline is None:
