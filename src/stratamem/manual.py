@@ -1,12 +1,15 @@
-"""Memories a caller states directly ("remember that …"), beside those the layers distil.
+"""Memories a caller states, corrects or retracts directly, beside those the layers distil.
 
 A manual memory is an L1 record of mode `manual` with no source turns. Its id is derived from
-the tenant, the type and the text, so stating the same thing twice stores it once.
+the tenant, the type and the text, so stating the same thing twice stores it once. An update
+writes a new version that supersedes the old one (the history keeps both); forgetting ends a
+memory's validity without deleting it.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 from stratamem.capture import strip_injected
 from stratamem.domain import MemoryRecord, MemoryType, Mode, Scope, check_ident
@@ -58,3 +61,57 @@ def _checked_text(content: str, max_chars: int) -> str:
     if len(text) > max_chars:
         raise InvalidInput(f"a memory is at most {max_chars} characters, not {len(text)}")
     return text
+
+
+def update_memory(
+    store: Store,
+    scope: Scope,
+    memory_id: str,
+    *,
+    now: float,
+    max_chars: int,
+    content: str | None = None,
+    memory_type: MemoryType | None = None,
+    priority: int | None = None,
+) -> MemoryRecord:
+    """A new version of a current memory (mode `manual`) that supersedes it; the old version
+    stays in its history. Retrying the same update returns the same version."""
+    old = _current(store, scope, memory_id)
+    text = old.content if content is None else _checked_text(content, max_chars)
+    new_type = memory_type or old.type
+    new_priority = old.priority if priority is None else priority
+    if not MIN_PRIORITY <= new_priority <= MAX_PRIORITY:
+        raise InvalidInput(f"priority must be {MIN_PRIORITY}-{MAX_PRIORITY}, not {new_priority}")
+    if (text, new_type, new_priority) == (old.content, old.type, old.priority):
+        return old
+    digest = hashlib.sha256(f"{old.id}\x1f{new_type.value}\x1f{new_priority}\x1f{text}".encode())
+    new = replace(
+        old, id=f"m_{digest.hexdigest()[:24]}", type=new_type, content=text,
+        priority=new_priority, valid_from=now, valid_to=None, superseded_by=None,
+        created_at=now, updated_at=now, mode=Mode.MANUAL,
+    )  # fmt: skip
+    closed = replace(old, valid_to=now, superseded_by=new.id, updated_at=now)
+    store.upsert_memories(scope, [closed, new])
+    return new
+
+
+def forget_memory(store: Store, scope: Scope, memory_id: str, *, now: float) -> MemoryRecord:
+    """End a memory's validity now (it leaves search and recall, its history stays); a memory
+    no longer current is returned as it is."""
+    memory = store.get_memory(scope, memory_id)
+    if not memory.is_current:
+        return memory
+    forgotten = replace(memory, valid_to=now, updated_at=now)
+    store.upsert_memories(scope, [forgotten])
+    return forgotten
+
+
+def _current(store: Store, scope: Scope, memory_id: str) -> MemoryRecord:
+    memory = store.get_memory(scope, memory_id)
+    if memory.superseded_by is not None:
+        raise InvalidInput(
+            f"memory {memory_id!r} was superseded by {memory.superseded_by!r}: update that one"
+        )
+    if not memory.is_current:
+        raise InvalidInput(f"memory {memory_id!r} was forgotten; add it again instead")
+    return memory

@@ -62,6 +62,8 @@ def probes(alice: Alice) -> list[Probe]:
         Probe("GET", "/v1/memories", 200, params={"session": SESSION}),
         Probe("POST", "/v1/memories", 201, {"content": f"User: I prefer my {SECRET} code"}),
         Probe("GET", f"/v1/memories/{mem}", 404),
+        Probe("PATCH", f"/v1/memories/{mem}", 404, {"content": "bob rewrote it"}),
+        Probe("DELETE", f"/v1/memories/{mem}", 404),
         Probe("GET", f"/v1/memories/{mem}/history", 404),
         Probe("GET", "/v1/scenes", 200),
         Probe("GET", f"/v1/scenes/{scene}/history", 404),

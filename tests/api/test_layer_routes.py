@@ -122,3 +122,32 @@ async def test_a_stated_memory_is_stored_once_and_found(
     injected = {"content": "<stratamem-recall>old</stratamem-recall>"}
     refused = await client.post("/v1/memories", json=injected, headers=alice.headers)
     assert refused.status_code == 422
+
+
+async def test_a_memory_is_corrected_by_a_new_version_and_forgotten_without_loss(
+    client: httpx.AsyncClient, services: Services, alice: Caller
+) -> None:
+    made = (await client.post("/v1/memories", json={"content": "Lives in Lyon"},
+                              headers=alice.headers)).json()  # fmt: skip
+    services.memory.clock.advance(60)  # type: ignore[attr-defined]
+    patch = {"content": "Lives in Grenoble", "priority": 70}
+    fixed = await client.patch(f"/v1/memories/{made['id']}", json=patch, headers=alice.headers)
+    assert fixed.status_code == 200
+    assert (fixed.json()["content"], fixed.json()["priority"]) == ("Lives in Grenoble", 70)
+    again = await client.patch(f"/v1/memories/{made['id']}", json=patch, headers=alice.headers)
+    assert again.status_code == 422  # the old version is superseded: correct the new one
+    history = (await client.get(f"/v1/memories/{fixed.json()['id']}/history",
+                                headers=alice.headers)).json()  # fmt: skip
+    assert [m["content"] for m in history] == ["Lives in Lyon", "Lives in Grenoble"]
+    assert history[0]["superseded_by"] == fixed.json()["id"]
+    found = await client.post("/v1/search/memories", json={"query": "lives"},
+                              headers=alice.headers)  # fmt: skip
+    assert [h["text"] for h in found.json()["hits"]] == ["Lives in Grenoble"]
+    gone = await client.delete(f"/v1/memories/{fixed.json()['id']}", headers=alice.headers)
+    assert gone.status_code == 200 and gone.json()["valid_to"] is not None
+    found = await client.post("/v1/search/memories", json={"query": "lives"},
+                              headers=alice.headers)  # fmt: skip
+    assert found.json()["hits"] == []
+    assert (await client.get("/v1/memories", headers=alice.headers)).json() == []
+    kept = await client.get(f"/v1/memories/{fixed.json()['id']}/history", headers=alice.headers)
+    assert len(kept.json()) == 2

@@ -146,6 +146,12 @@ class MemoryIn(Strict):
     priority: int = Field(50, strict=True, ge=0, le=100)
 
 
+class MemoryPatch(Strict):
+    content: str | None = Field(None, min_length=1)
+    type: MemoryType | None = None
+    priority: int | None = Field(None, strict=True, ge=0, le=100)
+
+
 class MemoryOut(BaseModel):
     id: str
     type: str

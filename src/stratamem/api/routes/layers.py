@@ -16,12 +16,13 @@ from stratamem.api.schemas import (
     Ident,
     MemoryIn,
     MemoryOut,
+    MemoryPatch,
     ProfileOut,
     SceneOut,
 )
 from stratamem.api.views import memory_json, profile_json, scene_json, task_json
 from stratamem.domain import MemoryType, Scope, check_ident
-from stratamem.manual import add_memory
+from stratamem.manual import add_memory, forget_memory, update_memory
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.store.base import Filters
 
@@ -78,6 +79,33 @@ async def get_memory(memory_id: str, tenant: TenantDep, services: ServicesDep) -
     """One memory with its provenance (`source_turn_ids`) and validity."""
     found = await asyncio.to_thread(services.memory.store.get_memory, Scope(tenant), memory_id)
     return memory_json(found)
+
+
+@router.patch("/memories/{memory_id}", response_model=MemoryOut)
+async def patch_memory(
+    memory_id: str, body: MemoryPatch, tenant: TenantDep, services: ServicesDep
+) -> dict[str, Any]:
+    """Correct a current memory: a new version (mode `manual`) supersedes it."""
+    memory = services.memory
+    updated = await asyncio.to_thread(
+        update_memory, memory.store, Scope(tenant), memory_id, now=memory.clock.now(),
+        max_chars=memory.settings.max_turn_chars, content=body.content,
+        memory_type=body.type, priority=body.priority,
+    )  # fmt: skip
+    memory.start_background()
+    return memory_json(updated)
+
+
+@router.delete("/memories/{memory_id}", response_model=MemoryOut)
+async def delete_memory(
+    memory_id: str, tenant: TenantDep, services: ServicesDep
+) -> dict[str, Any]:
+    """Forget a memory: no longer valid from now on (kept in its history, out of recall)."""
+    memory = services.memory
+    forgotten = await asyncio.to_thread(
+        forget_memory, memory.store, Scope(tenant), memory_id, now=memory.clock.now()
+    )
+    return memory_json(forgotten)
 
 
 @router.get("/memories/{memory_id}/history", response_model=list[MemoryOut])
