@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.api.process import serving, stratamem, wait_for
+from tests.api.process import env_for_checkout, serving, stratamem, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -49,6 +52,33 @@ def test_serve_runs_the_pipeline_a_queued_flush_gets_done(tmp_path: Path) -> Non
         )
         assert "bees" in memories[0]["content"]
     assert "1 pipeline consumers" in (tmp_path / "serve.log").read_text()
+
+
+def test_api_only_serve_with_a_separate_worker_process(tmp_path: Path) -> None:
+    """`serve --workers 0` schedules, `stratamem worker` (every executor of serve) executes."""
+    data = tmp_path / "data"
+    stratamem(data, "tenants", "create", "alice")
+    auth = {"Authorization": f"Bearer {stratamem(data, 'keys', 'create', 'alice').stdout.strip()}"}
+    env = {"STRATAMEM_DATA_DIR": str(data), "STRATAMEM_EMBEDDER": "hash:64"}
+    worker_log = tmp_path / "worker.log"
+    with serving(data, tmp_path / "serve.log", "--workers", "0") as server, \
+            worker_log.open("wb") as sink:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "stratamem.cli.main", "worker", "--executors",
+             "stratamem.api.background:worker_registry"],
+            env=env_for_checkout(env), stdout=sink, stderr=sink,
+        )  # fmt: skip
+        try:
+            body = {"session": "s1", "messages": [{"role": "user", "content": "I keep bees"}]}
+            assert httpx.post(f"{server.url}/v1/capture", json=body, headers=auth).is_success
+            memories = wait_for(
+                lambda: httpx.get(f"{server.url}/v1/memories", headers=auth).json(), bool
+            )
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=60)
+    assert "bees" in memories[0]["content"]
+    assert "API only" in (tmp_path / "serve.log").read_text()
 
 
 def test_bad_settings_stop_serve_at_start_with_a_fix(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
-"""The pipeline work `serve` runs beside the API: a worker (consumers, timer pump, reclaim) with
-the executors of the memory layers and of context offload, and the scheduler that queues L1 for
-sessions with new turns."""
+"""The pipeline work `serve` runs beside the API: the scheduler that queues L1 for sessions with
+new turns (always), and a worker (consumers, timer pump, reclaim) with the executors of the
+memory layers and of context offload (unless `--workers 0`). `worker_registry` gives the same
+executors to separate `stratamem worker` processes."""
 
 from __future__ import annotations
 
@@ -11,48 +12,68 @@ import os
 import socket
 
 from stratamem.api.services import Services
+from stratamem.api.settings import ServerSettings
+from stratamem.core import AsyncMemory
 from stratamem.errors import PipelineError
 from stratamem.layers.executors import LayerExecutors, LayerScheduler
 from stratamem.offload.executors import register_executors as register_offload
+from stratamem.pipeline.executors import ExecutorRegistry
+from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.worker import Worker
 
 log = logging.getLogger(__name__)
 
 
+def service_registry(services: Services) -> ExecutorRegistry:
+    """The executors of the memory layers and of context offload over `services`."""
+    backend = services.require_pipeline()
+    registry = LayerExecutors(services.memory.layer_service(), backend).registry()
+    register_offload(registry, services.require_offload())
+    return registry
+
+
+def worker_registry() -> ExecutorRegistry:
+    """For `stratamem worker --executors stratamem.api.background:worker_registry`: every task
+    type `serve` runs, over the store, LLM and pipeline the `STRATAMEM_*` variables configure.
+    The store and clients live as long as the worker process."""
+    memory = AsyncMemory.open()
+    backend = open_backend(PipelineSettings(), memory.settings.data_dir)
+    return service_registry(Services.over(memory, ServerSettings(), backend))
+
+
 class Background:
-    """Started and stopped by the app's lifespan; `workers` consumers (0: nothing runs)."""
+    """Started and stopped by the app's lifespan."""
 
     def __init__(self, services: Services, settings: PipelineSettings, workers: int) -> None:
         backend = services.require_pipeline()
-        layers = services.memory.layer_service()
+        clock = services.memory.clock
         self.settings = settings.model_copy(update={"concurrency": max(workers, 1)})
-        self.enabled = workers > 0
-        registry = LayerExecutors(layers, backend).registry()
-        register_offload(registry, services.require_offload())
+        self.consuming = workers > 0
         name = f"serve-{socket.gethostname()}-{os.getpid()}"
-        self.worker = Worker(backend, registry, self.settings, clock=services.memory.clock,
+        self.worker = Worker(backend, service_registry(services), self.settings, clock=clock,
                              name=name)  # fmt: skip
-        self.scheduler = LayerScheduler(layers, backend, services.memory.clock)
-        self._tasks: list[asyncio.Task[None]] = []
+        self.scheduler = LayerScheduler(services.memory.layer_service(), backend, clock)
+        self._scheduling: asyncio.Task[None] | None = None
+        self._working: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        if not self.enabled:
-            return
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self.worker.run()), loop.create_task(self._schedule())]
+        self._scheduling = loop.create_task(self._schedule())
+        if self.consuming:
+            self._working = loop.create_task(self.worker.run())
 
     async def stop(self) -> None:
-        """Stop consuming; running tasks get the grace period; the scheduler stops at once."""
-        if not self._tasks:
-            return
-        worker_task, scheduler_task = self._tasks
-        self.worker.request_stop()
-        scheduler_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await scheduler_task
-        await worker_task
-        self._tasks = []
+        """The scheduler stops at once; running tasks get the worker's grace period."""
+        if self._scheduling is not None:
+            self._scheduling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scheduling
+            self._scheduling = None
+        if self._working is not None:
+            self.worker.request_stop()
+            await self._working
+            self._working = None
 
     async def _schedule(self) -> None:
         while True:

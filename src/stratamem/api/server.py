@@ -44,7 +44,10 @@ def serve(settings: AllSettings, announce: Callable[[str], None]) -> None:
         asyncio.run(services.aclose())
         raise
     host, port = sock.getsockname()[:2]
-    workers = f"{server.workers} pipeline consumers" if server.workers else "API only"
+    workers = (
+        f"{server.workers} pipeline consumers" if server.workers
+        else "API only: pipeline tasks are left to `stratamem worker` processes"
+    )
     announce(f"stratamem listening on http://{host}:{port} ({workers}; data in {core.data_dir})")
     app = create_app(services, close_on_shutdown=True, background=background)
     config = uvicorn.Config(app, lifespan="on", server_header=False, log_level="info")
