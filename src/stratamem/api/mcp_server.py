@@ -97,11 +97,25 @@ def _read_tool_result(offload: Offload, tenant_of: TenantOf) -> Callable[..., An
 
 
 def _tools(memory: AsyncMemory, tenant_of: TenantOf) -> list[Callable[..., Any]]:
+    return [
+        _search_memories(memory, tenant_of),
+        _search_conversations(memory, tenant_of),
+        _recall(memory, tenant_of),
+        _add_memory(memory, tenant_of),
+        _read_profile(memory, tenant_of),
+    ]
+
+
+def _search_memories(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[..., Any]:
     async def search_memories(query: str, ctx: Context, k: int = 8) -> dict[str, Any]:
         """Search the user's distilled memories (facts, preferences, events, instructions)."""
         hits = await memory.search(await tenant_of(ctx), query, k=k, layers=(Layer.L1,))
         return {"hits": [h.to_json() for h in hits]}
 
+    return search_memories
+
+
+def _search_conversations(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[..., Any]:
     async def search_conversations(
         query: str, ctx: Context, k: int = 8, session: str | None = None
     ) -> dict[str, Any]:
@@ -111,11 +125,19 @@ def _tools(memory: AsyncMemory, tenant_of: TenantOf) -> list[Callable[..., Any]]
         hits = await memory.search(tenant, query, k=k, layers=(Layer.L0,), sessions=sessions)
         return {"hits": [h.to_json() for h in hits]}
 
+    return search_conversations
+
+
+def _recall(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[..., Any]:
     async def recall(query: str, ctx: Context) -> dict[str, Any]:
         """What to know before answering `query`: relevant memories and the user's profile."""
         result = await memory.recall(await tenant_of(ctx), query)
         return {"context": result.context, "stable": result.stable}
 
+    return recall
+
+
+def _add_memory(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[..., Any]:
     async def add_memory_tool(
         content: str, ctx: Context, type: MemoryKind = "persona"
     ) -> dict[str, Any]:
@@ -131,6 +153,11 @@ def _tools(memory: AsyncMemory, tenant_of: TenantOf) -> list[Callable[..., Any]]
             memory.start_background()
         return {"id": record.id, "type": record.type.value, "created": created}
 
+    add_memory_tool.__name__ = "add_memory"
+    return add_memory_tool
+
+
+def _read_profile(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[..., Any]:
     async def read_profile(ctx: Context) -> dict[str, Any]:
         """The user's profile document and the titles of their memory scenes."""
         tenant = TenantScope(await tenant_of(ctx))
@@ -143,8 +170,7 @@ def _tools(memory: AsyncMemory, tenant_of: TenantOf) -> list[Callable[..., Any]]
             "scenes": [{"title": s.title, "summary": s.summary} for s in scenes],
         }
 
-    add_memory_tool.__name__ = "add_memory"
-    return [search_memories, search_conversations, recall, add_memory_tool, read_profile]
+    return read_profile
 
 
 class RequireKey:
