@@ -49,3 +49,7 @@ class LockLost(PipelineError):
 
 class LLMError(StratamemError):
     """An LLM endpoint failed or returned output that could not be validated."""
+
+
+class Unavailable(ConfigError):
+    """A feature that was asked for is not available in this build or configuration."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stratamem.cli import memory_cmds
+from stratamem.cli import eval_cmds, memory_cmds
 
 
 @click.group()
@@ -40,6 +40,7 @@ for command in (
     memory_cmds.stats,
 ):
     cli.add_command(command)
+cli.add_command(eval_cmds.eval_group)
 
 
 def main() -> None:
