@@ -84,14 +84,7 @@ class _Shared:
 
 
 def open_embedder(spec: str, settings: Settings) -> Embedder | None:
-    try:
-        return make_embedder(
-            spec, base_url=settings.embed_base_url, api_key=settings.embed_api_key
-        )
-    except NotImplementedError as exc:
-        raise Unavailable(
-            f"embedder {spec!r} is not available in this build: use --embedder none"
-        ) from exc
+    return make_embedder(spec, base_url=settings.embed_base_url, api_key=settings.embed_api_key)
 
 
 async def run_stratamem(

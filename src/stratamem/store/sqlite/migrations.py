@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from stratamem.errors import StoreError
+from stratamem.store.sqlite.turn_context import turn_context_sql
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "turns with full-text index", M001_TURNS),
     Migration(2, "memories with full-text index", M002_MEMORIES),
     Migration(3, "meta and fencing tokens", M003_META),
+    Migration(4, "turns indexed with neighbours and date", turn_context_sql(_FTS_TOKENIZER)),
 )
 
 

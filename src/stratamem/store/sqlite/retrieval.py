@@ -11,9 +11,12 @@ from stratamem.domain import Layer
 from stratamem.retrieval.fts_query import match_expression
 from stratamem.store.base import Candidate, Filters
 from stratamem.store.sqlite.filters import filter_sql
+from stratamem.store.sqlite.turn_context import BM25_WEIGHTS
 from stratamem.store.vectors import VectorCache
 
 TABLES = {Layer.L0: "turns", Layer.L1: "memories"}
+#: Arguments of bm25() after the table name: the weight of each indexed column.
+_WEIGHTS = {Layer.L0: "".join(f", {w}" for w in BM25_WEIGHTS), Layer.L1: ""}
 # How many vector neighbours to take before filtering, per wanted result.
 _OVERFETCH = 4
 
@@ -27,7 +30,7 @@ def search_text(
     table = TABLES[layer]
     tail, params = filter_sql(layer, filters, "r")
     sql = (
-        f"SELECT r.id, bm25({table}_fts) AS rank FROM {table}_fts"
+        f"SELECT r.id, bm25({table}_fts{_WEIGHTS[layer]}) AS rank FROM {table}_fts"
         f" JOIN {table} r ON r.rid = {table}_fts.rowid"
         f" WHERE {table}_fts MATCH ? AND r.tenant = ?{tail}"
         " ORDER BY rank LIMIT ?"
