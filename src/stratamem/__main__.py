@@ -1,5 +1,3 @@
-"""`python -m stratamem …` runs the CLI."""
-
 from stratamem.cli.main import main
 
 main()

@@ -28,11 +28,13 @@ async def embed_pending(
             if not pending:
                 break
             vectors = await embedder.embed([p.text for p in pending])
-            if vectors.shape != (len(pending), embedder.dim):
+            if vectors.ndim != 2 or vectors.shape[0] != len(pending):
                 raise EmbeddingError(
-                    f"embedder {embedder.model} returned shape {vectors.shape},"
-                    f" expected ({len(pending)}, {embedder.dim})"
+                    f"embedder {embedder.model} returned shape {vectors.shape}"
+                    f" for {len(pending)} texts"
                 )
+            info = EmbeddingInfo(model=embedder.model, dim=int(vectors.shape[1]))
+            await asyncio.to_thread(store.bind_embedding, info)
             await asyncio.to_thread(
                 store.store_embeddings, layer, [(p.tenant, p.id) for p in pending], vectors
             )
@@ -40,9 +42,17 @@ async def embed_pending(
     return done
 
 
-def bind(store: Store, embedder: Embedder) -> None:
-    """Record the embedder's model in the store, refusing a different one already recorded."""
-    store.bind_embedding(EmbeddingInfo(model=embedder.model, dim=embedder.dim))
+def bind_if_known(store: Store, embedder: Embedder) -> None:
+    """Record the embedder's model in the store, refusing a different one already recorded.
+
+    An embedder whose dimension is only known after its first call (an OpenAI-compatible
+    endpoint without a configured dimension) is checked at that first call instead.
+    """
+    try:
+        dim = embedder.dim
+    except EmbeddingError:
+        return
+    store.bind_embedding(EmbeddingInfo(model=embedder.model, dim=dim))
 
 
 class Backfill:

@@ -23,6 +23,9 @@ class Settings(BaseSettings):
     )
     embed_base_url: str | None = Field(None, description="Base URL for `openai:` embedders.")
     embed_api_key: str | None = Field(None, description="API key for `openai:` embedders.")
+    embed_dim: int | None = Field(
+        None, ge=8, description="Vector width of `openai:` embedders (else found on first call)."
+    )
     embed_batch_size: int = Field(64, ge=1, le=4096, description="Texts per embedding batch.")
     max_turn_chars: int = Field(
         100_000, ge=1, description="Longest message text accepted by capture."

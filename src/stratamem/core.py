@@ -50,15 +50,17 @@ class AsyncMemory:
         settings: Settings | None = None,
         clock: Clock | None = None,
         verify_embedding: bool = True,
+        owns_embedder: bool = False,
     ) -> None:
         self.store = store
+        self._owns_embedder = owns_embedder
         self.embedder = embedder
         self.settings = settings or Settings()
         self.clock = clock or SystemClock()
         self._backfill: backfill.Backfill | None = None
         if embedder is not None:
             if verify_embedding:
-                backfill.bind(store, embedder)
+                backfill.bind_if_known(store, embedder)
             self._backfill = backfill.Backfill(store, embedder, self.settings.embed_batch_size)
 
     @classmethod
@@ -70,15 +72,24 @@ class AsyncMemory:
         clock: Clock | None = None,
         verify_embedding: bool = True,
     ) -> AsyncMemory:
-        """Open the embedded store under `settings.data_dir` with the configured embedder."""
+        """Open the embedded store under `settings.data_dir` with the configured embedder.
+
+        An embedder passed in stays the caller's to close; one built from a spec is closed with
+        the memory.
+        """
         settings = settings or Settings()
+        owns = isinstance(embedder, str)
         if isinstance(embedder, str):
             spec = settings.embedder if embedder == "settings" else embedder
             embedder = make_embedder(
-                spec, base_url=settings.embed_base_url, api_key=settings.embed_api_key
+                spec,
+                base_url=settings.embed_base_url,
+                api_key=settings.embed_api_key,
+                dim=settings.embed_dim,
+                batch_size=settings.embed_batch_size,
             )
         store = SqliteStore(settings.store_path)
-        return cls(store, embedder, settings, clock, verify_embedding)
+        return cls(store, embedder, settings, clock, verify_embedding, owns_embedder=owns)
 
     # -- capture -----------------------------------------------------------------------------
     async def capture(
@@ -152,6 +163,8 @@ class AsyncMemory:
         vector = None
         if self.embedder is not None:
             vector = (await self.embedder.embed([query]))[0]
+            info = EmbeddingInfo(self.embedder.model, int(vector.shape[0]))
+            await asyncio.to_thread(self.store.bind_embedding, info)
         return await hybrid_search(
             self.store,
             Scope(tenant),
@@ -233,6 +246,6 @@ class AsyncMemory:
             await self._backfill.stop()
         if drain:
             await self.embed_pending()
-        if self.embedder is not None:
+        if self.embedder is not None and self._owns_embedder:
             await self.embedder.aclose()
         self.store.close()

@@ -13,6 +13,7 @@ from stratamem.store.base import NO_FILTERS
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.connection import connect
 from stratamem.store.sqlite.migrations import MIGRATIONS, migrate
+from stratamem.store.sqlite.scope import tenant_token
 
 SCOPE = Scope("t1")
 MAY_8_2023 = 1683554160.0
@@ -76,9 +77,10 @@ def test_existing_turns_are_indexed_by_the_migration(tmp_path: Path) -> None:
     migrate(conn, MIGRATIONS[:3])
     for seq, t in enumerate(DIALOGUE, start=1):
         conn.execute(
-            "INSERT INTO turns (tenant, id, session, seq, role, speaker, text, ts, created_at)"
-            " VALUES (?, ?, ?, ?, 'user', ?, ?, ?, ?)",
-            ("t1", t.id, t.session, seq, t.speaker, t.text, t.timestamp, t.timestamp),
+            "INSERT INTO turns (tenant, id, session, seq, role, speaker, text, ts, created_at,"
+            " scope_token) VALUES (?, ?, ?, ?, 'user', ?, ?, ?, ?, ?)",
+            ("t1", t.id, t.session, seq, t.speaker, t.text, t.timestamp, t.timestamp,
+             tenant_token("t1")),
         )
     assert migrate(conn) == [4]
     row = conn.execute("SELECT context, around, dated FROM turns_fts WHERE rowid = 2").fetchone()

@@ -45,3 +45,7 @@ cli.add_command(eval_cmds.eval_group)
 
 def main() -> None:
     cli()
+
+
+if __name__ == "__main__":
+    main()

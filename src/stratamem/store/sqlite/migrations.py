@@ -18,6 +18,8 @@ class Migration:
 
 
 _FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
+# The full-text tables index a scope column too: the tenant's token (`scope.py`) and, for
+# memories, whether the memory is current; so a tenant's query never walks other tenants' rows.
 
 M001_TURNS = f"""
 CREATE TABLE turns (
@@ -32,6 +34,7 @@ CREATE TABLE turns (
     ts REAL NOT NULL,
     metadata TEXT NOT NULL DEFAULT '{{}}',
     created_at REAL NOT NULL,
+    scope_token TEXT NOT NULL,
     embedding BLOB,
     emb_seq INTEGER,
     UNIQUE (tenant, id)
@@ -41,19 +44,22 @@ CREATE INDEX turns_by_time ON turns (tenant, ts);
 CREATE INDEX turns_emb_pending ON turns (rid) WHERE embedding IS NULL;
 CREATE INDEX turns_emb_seq ON turns (tenant, emb_seq) WHERE emb_seq IS NOT NULL;
 CREATE VIRTUAL TABLE turns_fts USING fts5 (
-    text, speaker, content='turns', content_rowid='rid', tokenize='{_FTS_TOKENIZER}'
+    text, speaker, scope_token, content='turns', content_rowid='rid',
+    tokenize='{_FTS_TOKENIZER}'
 );
 CREATE TRIGGER turns_ai AFTER INSERT ON turns BEGIN
-    INSERT INTO turns_fts (rowid, text, speaker) VALUES (new.rid, new.text, new.speaker);
+    INSERT INTO turns_fts (rowid, text, speaker, scope_token)
+    VALUES (new.rid, new.text, new.speaker, new.scope_token);
 END;
 CREATE TRIGGER turns_ad AFTER DELETE ON turns BEGIN
-    INSERT INTO turns_fts (turns_fts, rowid, text, speaker)
-    VALUES ('delete', old.rid, old.text, old.speaker);
+    INSERT INTO turns_fts (turns_fts, rowid, text, speaker, scope_token)
+    VALUES ('delete', old.rid, old.text, old.speaker, old.scope_token);
 END;
 CREATE TRIGGER turns_au AFTER UPDATE OF text, speaker ON turns BEGIN
-    INSERT INTO turns_fts (turns_fts, rowid, text, speaker)
-    VALUES ('delete', old.rid, old.text, old.speaker);
-    INSERT INTO turns_fts (rowid, text, speaker) VALUES (new.rid, new.text, new.speaker);
+    INSERT INTO turns_fts (turns_fts, rowid, text, speaker, scope_token)
+    VALUES ('delete', old.rid, old.text, old.speaker, old.scope_token);
+    INSERT INTO turns_fts (rowid, text, speaker, scope_token)
+    VALUES (new.rid, new.text, new.speaker, new.scope_token);
 END;
 """
 
@@ -76,6 +82,7 @@ CREATE TABLE memories (
     updated_at REAL NOT NULL,
     mode TEXT NOT NULL,
     metadata TEXT NOT NULL DEFAULT '{{}}',
+    fts_scope TEXT NOT NULL,
     embedding BLOB,
     emb_seq INTEGER,
     UNIQUE (tenant, id)
@@ -86,17 +93,21 @@ CREATE INDEX memories_superseded_by ON memories (tenant, superseded_by);
 CREATE INDEX memories_emb_pending ON memories (rid) WHERE embedding IS NULL;
 CREATE INDEX memories_emb_seq ON memories (tenant, emb_seq) WHERE emb_seq IS NOT NULL;
 CREATE VIRTUAL TABLE memories_fts USING fts5 (
-    content, content='memories', content_rowid='rid', tokenize='{_FTS_TOKENIZER}'
+    content, fts_scope, content='memories', content_rowid='rid', tokenize='{_FTS_TOKENIZER}'
 );
 CREATE TRIGGER memories_ai AFTER INSERT ON memories BEGIN
-    INSERT INTO memories_fts (rowid, content) VALUES (new.rid, new.content);
+    INSERT INTO memories_fts (rowid, content, fts_scope)
+    VALUES (new.rid, new.content, new.fts_scope);
 END;
 CREATE TRIGGER memories_ad AFTER DELETE ON memories BEGIN
-    INSERT INTO memories_fts (memories_fts, rowid, content) VALUES ('delete', old.rid, old.content);
+    INSERT INTO memories_fts (memories_fts, rowid, content, fts_scope)
+    VALUES ('delete', old.rid, old.content, old.fts_scope);
 END;
-CREATE TRIGGER memories_au AFTER UPDATE OF content ON memories BEGIN
-    INSERT INTO memories_fts (memories_fts, rowid, content) VALUES ('delete', old.rid, old.content);
-    INSERT INTO memories_fts (rowid, content) VALUES (new.rid, new.content);
+CREATE TRIGGER memories_au AFTER UPDATE OF content, fts_scope ON memories BEGIN
+    INSERT INTO memories_fts (memories_fts, rowid, content, fts_scope)
+    VALUES ('delete', old.rid, old.content, old.fts_scope);
+    INSERT INTO memories_fts (rowid, content, fts_scope)
+    VALUES (new.rid, new.content, new.fts_scope);
 END;
 """
 
@@ -105,6 +116,9 @@ CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE fences (key TEXT PRIMARY KEY, token INTEGER NOT NULL);
 """
 
+# Version ranges by part, so parts can add migrations independently: 1-9 core (turns, memories),
+# 10-19 memory layers (versions, scenes, profile, session state), 20-29 context offload,
+# 30-39 service (tenants, keys).
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "turns with full-text index", M001_TURNS),
     Migration(2, "memories with full-text index", M002_MEMORIES),

@@ -10,13 +10,16 @@ import numpy as np
 from stratamem.domain import Layer
 from stratamem.retrieval.fts_query import match_expression
 from stratamem.store.base import Candidate, Filters
+from stratamem.store.sqlite import turn_context
 from stratamem.store.sqlite.filters import filter_sql
-from stratamem.store.sqlite.turn_context import BM25_WEIGHTS
+from stratamem.store.sqlite.scope import scope_match
 from stratamem.store.vectors import VectorCache
 
 TABLES = {Layer.L0: "turns", Layer.L1: "memories"}
-#: Arguments of bm25() after the table name: the weight of each indexed column.
-_WEIGHTS = {Layer.L0: "".join(f", {w}" for w in BM25_WEIGHTS), Layer.L1: ""}
+# Columns a query's words are matched against, and the BM25 weights of every column (the scope
+# column last, weighted 0: it only selects).
+TEXT_COLUMNS = {Layer.L0: turn_context.TEXT_COLUMNS, Layer.L1: "content"}
+RANKING = {Layer.L0: turn_context.RANKING, Layer.L1: "bm25(1.0, 0.0)"}
 # How many vector neighbours to take before filtering, per wanted result.
 _OVERFETCH = 4
 
@@ -28,15 +31,39 @@ def search_text(
     if expression is None or limit <= 0:
         return []
     table = TABLES[layer]
-    tail, params = filter_sql(layer, filters, "r")
+    scope = scope_match(layer, tenant, filters)
+    match = f"({scope}) AND {{{TEXT_COLUMNS[layer]}}} : ({expression})"
+    tail, params = filter_sql(layer, filters, "r", current_checked=True)
+    if not tail:  # the scope in the index is the whole filter: rank inside FTS5 alone
+        rows = conn.execute(
+            f"SELECT rowid, rank FROM {table}_fts WHERE {table}_fts MATCH ?"
+            " AND rank MATCH ? ORDER BY rank LIMIT ?",
+            (match, RANKING[layer], limit),
+        ).fetchall()
+        return _with_ids(conn, tenant, table, rows)
     sql = (
-        f"SELECT r.id, bm25({table}_fts{_WEIGHTS[layer]}) AS rank FROM {table}_fts"
+        f"SELECT r.rid, {table}_fts.rank FROM {table}_fts"
         f" JOIN {table} r ON r.rid = {table}_fts.rowid"
-        f" WHERE {table}_fts MATCH ? AND r.tenant = ?{tail}"
-        " ORDER BY rank LIMIT ?"
+        f" WHERE {table}_fts MATCH ? AND {table}_fts.rank MATCH ? AND r.tenant = ?{tail}"
+        f" ORDER BY {table}_fts.rank LIMIT ?"
     )
-    rows = conn.execute(sql, [expression, tenant, *params, limit]).fetchall()
-    return [Candidate(id=row[0], score=-float(row[1])) for row in rows]
+    rows = conn.execute(sql, [match, RANKING[layer], tenant, *params, limit]).fetchall()
+    return _with_ids(conn, tenant, table, rows)
+
+
+def _with_ids(
+    conn: sqlite3.Connection, tenant: str, table: str, rows: list[sqlite3.Row]
+) -> list[Candidate]:
+    """Map FTS row ids to record ids, re-checking the tenant of each row."""
+    if not rows:
+        return []
+    marks = ", ".join("?" for _ in rows)
+    found = conn.execute(
+        f"SELECT rid, id FROM {table} WHERE tenant = ? AND rid IN ({marks})",
+        [tenant, *(row[0] for row in rows)],
+    ).fetchall()
+    ids = {row[0]: row[1] for row in found}
+    return [Candidate(id=ids[row[0]], score=-float(row[1])) for row in rows if row[0] in ids]
 
 
 def refresh_cache(

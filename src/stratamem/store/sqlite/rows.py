@@ -7,12 +7,15 @@ import sqlite3
 from typing import Any
 
 from stratamem.domain import Hit, Layer, MemoryRecord, MemoryType, Mode, Role, Turn
+from stratamem.store.sqlite.scope import memory_fts_scope
 
 TURN_COLUMNS = "id, tenant, session, seq, role, speaker, text, ts, metadata"
 MEMORY_COLUMNS = (
     "id, tenant, type, content, priority, source_turn_ids, session, activity_start, activity_end,"
     " valid_from, valid_to, superseded_by, created_at, updated_at, mode, metadata"
 )
+#: Columns written by `memory_params`: the record plus its full-text scope.
+MEMORY_WRITE_COLUMNS = MEMORY_COLUMNS + ", fts_scope"
 
 
 def turn_from_row(row: sqlite3.Row) -> Turn:
@@ -68,6 +71,7 @@ def memory_params(memory: MemoryRecord) -> tuple[Any, ...]:
         memory.updated_at,
         memory.mode.value,
         json.dumps(memory.metadata, ensure_ascii=False),
+        memory_fts_scope(memory.tenant, memory.valid_to),
     )
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from stratamem.store.sqlite.filters import filter_sql
 from stratamem.store.sqlite.migrations import migrate
 from stratamem.store.sqlite.rows import (
     MEMORY_COLUMNS,
+    MEMORY_WRITE_COLUMNS,
     TURN_COLUMNS,
     hit_from_memory,
     hit_from_turn,
@@ -34,6 +36,7 @@ from stratamem.store.sqlite.rows import (
     memory_params,
     turn_from_row,
 )
+from stratamem.store.sqlite.scope import tenant_token
 from stratamem.store.vectors import VectorCache
 
 _TABLES = retrieval.TABLES
@@ -61,6 +64,20 @@ class SqliteStore:
         with self._lock:
             self._conn.close()
 
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for reads by the store's extensions (layers, offload)."""
+        with self._lock:
+            yield self._conn
+
+    @contextmanager
+    def writing(self, fence: Fence | None = None) -> Iterator[sqlite3.Connection]:
+        """One short write transaction; with a `fence`, refused unless its token is the newest."""
+        with self._lock, write_transaction(self._conn):
+            if fence is not None:
+                fencing.check_and_record(self._conn, fence)
+            yield self._conn
+
     # -- embedding model ---------------------------------------------------------------------
     def embedding_info(self) -> EmbeddingInfo | None:
         with self._lock:
@@ -71,18 +88,22 @@ class SqliteStore:
         return EmbeddingInfo(model=data["model"], dim=int(data["dim"]))
 
     def bind_embedding(self, info: EmbeddingInfo) -> None:
-        with self._lock, write_transaction(self._conn):
+        wanted = {"model": info.model, "dim": info.dim}
+        with self._lock:
             raw = self._meta("embedding")
             if raw is None:
-                self._set_meta("embedding", json.dumps({"model": info.model, "dim": info.dim}))
-                return
-            stored = json.loads(raw)
-            if stored != {"model": info.model, "dim": info.dim}:
-                raise EmbeddingMismatch(
-                    f"this store was indexed with {stored['model']} (dimension {stored['dim']}),"
-                    f" not {info.model} (dimension {info.dim}): run `stratamem reindex` to"
-                    " re-embed everything with the configured model, or configure the old one"
-                )
+                with write_transaction(self._conn):
+                    raw = self._meta("embedding")  # another process may have bound it since
+                    if raw is None:
+                        self._set_meta("embedding", json.dumps(wanted))
+                        return
+        stored = json.loads(raw)
+        if stored != wanted:
+            raise EmbeddingMismatch(
+                f"this store was indexed with {stored['model']} (dimension {stored['dim']}),"
+                f" not {info.model} (dimension {info.dim}): run `stratamem reindex` to"
+                " re-embed everything with the configured model, or configure the old one"
+            )
 
     def reset_embeddings(self, info: EmbeddingInfo | None) -> int:
         with self._lock, write_transaction(self._conn):
@@ -163,7 +184,7 @@ class SqliteStore:
     def _insert_turn(self, tenant: str, turn: Turn, seq: int) -> None:
         self._conn.execute(
             "INSERT INTO turns (tenant, id, session, seq, role, speaker, text, ts, metadata,"
-            " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " created_at, scope_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 tenant,
                 turn.id,
@@ -175,6 +196,7 @@ class SqliteStore:
                 turn.timestamp,
                 json.dumps(turn.metadata, ensure_ascii=False),
                 turn.timestamp,
+                tenant_token(tenant),
             ),
         )
 
@@ -217,14 +239,12 @@ class SqliteStore:
         for memory in memories:
             if memory.tenant != scope.tenant:
                 raise StoreError(f"memory {memory.id!r} belongs to another tenant than the scope")
-        columns = MEMORY_COLUMNS
+        columns = MEMORY_WRITE_COLUMNS
         marks = ", ".join("?" for _ in columns.split(","))
         updates = ", ".join(
             f"{c.strip()} = excluded.{c.strip()}" for c in columns.split(",")[2:]
         )
-        with self._lock, write_transaction(self._conn):
-            if fence is not None:
-                fencing.check_and_record(self._conn, fence)
+        with self.writing(fence):
             self._conn.executemany(
                 f"INSERT INTO memories ({columns}) VALUES ({marks})"
                 f" ON CONFLICT (tenant, id) DO UPDATE SET {updates},"

@@ -6,7 +6,7 @@ May 2023"). So the turns' index gets three more columns beside `text` and `speak
 - `context`: the previous turn of the session;
 - `around`: the turn before that and the next turn (the next one is added when it arrives);
 - `dated`: the turn's date in words ("8 May 2023", UTC).
-`BM25_WEIGHTS` ranks a match in the turn's own words above one in its neighbours'. Measured on
+`RANKING` ranks a match in the turn's own words above one in its neighbours'. Measured on
 LoCoMo (docs in `stratamem eval locomo`): recall@10 of evidence turns 0.61 → 0.75, BM25 alone.
 
 The index keeps its own copy of the text (a regular FTS5 table, no longer external content),
@@ -16,8 +16,11 @@ words in its neighbours' context columns until they are rewritten.
 
 from __future__ import annotations
 
-#: bm25() weights of the turns' index columns: text, speaker, context, around, dated.
-BM25_WEIGHTS = (1.0, 1.0, 0.5, 0.2, 1.0)
+#: The columns of the turns' index a query's words are matched against, and the bm25() ranking
+#: of all its columns: text, speaker, context, around, dated, and the tenant's scope token
+#: (weighted 0: it only selects).
+TEXT_COLUMNS = "text speaker context around dated"
+RANKING = "bm25(1.0, 0.5, 0.5, 0.2, 1.0, 0.0)"
 
 _MONTHS = "".join(
     f"{name:<9}"
@@ -52,16 +55,17 @@ DROP TRIGGER turns_ad;
 DROP TRIGGER turns_au;
 DROP TABLE turns_fts;
 CREATE VIRTUAL TABLE turns_fts USING fts5 (
-    text, speaker, context, around, dated, tokenize='{tokenizer}'
+    text, speaker, context, around, dated, scope_token, tokenize='{tokenizer}'
 );
-INSERT INTO turns_fts (rowid, text, speaker, context, around, dated)
+INSERT INTO turns_fts (rowid, text, speaker, context, around, dated, scope_token)
 SELECT t.rid, t.text, t.speaker, {_neighbour("t", -1)},
-       trim({_neighbour("t", -2)} || ' ' || {_neighbour("t", 1)}), {_date_words("t.ts")}
+       trim({_neighbour("t", -2)} || ' ' || {_neighbour("t", 1)}), {_date_words("t.ts")},
+       t.scope_token
 FROM turns t;
 CREATE TRIGGER turns_ai AFTER INSERT ON turns BEGIN
-    INSERT INTO turns_fts (rowid, text, speaker, context, around, dated)
+    INSERT INTO turns_fts (rowid, text, speaker, context, around, dated, scope_token)
     VALUES (new.rid, new.text, new.speaker, {_neighbour("new", -1)}, {_neighbour("new", -2)},
-            {_date_words("new.ts")});
+            {_date_words("new.ts")}, new.scope_token);
     UPDATE turns_fts SET around = trim(around || ' ' || new.text)
     WHERE rowid = (SELECT p.rid FROM turns p WHERE p.tenant = new.tenant
                    AND p.session = new.session AND p.seq = new.seq - 1);

@@ -1,0 +1,191 @@
+"""The HTTP side of the scripted server: a threading server and its request handler."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import select
+import socket
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+from stratamem.llm.wire import estimate_tokens
+from stratamem.testing.replies import RecordedRequest, Reply
+
+if TYPE_CHECKING:
+    from stratamem.testing.scripted_llm import ScriptedLLM
+
+_Builder = Callable[[RecordedRequest, Reply], dict[str, Any]]
+
+_POLL_S = 0.05
+"""How often a held request checks whether its client hung up (not a wait in any test)."""
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = False
+    block_on_close = True  # server_close() joins the handler threads
+
+    def __init__(self, address: tuple[str, int], owner: ScriptedLLM) -> None:
+        self.owner = owner
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(address, RequestHandler)
+
+    def track(self, connection: socket.socket, *, alive: bool) -> None:
+        with self._connections_lock:
+            if alive:
+                self._connections.add(connection)
+            else:
+                self._connections.discard(connection)
+
+    def close_connections(self) -> None:
+        """Shut down open keep-alive connections, so their threads end and can be joined."""
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):  # already closed by the client
+                connection.shutdown(socket.SHUT_RDWR)
+
+
+class RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Server
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in two writes; without NODELAY, Nagle and delayed ACKs add
+        # ~40 ms to every reply on a kept-alive connection.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.track(self.connection, alive=True)
+
+    def finish(self) -> None:
+        self.server.track(self.connection, alive=False)
+        with contextlib.suppress(OSError):  # the client went away; nothing left to flush
+            super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None  # keep test output quiet
+
+    def do_GET(self) -> None:
+        owner = self.server.owner
+        owner.record("GET", self.path, self._headers(), None)
+        if self.path != "/v1/models":
+            self._send(404, {"error": {"message": f"no route {self.path}"}})
+            return
+        data = [{"id": m, "object": "model", "owned_by": "stratamem"} for m in owner.models]
+        self._send(200, {"object": "list", "data": data})
+
+    def do_POST(self) -> None:
+        body = self._read_json()
+        request = self.server.owner.record("POST", self.path, self._headers(), body)
+        if body is None:
+            self._send(400, {"error": {"message": "the request body is not JSON"}})
+        elif self.path == "/v1/chat/completions":
+            self._answer(request, self._chat)
+        elif self.path == "/v1/embeddings":
+            self._answer(request, self._embeddings)
+        else:
+            self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _headers(self) -> dict[str, str]:
+        return {name.lower(): value for name, value in self.headers.items()}
+
+    def _read_json(self) -> Any:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return None
+
+    def _answer(self, request: RecordedRequest, build: _Builder) -> None:
+        reply = self.server.owner.reply_for(request)
+        if reply is not None and reply.hold and not self._wait_for_gate():
+            self.close_connection = True
+            return
+        if reply is None and request.path.endswith("/chat/completions"):
+            message = f"scripted server: no reply scripted for stage {request.stage!r}"
+            self._send(501, {"error": {"message": message}})
+        elif reply is not None and (reply.status != 200 or reply.body is not None):
+            self._send(reply.status, reply.body, reply.headers)
+        else:
+            self._send(200, build(request, reply or Reply()), {})
+
+    def _wait_for_gate(self) -> bool:
+        """Hold until released; False when the client hung up or the server is closing."""
+        owner = self.server.owner
+        owner.note_held()
+        while not owner.gate.wait(_POLL_S):
+            if owner.closing.is_set():
+                return False
+            if self._client_gone():
+                owner.note_disconnected()
+                return False
+        return not owner.closing.is_set()
+
+    def _client_gone(self) -> bool:
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return False
+        try:
+            peeked: bytes = self.connection.recv(1, socket.MSG_PEEK)
+            return peeked == b""
+        except OSError:
+            return True
+
+    def _chat(self, request: RecordedRequest, reply: Reply) -> dict[str, Any]:
+        owner = self.server.owner
+        prompt = reply.prompt_tokens
+        if prompt is None:
+            prompt = estimate_tokens(request.prompt_chars)
+        completion = reply.completion_tokens
+        if completion is None:
+            completion = estimate_tokens(len(reply.content or ""))
+        owner.count_tokens(request.stage, prompt, completion)
+        message = {"role": "assistant", "content": reply.content}
+        return {
+            "id": f"chatcmpl-scripted-{len(owner.requests)}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": request.body.get("model", "scripted-chat"),
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": _usage(prompt, completion),
+        }
+
+    def _embeddings(self, request: RecordedRequest, reply: Reply) -> dict[str, Any]:
+        owner = self.server.owner
+        inputs = request.body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else [str(t) for t in inputs or []]
+        vectors = reply.vectors if reply.vectors is not None else owner.embed_texts(texts)
+        prompt = estimate_tokens(request.prompt_chars)
+        owner.count_tokens(request.stage, prompt, 0)
+        data = [
+            {"object": "embedding", "index": i, "embedding": list(vector)}
+            for i, vector in enumerate(vectors)
+        ]
+        model = request.body.get("model", "scripted-embed")
+        return {"object": "list", "data": data, "model": model, "usage": _usage(prompt, 0)}
+
+    def _send(self, status: int, body: Any, headers: Any = None) -> None:
+        payload = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client gave up (timeout, cancellation)
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }

@@ -1,0 +1,79 @@
+"""Embeddings through the core: background catch-up, model mismatch, reindex, semantic search."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from stratamem.config import Settings
+from stratamem.core import AsyncMemory
+from stratamem.domain import Layer
+from stratamem.embed import HashingEmbedder, LocalEmbedder
+from stratamem.errors import EmbeddingMismatch
+
+
+def settings(tmp_path: Path) -> Settings:
+    return Settings(data_dir=tmp_path / "data", embed_batch_size=2)
+
+
+async def pending(memory: AsyncMemory) -> int:
+    stats = await memory.stats()
+    return int(stats["L0"]["pending_embeddings"])
+
+
+async def test_capture_returns_before_embedding_and_vectors_catch_up(tmp_path: Path) -> None:
+    memory = AsyncMemory.open(settings(tmp_path), embedder=HashingEmbedder(64))
+    await memory.capture("acme", "s1", [{"role": "user", "content": f"note {i}"} for i in range(5)])
+    assert await pending(memory) == 5  # acknowledged with nothing embedded yet
+    for _ in range(100):  # the background batches run on this loop: yield until they are done
+        if await pending(memory) == 0:
+            break
+        await asyncio.sleep(0)
+    assert await pending(memory) == 0
+    await memory.aclose()
+
+
+async def test_opening_with_another_model_is_refused_and_reindex_fixes_it(
+    tmp_path: Path,
+) -> None:
+    first = AsyncMemory.open(settings(tmp_path), embedder=HashingEmbedder(64))
+    await first.capture("acme", "s1", [{"role": "user", "content": "the blue bicycle"}])
+    await first.aclose(drain=True)
+    with pytest.raises(EmbeddingMismatch, match="stratamem reindex"):
+        AsyncMemory.open(settings(tmp_path), embedder=HashingEmbedder(128))
+    fixer = AsyncMemory.open(
+        settings(tmp_path), embedder=HashingEmbedder(128), verify_embedding=False
+    )
+    assert await fixer.reindex() == 1
+    await fixer.aclose()
+    reopened = AsyncMemory.open(settings(tmp_path), embedder=HashingEmbedder(128))
+    hits = await reopened.search("acme", "bicycle")
+    assert hits[0].ranks.keys() == {"L0:bm25", "L0:vector"}
+    await reopened.aclose()
+
+
+@pytest.fixture(scope="module")
+def local_embedder() -> LocalEmbedder:
+    return LocalEmbedder()
+
+
+async def test_vector_search_finds_paraphrases_bm25_cannot(
+    tmp_path: Path, local_embedder: LocalEmbedder
+) -> None:
+    memory = AsyncMemory.open(settings(tmp_path), embedder=local_embedder)
+    await memory.capture(
+        "acme",
+        "s1",
+        [
+            {"role": "user", "content": "I adopted a small puppy last weekend"},
+            {"role": "user", "content": "The quarterly budget review is on Monday"},
+        ],
+    )
+    await memory.embed_pending()
+    hits = await memory.search("acme", "new dog", layers=[Layer.L0], k=1)
+    assert hits[0].text == "I adopted a small puppy last weekend"
+    assert hits[0].ranks == {"L0:vector": 1}
+    await memory.aclose()
+    assert (await local_embedder.embed(["still usable: the caller owns it"])).shape == (1, 384)

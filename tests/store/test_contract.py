@@ -1,0 +1,211 @@
+"""The store contract, run against every implementation (see conftest.FACTORIES)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stratamem.domain import Layer, MemoryType, Scope
+from stratamem.errors import EmbeddingMismatch, NotFound, StaleFencingToken
+from stratamem.store.base import EmbeddingInfo, Fence, Filters, Store
+from tests.store.conftest import StoreFactory
+from tests.store.helpers import T0, memory, turn, unit
+
+ACME = Scope("acme")
+
+
+def test_add_turns_is_idempotent_and_assigns_session_order(store: Store) -> None:
+    first = store.add_turns(ACME, [turn("t1", "hello"), turn("t2", "world")])
+    again = store.add_turns(ACME, [turn("t2", "world"), turn("t3", "again")])
+    assert [t.id for t in first] == ["t1", "t2"]
+    assert [t.id for t in again] == ["t3"]
+    assert [(t.id, t.seq) for t in store.list_turns(ACME, "s1")] == [
+        ("t1", 1),
+        ("t2", 2),
+        ("t3", 3),
+    ]
+
+
+def test_turns_survive_reopen(open_store: StoreFactory) -> None:
+    store = open_store()
+    store.add_turns(ACME, [turn("t1", "kept across restarts")])
+    store.close()
+    reopened = open_store()
+    assert [t.text for t in reopened.get_turns(ACME, ["t1"])] == ["kept across restarts"]
+
+
+def test_get_turns_keeps_the_asked_order_and_skips_unknown(store: Store) -> None:
+    store.add_turns(ACME, [turn("t1", "a"), turn("t2", "b")])
+    assert [t.id for t in store.get_turns(ACME, ["t2", "nope", "t1"])] == ["t2", "t1"]
+
+
+def test_list_turns_pages_by_sequence(store: Store) -> None:
+    store.add_turns(ACME, [turn(f"t{i}", f"text {i}") for i in range(1, 6)])
+    page = store.list_turns(ACME, "s1", after_seq=2, limit=2)
+    assert [t.seq for t in page] == [3, 4]
+
+
+def test_list_sessions_in_time_order(store: Store) -> None:
+    store.add_turns(ACME, [turn("a", "x", session="late", ts=T0 + 10)])
+    store.add_turns(ACME, [turn("b", "y", session="early", ts=T0)])
+    assert store.list_sessions(ACME) == ["early", "late"]
+
+
+def test_upsert_memories_replaces_by_id(store: Store) -> None:
+    store.upsert_memories(ACME, [memory("m1", "likes tea")])
+    store.upsert_memories(ACME, [memory("m1", "likes green tea")])
+    assert store.get_memory(ACME, "m1").content == "likes green tea"
+    assert len(store.list_memories(ACME)) == 1
+
+
+def test_get_unknown_memory_is_not_found(store: Store) -> None:
+    with pytest.raises(NotFound):
+        store.get_memory(ACME, "missing")
+
+
+def test_list_memories_filters_by_type_and_validity(store: Store) -> None:
+    store.upsert_memories(
+        ACME,
+        [
+            memory("p", "is a nurse", mtype=MemoryType.PERSONA),
+            memory("e", "went hiking"),
+            memory("old", "lived in Oslo", valid_to=T0 + 5),
+        ],
+    )
+    persona = store.list_memories(ACME, Filters(types=(MemoryType.PERSONA,)))
+    assert [m.id for m in persona] == ["p"]
+    assert {m.id for m in store.list_memories(ACME)} == {"p", "e"}
+    assert "old" in {m.id for m in store.list_memories(ACME, Filters(as_of=T0 + 1))}
+
+
+def test_fenced_write_under_an_older_token_is_refused(store: Store) -> None:
+    store.upsert_memories(ACME, [memory("m1", "v1")], fence=Fence("acme/s1", 5))
+    with pytest.raises(StaleFencingToken):
+        store.upsert_memories(ACME, [memory("m1", "stale")], fence=Fence("acme/s1", 4))
+    assert store.get_memory(ACME, "m1").content == "v1"
+    store.upsert_memories(ACME, [memory("m1", "v2")], fence=Fence("acme/s1", 6))
+    assert store.newest_fence("acme/s1") == 6
+
+
+def test_bm25_finds_and_ranks_turns_and_memories(store: Store) -> None:
+    store.add_turns(
+        ACME,
+        [turn("t1", "we talked about the weather"), turn("t2", "my sister plays the violin")],
+    )
+    store.upsert_memories(ACME, [memory("m1", "Ann's sister is a violinist")])
+    hits = store.search_text(ACME, Layer.L0, "violin sister", Filters(), 10)
+    assert [h.id for h in hits] == ["t2", "t1"]  # t1 matches through its neighbour t2, below it
+    assert [h.id for h in store.search_text(ACME, Layer.L1, "sister", Filters(), 10)] == ["m1"]
+
+
+def test_bm25_query_syntax_is_never_interpreted(store: Store) -> None:
+    store.add_turns(ACME, [turn("t1", "quotes \" and stars * and NEAR( parens")])
+    for query in ['"', "*", "NEAR(", "a OR", "-x", "col:val", "'); DROP TABLE turns; --"]:
+        store.search_text(ACME, Layer.L0, query, Filters(), 5)
+    assert store.search_text(ACME, Layer.L0, "stars", Filters(), 5)[0].id == "t1"
+
+
+def test_bm25_filters_by_session_and_time(store: Store) -> None:
+    store.add_turns(
+        ACME,
+        [
+            turn("t1", "coffee in the morning", session="s1", ts=T0),
+            turn("t2", "coffee at night", session="s2", ts=T0 + 100),
+        ],
+    )
+    only_s2 = store.search_text(ACME, Layer.L0, "coffee", Filters(sessions=("s2",)), 10)
+    assert [h.id for h in only_s2] == ["t2"]
+    early = store.search_text(ACME, Layer.L0, "coffee", Filters(until=T0 + 50), 10)
+    assert [h.id for h in early] == ["t1"]
+
+
+def test_embeddings_pending_then_stored(store: Store) -> None:
+    store.add_turns(ACME, [turn("t1", "alpha"), turn("t2", "beta")])
+    pending = store.pending_embeddings(Layer.L0, 10)
+    assert [(p.id, p.text) for p in pending] == [("t1", "Ann: alpha"), ("t2", "Ann: beta")]
+    store.store_embeddings(Layer.L0, [("acme", "t1")], unit(1)[None, :])
+    assert [p.id for p in store.pending_embeddings(Layer.L0, 10)] == ["t2"]
+
+
+def test_vector_search_orders_by_cosine_and_applies_filters(store: Store) -> None:
+    store.add_turns(
+        ACME, [turn("t1", "a", session="s1"), turn("t2", "b", session="s2"), turn("t3", "c")]
+    )
+    vectors = np.stack([unit(1), unit(2), unit(3)])
+    store.store_embeddings(Layer.L0, [("acme", "t1"), ("acme", "t2"), ("acme", "t3")], vectors)
+    best = store.search_vector(ACME, Layer.L0, unit(2), Filters(), 3)
+    assert best[0].id == "t2"
+    assert best[0].score == pytest.approx(1.0, abs=1e-5)
+    in_s1 = store.search_vector(ACME, Layer.L0, unit(2), Filters(sessions=("s1",)), 3)
+    assert {c.id for c in in_s1} == {"t1", "t3"}
+
+
+def test_vector_filter_falls_back_when_neighbours_are_filtered_out(store: Store) -> None:
+    turns = [turn(f"t{i}", f"x{i}", session="busy") for i in range(40)]
+    turns.append(turn("rare", "y", session="quiet"))
+    store.add_turns(ACME, turns)
+    vectors = np.stack([unit(i) for i in range(41)])
+    store.store_embeddings(Layer.L0, [("acme", t.id) for t in turns], vectors)
+    hits = store.search_vector(ACME, Layer.L0, unit(0), Filters(sessions=("quiet",)), 2)
+    assert [h.id for h in hits] == ["rare"]
+
+
+def test_vector_search_sees_vectors_written_by_another_connection(
+    open_store: StoreFactory,
+) -> None:
+    reader, writer = open_store(), open_store()
+    writer.add_turns(ACME, [turn("t1", "a")])
+    writer.store_embeddings(Layer.L0, [("acme", "t1")], unit(1)[None, :])
+    assert [c.id for c in reader.search_vector(ACME, Layer.L0, unit(1), Filters(), 1)] == ["t1"]
+    writer.add_turns(ACME, [turn("t2", "b")])
+    writer.store_embeddings(Layer.L0, [("acme", "t2")], unit(2)[None, :])
+    assert reader.search_vector(ACME, Layer.L0, unit(2), Filters(), 1)[0].id == "t2"
+
+
+def test_changed_memory_content_needs_a_new_embedding(store: Store) -> None:
+    store.upsert_memories(ACME, [memory("m1", "first")])
+    store.store_embeddings(Layer.L1, [("acme", "m1")], unit(1)[None, :])
+    store.upsert_memories(ACME, [memory("m1", "first")])
+    assert store.pending_embeddings(Layer.L1, 10) == []
+    store.upsert_memories(ACME, [memory("m1", "second")])
+    assert [p.text for p in store.pending_embeddings(Layer.L1, 10)] == ["second"]
+
+
+def test_embedding_model_is_recorded_and_a_mismatch_names_reindex(store: Store) -> None:
+    store.bind_embedding(EmbeddingInfo("model-a", 8))
+    store.bind_embedding(EmbeddingInfo("model-a", 8))
+    with pytest.raises(EmbeddingMismatch, match="stratamem reindex"):
+        store.bind_embedding(EmbeddingInfo("model-b", 16))
+
+
+def test_reset_embeddings_drops_vectors_and_rebinds(store: Store) -> None:
+    store.bind_embedding(EmbeddingInfo("model-a", 8))
+    store.add_turns(ACME, [turn("t1", "a")])
+    store.store_embeddings(Layer.L0, [("acme", "t1")], unit(1)[None, :])
+    assert store.search_vector(ACME, Layer.L0, unit(1), Filters(), 1)
+    assert store.reset_embeddings(EmbeddingInfo("model-b", 16)) == 1
+    assert store.embedding_info() == EmbeddingInfo("model-b", 16)
+    assert store.search_vector(ACME, Layer.L0, unit(1, 16), Filters(), 1) == []
+    assert [p.id for p in store.pending_embeddings(Layer.L0, 5)] == ["t1"]
+
+
+def test_load_hits_carries_display_fields(store: Store) -> None:
+    store.add_turns(ACME, [turn("t1", "hello there")])
+    store.upsert_memories(ACME, [memory("m1", "greets people", mtype=MemoryType.PERSONA)])
+    l0 = store.load_hits(ACME, Layer.L0, ["t1"])["t1"]
+    l1 = store.load_hits(ACME, Layer.L1, ["m1"])["m1"]
+    assert (l0.layer, l0.speaker, l0.session) == (Layer.L0, "Ann", "s1")
+    assert (l1.layer, l1.memory_type, l1.source_turn_ids) == (
+        Layer.L1,
+        MemoryType.PERSONA,
+        ("t1",),
+    )
+
+
+def test_stats_count_records_and_pending_embeddings(store: Store) -> None:
+    store.add_turns(ACME, [turn("t1", "a"), turn("t2", "b", session="s2")])
+    store.upsert_memories(ACME, [memory("m1", "x")])
+    stats = store.stats(ACME)
+    assert stats["L0"] == {"records": 2, "pending_embeddings": 2}
+    assert stats["L1"] == {"records": 1, "pending_embeddings": 1}
+    assert stats["sessions"] == 2

@@ -1,0 +1,83 @@
+"""The CLI as other tools use it: JSON contracts, exit codes, imports that are all or nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from stratamem.cli.main import cli
+
+SAMPLE = Path(__file__).parent.parent / "src" / "stratamem" / "samples" / "conversation.jsonl"
+
+
+def run(data_dir: Path, *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["--data-dir", str(data_dir), "--embedder", "none", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_capture_then_search_json_contract_in_a_real_process(tmp_path: Path) -> None:
+    env = {**os.environ, "STRATAMEM_DATA_DIR": str(tmp_path), "STRATAMEM_EMBEDDER": "none"}
+    base = [sys.executable, "-m", "stratamem.cli.main"]
+    capture = subprocess.run(
+        [*base, "capture", "--tenant", "t1", "--session", "s1", "--role", "user",
+         "--text", "I keep bees on the roof", "--json"],
+        env=env, capture_output=True, text=True, check=True,
+    )
+    captured = json.loads(capture.stdout)
+    found = subprocess.run(
+        [*base, "search", "--tenant", "t1", "--k", "5", "--json", "bees"],
+        env=env, capture_output=True, text=True, check=True,
+    )
+    hits = json.loads(found.stdout)
+    assert [h["id"] for h in hits] == captured["ids"]
+    assert {"id", "layer", "text", "session", "score"} <= set(hits[0])
+    assert (hits[0]["layer"], hits[0]["session"]) == ("L0", "s1")
+
+
+def test_import_jsonl_sample_then_recall(tmp_path: Path) -> None:
+    code, out, _ = run(tmp_path, "import", str(SAMPLE), "--tenant", "maya", "--json")
+    assert code == 0
+    assert json.loads(out)["tenants"]["maya"]["stored"] == 12
+    code, out, _ = run(tmp_path, "recall", "--tenant", "maya", "--json", "who lent the van?")
+    assert code == 0
+    assert "Lena" in json.loads(out)["context"]
+    code, out, _ = run(tmp_path, "import", str(SAMPLE), "--tenant", "maya", "--json")
+    assert json.loads(out)["tenants"]["maya"] == {"stored": 0, "duplicates": 12}
+
+
+def test_malformed_jsonl_line_fails_with_its_number_and_stores_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"session": "s", "role": "user", "content": "fine"}\n{"session": "s", "role": \n',
+        encoding="utf-8",
+    )
+    code, _, err = run(tmp_path, "import", str(bad), "--tenant", "t1")
+    assert code == 2
+    assert "bad.jsonl:2" in err
+    code, out, _ = run(tmp_path, "stats", "--json")
+    assert json.loads(out)["L0"]["records"] == 0
+
+
+def test_unknown_role_in_jsonl_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "roles.jsonl"
+    bad.write_text('{"session": "s", "role": "narrator", "content": "once"}\n', encoding="utf-8")
+    code, _, err = run(tmp_path, "import", str(bad), "--tenant", "t1")
+    assert (code, "unknown role" in err) == (2, True)
+
+
+def test_bad_tenant_exits_with_input_error(tmp_path: Path) -> None:
+    code, _, err = run(tmp_path, "capture", "--tenant", "../x", "--session", "s", "--text", "hi")
+    assert code == 2
+    assert "tenant" in err
+
+
+def test_stats_json(tmp_path: Path) -> None:
+    run(tmp_path, "capture", "--tenant", "t1", "--session", "s", "--text", "hello")
+    code, out, _ = run(tmp_path, "stats", "--tenant", "t1", "--json")
+    assert code == 0
+    assert json.loads(out)["L0"] == {"records": 1, "pending_embeddings": 1}

@@ -1,0 +1,20 @@
+"""The README documents every setting and every CLI command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stratamem.cli.main import cli
+from stratamem.config import Settings
+
+README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+
+
+def test_every_setting_is_in_the_configuration_table() -> None:
+    missing = [name for name in Settings.model_fields if f"| `{name}` |" not in README]
+    assert missing == []
+
+
+def test_every_cli_command_is_in_the_reference() -> None:
+    missing = [name for name in cli.commands if f"| `{name}" not in README]
+    assert missing == []
