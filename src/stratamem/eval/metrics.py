@@ -24,6 +24,8 @@ class QuestionResult:
     ranked: tuple[frozenset[str], ...]
     hit_chars: tuple[int, ...]
     latency_ms: float
+    embed_ms: float = 0.0
+    """The part of `latency_ms` spent embedding the query."""
 
     def recall_at(self, k: int) -> float:
         """The fraction of evidence turns covered by the first `k` hits."""
@@ -69,7 +71,12 @@ def summarise(results: Sequence[QuestionResult], ks: Sequence[int]) -> dict[str,
     summary["per_category"] = {
         str(c): block_summary([r for r in results if r.category == c], ks) for c in CATEGORIES
     }
-    latencies = [r.latency_ms for r in results]
-    summary["search_p50_ms"] = round(percentile(latencies, 50), 2)
-    summary["search_p95_ms"] = round(percentile(latencies, 95), 2)
+    parts = {
+        "search": [r.latency_ms for r in results],
+        "query_embed": [r.embed_ms for r in results],
+        "retrieval": [r.latency_ms - r.embed_ms for r in results],
+    }
+    for name, values in parts.items():
+        summary[f"{name}_p50_ms"] = round(percentile(values, 50), 2)
+        summary[f"{name}_p95_ms"] = round(percentile(values, 95), 2)
     return summary

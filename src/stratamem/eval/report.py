@@ -51,7 +51,10 @@ def _title(report: dict[str, Any], summary: dict[str, Any]) -> str:
 
 def _footer(summary: dict[str, Any]) -> str:
     return (
-        f"search p50 {summary['search_p50_ms']:.1f} ms, p95 {summary['search_p95_ms']:.1f} ms;"
+        f"search p50 {summary['search_p50_ms']:.1f} ms, p95 {summary['search_p95_ms']:.1f} ms"
+        f" (of which query embedding p50 {summary['query_embed_p50_ms']:.1f} ms,"
+        f" p95 {summary['query_embed_p95_ms']:.1f} ms; retrieval alone p50"
+        f" {summary['retrieval_p50_ms']:.1f} ms, p95 {summary['retrieval_p95_ms']:.1f} ms);"
         f" ingest {summary['ingest_s']:.1f} s (capture {summary['capture_s']:.1f} s,"
         f" embed {summary['embed_s']:.1f} s)"
     )

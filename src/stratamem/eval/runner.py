@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,15 +69,22 @@ def require_mode(mode: str) -> None:
 
 
 class _Shared:
-    """An embedder shared by every sample's memory: closing a memory must not close it."""
+    """An embedder shared by every sample's memory (closing a memory must not close it) that
+    adds up the time spent embedding, so a search's time can be split."""
 
-    def __init__(self, inner: Embedder) -> None:
+    def __init__(self, inner: Embedder, timer: Timer) -> None:
         self.inner = inner
         self.model = inner.model
         self.dim = inner.dim
+        self.timer = timer
+        self.spent_s = 0.0
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return await self.inner.embed(texts)
+        started = self.timer()
+        try:
+            return await self.inner.embed(texts)
+        finally:
+            self.spent_s += self.timer() - started
 
     async def aclose(self) -> None:
         return None
@@ -96,7 +103,7 @@ async def run_stratamem(
     """Ingest each sample into its own temporary store and search every probe of it."""
     require_mode(options.mode)
     embedder = open_embedder(options.embedder, options.settings)
-    shared = None if embedder is None else _Shared(embedder)
+    shared = None if embedder is None else _Shared(embedder, timer)
     run = SystemRun(name="stratamem")
     try:
         for sample in samples:
@@ -111,7 +118,7 @@ async def run_stratamem(
 async def _run_sample(
     sample: Sample,
     probes: Sequence[Probe],
-    embedder: Embedder | None,
+    embedder: _Shared | None,
     options: EvalOptions,
     timer: Timer,
     run: SystemRun,
@@ -128,7 +135,10 @@ async def _run_sample(
             run.embed_s += ingested.embed_s
             dialogue = {turn: dia for dia, turn in ingested.turn_ids.items()}
             for probe in probes:
+                spent_s = 0.0 if embedder is None else embedder.spent_s
                 result = await _ask(memory, ingested.tenant, dialogue, probe, options, timer)
+                if embedder is not None:
+                    result = replace(result, embed_ms=(embedder.spent_s - spent_s) * 1000.0)
                 run.results.append(result)
         finally:
             await memory.aclose()
