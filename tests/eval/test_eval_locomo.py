@@ -127,12 +127,6 @@ def test_layer_modes_fail_clearly_until_the_layers_exist(mode: str) -> None:
     assert "memory layers" in result.output
 
 
-def test_qa_fails_clearly_without_an_llm_client() -> None:
-    result = run_cli("--qa")
-    assert result.exit_code == 5
-    assert "LLM" in result.output
-
-
 def test_bad_k_is_refused() -> None:
     result = run_cli("--k", "0,5")
     assert result.exit_code == 2

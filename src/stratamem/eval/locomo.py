@@ -15,6 +15,7 @@ from stratamem.eval.mem0_baseline import run_mem0
 from stratamem.eval.questions import select
 from stratamem.eval.report import markdown, ratios
 from stratamem.eval.runner import EvalOptions, require_mode, run_stratamem
+from stratamem.llm import LLMClient, LLMSettings
 
 BASELINES = ("mem0",)
 REPORT_NAME = "report.md"
@@ -34,9 +35,10 @@ class LocomoRequest:
 def check(request: LocomoRequest) -> None:
     """Refuse, before any work, what this build cannot do."""
     require_mode(request.options.mode)
-    if request.qa:
+    if request.qa and not LLMSettings().configured:
         raise Unavailable(
-            "--qa needs an LLM client (stratamem.llm), which is not available in this build yet"
+            "--qa needs an LLM endpoint: set STRATAMEM_LLM_BASE_URL and STRATAMEM_LLM_MODEL"
+            " (any OpenAI-compatible chat API; STRATAMEM_LLM_API_KEY if it needs a key)"
         )
     if request.baseline is not None and request.baseline not in BASELINES:
         raise InvalidInput(f"unknown baseline {request.baseline!r}: use one of {BASELINES}")
@@ -48,7 +50,12 @@ async def evaluate_locomo(request: LocomoRequest) -> dict[str, Any]:
     check(request)
     samples = locomo.load(request.data)[: request.limit_samples]
     selection = select(samples)
-    run = await run_stratamem(samples, selection.probes, request.options)
+    llm = LLMClient(LLMSettings()) if request.qa else None
+    try:
+        run = await run_stratamem(samples, selection.probes, request.options, llm=llm)
+    finally:
+        if llm is not None:
+            await llm.aclose()
     ks = request.options.ks
     report: dict[str, Any] = {
         "dataset": str(request.data),

@@ -60,6 +60,22 @@ def _footer(summary: dict[str, Any]) -> str:
     )
 
 
+def _qa_lines(summary: dict[str, Any]) -> list[str]:
+    if "qa" not in summary:
+        return []
+    qa = summary["qa"]
+    per = ", ".join(
+        f"{c} {CATEGORY_NAMES[c]} {qa['per_category'][str(c)]['judge_score']:.3f}"
+        for c in CATEGORIES
+    )
+    stem = "" if qa["f1_stemmed"] else " (not stemmed: nltk is not installed)"
+    return [
+        f"QA: judge score {qa['judge_score']:.3f} ({per}); F1 {qa['f1']:.3f}{stem};"
+        f" tokens per question: answer {qa['answer_tokens_per_query']:.0f},"
+        f" judge {qa['judge_tokens_per_query']:.0f}"
+    ]
+
+
 def _systems(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [report, *([report["baseline"]] if "baseline" in report else [])]
 
@@ -75,7 +91,7 @@ def text_table(report: dict[str, Any]) -> str:
         for row in rows:
             lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                    for i, (c, w) in enumerate(zip(row, widths, strict=True))))
-        lines.extend([_footer(summary), ""])
+        lines.extend([_footer(summary), *_qa_lines(summary), ""])
     if "ratio" in report:
         lines.append(_ratio_line(report["ratio"]))
     return "\n".join(lines).rstrip() + "\n"
@@ -98,7 +114,7 @@ def markdown(report: dict[str, Any], chart_name: str | None = None) -> str:
         out.append("| " + " | ".join(_header(ks)) + " |")
         out.append("|" + "---|" * len(_header(ks)))
         out += ["| " + " | ".join([n, *_cells(b, ks)]) + " |" for n, b in _rows(summary)]
-        out += ["", _footer(summary), ""]
+        out += ["", _footer(summary), *_qa_lines(summary), ""]
     if "ratio" in report:
         out += [_ratio_line(report["ratio"]), ""]
     skipped = ", ".join(f"{k}: {v}" for k, v in report["skipped"].items())

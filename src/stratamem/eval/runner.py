@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,11 @@ from stratamem.domain import Hit, Layer
 from stratamem.embed import make_embedder
 from stratamem.embed.base import Embedder
 from stratamem.errors import Unavailable
-from stratamem.eval.ingest import Timer, ingest_sample
+from stratamem.eval.ingest import Ingested, Timer, ingest_sample
 from stratamem.eval.metrics import QuestionResult, summarise
+from stratamem.eval.qa import QAResult, answer_and_judge, qa_summary
 from stratamem.eval.questions import Probe
+from stratamem.llm import LLM
 
 #: `raw`: search the captured turns. `offline` / `llm`: run the memory layers first.
 MODES = ("raw", "offline", "llm")
@@ -44,9 +46,13 @@ class SystemRun:
     turns: int = 0
     capture_s: float = 0.0
     embed_s: float = 0.0
+    qa: list[QAResult] = field(default_factory=list)
+    qa_usage: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def summary(self, ks: Sequence[int]) -> dict[str, Any]:
         summary = summarise(self.results, ks)
+        if self.qa:
+            summary["qa"] = qa_summary(self.qa, self.qa_usage)
         summary.update(
             system=self.name,
             turns=self.turns,
@@ -99,8 +105,10 @@ async def run_stratamem(
     probes: Sequence[Probe],
     options: EvalOptions,
     timer: Timer = time.perf_counter,
+    llm: LLM | None = None,
 ) -> SystemRun:
-    """Ingest each sample into its own temporary store and search every probe of it."""
+    """Ingest each sample into its own temporary store and search every probe of it; with
+    `llm`, also answer each probe from its hits and judge the answer."""
     require_mode(options.mode)
     embedder = open_embedder(options.embedder, options.settings)
     shared = None if embedder is None else _Shared(embedder, timer)
@@ -108,53 +116,76 @@ async def run_stratamem(
     try:
         for sample in samples:
             mine = [p for p in probes if p.sample_id == sample.sample_id]
-            await _run_sample(sample, mine, shared, options, timer, run)
+            await _run_sample(sample, mine, _Asker(options, timer, shared, llm), run)
     finally:
         if embedder is not None:
             await embedder.aclose()
+    if llm is not None:
+        run.qa_usage = llm.usage.snapshot()
     return run
 
 
 async def _run_sample(
-    sample: Sample,
-    probes: Sequence[Probe],
-    embedder: _Shared | None,
-    options: EvalOptions,
-    timer: Timer,
-    run: SystemRun,
+    sample: Sample, probes: Sequence[Probe], asker: _Asker, run: SystemRun
 ) -> None:
     with tempfile.TemporaryDirectory(prefix="stratamem-eval-") as tmp:
-        settings = options.settings.model_copy(
+        settings = asker.options.settings.model_copy(
             update={"data_dir": Path(tmp), "background_embedding": False}
         )
-        memory = AsyncMemory.open(settings, embedder=embedder)
+        memory = AsyncMemory.open(settings, embedder=asker.embedder)
         try:
-            ingested = await ingest_sample(memory, sample, timer)
+            ingested = await ingest_sample(memory, sample, asker.timer)
             run.turns += ingested.turns
             run.capture_s += ingested.capture_s
             run.embed_s += ingested.embed_s
-            dialogue = {turn: dia for dia, turn in ingested.turn_ids.items()}
+            context = _Sample(memory, ingested, " and ".join(sample.speakers))
             for probe in probes:
-                spent_s = 0.0 if embedder is None else embedder.spent_s
-                result = await _ask(memory, ingested.tenant, dialogue, probe, options, timer)
-                if embedder is not None:
-                    result = replace(result, embed_ms=(embedder.spent_s - spent_s) * 1000.0)
-                run.results.append(result)
+                await asker.ask(context, probe, run)
         finally:
             await memory.aclose()
 
 
-async def _ask(
-    memory: AsyncMemory,
-    tenant: str,
-    dialogue: dict[str, str],
-    probe: Probe,
-    options: EvalOptions,
-    timer: Timer,
+@dataclass(slots=True)
+class _Sample:
+    memory: AsyncMemory
+    ingested: Ingested
+    speakers: str
+    dialogue: dict[str, str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.dialogue = {turn: dia for dia, turn in self.ingested.turn_ids.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class _Asker:
+    options: EvalOptions
+    timer: Timer
+    embedder: _Shared | None
+    llm: LLM | None
+
+    async def ask(self, sample: _Sample, probe: Probe, run: SystemRun) -> None:
+        """Search `probe` (timed, the query embedding apart), score it, and answer it."""
+        question = probe.question
+        embedded_s = 0.0 if self.embedder is None else self.embedder.spent_s
+        started = self.timer()
+        hits = await sample.memory.search(
+            sample.ingested.tenant, question.question, k=max(self.options.ks)
+        )
+        latency_ms = (self.timer() - started) * 1000.0
+        embed_ms = 0.0 if self.embedder is None else (self.embedder.spent_s - embedded_s) * 1e3
+        run.results.append(_result(probe, hits, sample.dialogue, latency_ms, embed_ms))
+        if self.llm is not None:
+            run.qa.append(
+                await answer_and_judge(
+                    self.llm, question.question, question.answer, question.category, hits,
+                    sample.speakers,
+                )
+            )
+
+
+def _result(
+    probe: Probe, hits: Sequence[Hit], dialogue: dict[str, str], latency_ms: float, embed_ms: float
 ) -> QuestionResult:
-    started = timer()
-    hits = await memory.search(tenant, probe.question.question, k=max(options.ks))
-    latency_ms = (timer() - started) * 1000.0
     return QuestionResult(
         sample_id=probe.sample_id,
         category=probe.question.category,
@@ -163,6 +194,7 @@ async def _ask(
         ranked=tuple(_covered(hit, dialogue) for hit in hits),
         hit_chars=tuple(len(hit.text) for hit in hits),
         latency_ms=latency_ms,
+        embed_ms=embed_ms,
     )
 
 
