@@ -30,10 +30,10 @@ from stratamem.store.sqlite import SqliteStore
 
 # A Zipf-distributed vocabulary of 20,000 pseudo-words, like the words of real memories: a few
 # very common, most rare. Queries draw from the same distribution.
-_SYLLABLES = "ka lo mi ne su ta ri po ve da ba zo fi gu he ja xi qu ru wo".split()
+_SYLLABLES = [c + v for c in "bcdfghjklmnpqrstvwxz" for v in "aeiou"]  # 100 syllables
 WORDS = np.array(
     [
-        "".join(_SYLLABLES[(i // 20**k) % 20] for k in range(4))
+        "".join(_SYLLABLES[(i // 100**k) % 100] for k in range(3))
         for i in range(20_000)
     ]
 )

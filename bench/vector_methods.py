@@ -15,14 +15,20 @@ reports how often the sign-bit pass returns the exact scan's top 10 (agreement@1
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import apsw
 import numpy as np
+import sqlite_vec
 
+from stratamem.datasets import locomo
+from stratamem.embed import LocalEmbedder
 from stratamem.store.vectors import VectorCache
 
 DIM = 384
@@ -54,9 +60,6 @@ def timed(fn: Callable[[np.ndarray], Any], queries: np.ndarray) -> dict[str, flo
 
 
 def sqlite_vec_search(vectors: np.ndarray) -> Callable[[np.ndarray], Any]:
-    import apsw
-    import sqlite_vec
-
     conn = apsw.Connection(":memory:")
     conn.enable_load_extension(True)
     conn.load_extension(sqlite_vec.loadable_path())
@@ -100,12 +103,7 @@ def speed(sizes: list[int], query_count: int) -> list[dict[str, Any]]:
 
 
 def agreement_on_locomo(path: str) -> dict[str, Any]:
-    import asyncio
-
-    from stratamem.datasets import locomo
-    from stratamem.embed import LocalEmbedder
-
-    samples = locomo.load(__import__("pathlib").Path(path))
+    samples = locomo.load(Path(path))
     turns = [m["text"] for s in samples for msgs in s.sessions.values() for m in msgs]
     questions = [q.question for s in samples for q in s.questions]
     embedder = LocalEmbedder()

@@ -7,6 +7,8 @@ never captured back as new conversation.
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -23,6 +25,7 @@ _BLOCK = re.compile(
     r"<(?P<tag>" + "|".join(INJECTED_TAGS) + r")\b[^>]*>.*?(?:</(?P=tag)\s*>|\Z)",
     re.DOTALL | re.IGNORECASE,
 )
+MAX_METADATA_CHARS = 16_384
 _ROLE_ALIASES = {"human": Role.USER, "ai": Role.ASSISTANT, "bot": Role.ASSISTANT}
 
 
@@ -95,6 +98,8 @@ def parse_timestamp(value: object, position: int) -> float | None:
     if isinstance(value, bool):
         raise InvalidInput(f"message {position}: timestamp must be epoch seconds or ISO 8601")
     if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise InvalidInput(f"message {position}: timestamp must be a finite number")
         return float(value)
     if isinstance(value, str):
         try:
@@ -162,6 +167,15 @@ def _validated(message: Message, position: int, max_chars: int) -> Message:
         )
     if message.speaker is not None and len(message.speaker) > 200:
         raise InvalidInput(f"message {position}: speaker name longer than 200 characters")
+    try:
+        encoded = json.dumps(message.metadata, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"message {position}: metadata is not JSON: {exc}") from exc
+    if len(encoded) > MAX_METADATA_CHARS:
+        raise InvalidInput(
+            f"message {position}: metadata is {len(encoded)} characters as JSON,"
+            f" more than {MAX_METADATA_CHARS}"
+        )
     return message
 
 

@@ -81,6 +81,9 @@ def test_strip_handles_case_attributes_and_unterminated_blocks() -> None:
         ({"role": "user", "content": 42}, "must be a string"),
         ({"role": "user", "content": "hi", "timestamp": "yesterday-ish"}, "timestamp"),
         ({"role": "user", "content": "hi", "metadata": [1]}, "metadata"),
+        ({"role": "user", "content": "hi", "metadata": {"x": object()}}, "not JSON"),
+        ({"role": "user", "content": "hi", "metadata": {"x": "y" * 20_000}}, "metadata"),
+        ({"role": "user", "content": "hi", "timestamp": float("nan")}, "finite"),
     ],
 )
 async def test_bad_message_stores_nothing_of_the_call(

@@ -80,3 +80,24 @@ def test_writes_cannot_cross_tenants(two_tenants: Store) -> None:
     assert two_tenants.get_memory(B, "m1").content.endswith("bravo")
     two_tenants.upsert_memories(A, [memory("m1", "changed in A", tenant=A.tenant)])
     assert two_tenants.get_memory(B, "m1").content.endswith("bravo")
+
+
+def test_rare_and_common_words_both_stay_in_tenant(store: Store) -> None:
+    """A rare word is searched across the index and joined; a word as common as the tenant's
+    rows is searched within the tenant's scope. Both plans must keep to the tenant."""
+    for scope in (A, B):
+        store.add_turns(
+            scope,
+            [turn(f"t{i}", f"common words number {i}", tenant=scope.tenant) for i in range(30)]
+            # In a session of its own: a turn is also found by its neighbours' words.
+            + [turn("rare", f"an okapi at {scope.tenant}", session="s2", tenant=scope.tenant)],
+        )
+    common = store.search_text(A, Layer.L0, "common words", Filters(), 100)
+    assert len(common) == 30
+    assert {h.text for h in store.load_hits(A, Layer.L0, [c.id for c in common]).values()} == {
+        f"common words number {i}" for i in range(30)
+    }
+    rare = store.search_text(A, Layer.L0, "okapi", Filters(), 100)
+    assert [store.load_hits(A, Layer.L0, [c.id for c in rare])[c.id].text for c in rare] == [
+        "an okapi at tenant-a"
+    ]

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from stratamem.cli import eval_cmds, memory_cmds
+from stratamem.cli.pipeline_cmds import bench, pipeline, worker
 
 
 @click.group()
@@ -38,6 +39,9 @@ for command in (
     memory_cmds.import_,
     memory_cmds.reindex,
     memory_cmds.stats,
+    worker,
+    pipeline,
+    bench,
 ):
     cli.add_command(command)
 cli.add_command(eval_cmds.eval_group)

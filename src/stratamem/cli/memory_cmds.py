@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,7 @@ def search(
 
 
 def _hit_line(hit: Hit) -> str:
-    when = datetime.fromtimestamp(hit.timestamp).strftime("%Y-%m-%d") if hit.timestamp else ""
+    when = "" if hit.timestamp is None else datetime.fromtimestamp(hit.timestamp, UTC).date()
     who = f"{hit.speaker}: " if hit.speaker else ""
     return f"{hit.score:.4f}  {hit.layer.value}  {hit.session or '-'}  {when}  {who}{hit.text}"
 

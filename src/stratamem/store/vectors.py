@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 EXACT_MAX = 2_048
-RESCORE_FACTOR = 10
+RESCORE_FACTOR = 4
 RESCORE_MIN = 200
 
 
@@ -102,8 +102,10 @@ class VectorCache:
 
     def _coarse(self, query: np.ndarray, count: int, mask: np.ndarray | None) -> np.ndarray:
         """Positions of the `count` vectors whose sign bits differ least from the query's."""
-        distance = np.bitwise_count(self.codes[: self.size] ^ sign_codes(query[None, :])[0])
-        hamming = distance.sum(axis=1, dtype=np.int32)
+        counts = np.bitwise_count(self.codes[: self.size] ^ sign_codes(query[None, :])[0])
+        hamming = counts[:, 0].astype(np.int32)
+        for column in range(1, counts.shape[1]):  # column sums: faster than a short-axis sum
+            hamming += counts[:, column]
         if mask is not None:
             hamming = np.where(mask, hamming, np.iinfo(np.int32).max)
         count = min(count, self.size)

@@ -25,45 +25,58 @@ _OVERFETCH = 4
 
 
 def search_text(
-    conn: sqlite3.Connection, tenant: str, layer: Layer, query: str, filters: Filters, limit: int
+    conn: sqlite3.Connection,
+    tenant: str,
+    layer: Layer,
+    query: str,
+    filters: Filters,
+    limit: int,
+    tenant_rows: int,
 ) -> list[Candidate]:
+    """BM25 over the tenant's rows, by whichever of two plans walks fewer postings.
+
+    Restricting by the tenant's scope token inside FTS5 costs a walk over all the tenant's rows;
+    matching the words in the whole index and joining to check the tenant costs a walk over the
+    rows that match anywhere. A capped count of the latter picks the cheaper plan; both give the
+    same answer.
+    """
     expression = match_expression(query)
     if expression is None or limit <= 0:
         return []
+    words = f"{{{TEXT_COLUMNS[layer]}}} : ({expression})"
+    if _match_count(conn, TABLES[layer], words, cap=tenant_rows) < tenant_rows:
+        return _ranked(conn, tenant, layer, words, filters, limit, current_checked=False)
+    scoped = f"({scope_match(layer, tenant, filters)}) AND {words}"
+    return _ranked(conn, tenant, layer, scoped, filters, limit, current_checked=True)
+
+
+def _match_count(conn: sqlite3.Connection, table: str, match: str, cap: int) -> int:
+    row = conn.execute(
+        f"SELECT count(*) FROM (SELECT 1 FROM {table}_fts WHERE {table}_fts MATCH ? LIMIT ?)",
+        (match, cap),
+    ).fetchone()
+    return int(row[0])
+
+
+def _ranked(
+    conn: sqlite3.Connection,
+    tenant: str,
+    layer: Layer,
+    match: str,
+    filters: Filters,
+    limit: int,
+    current_checked: bool,
+) -> list[Candidate]:
     table = TABLES[layer]
-    scope = scope_match(layer, tenant, filters)
-    match = f"({scope}) AND {{{TEXT_COLUMNS[layer]}}} : ({expression})"
-    tail, params = filter_sql(layer, filters, "r", current_checked=True)
-    if not tail:  # the scope in the index is the whole filter: rank inside FTS5 alone
-        rows = conn.execute(
-            f"SELECT rowid, rank FROM {table}_fts WHERE {table}_fts MATCH ?"
-            " AND rank MATCH ? ORDER BY rank LIMIT ?",
-            (match, RANKING[layer], limit),
-        ).fetchall()
-        return _with_ids(conn, tenant, table, rows)
+    tail, params = filter_sql(layer, filters, "r", current_checked=current_checked)
     sql = (
-        f"SELECT r.rid, {table}_fts.rank FROM {table}_fts"
-        f" JOIN {table} r ON r.rid = {table}_fts.rowid"
+        f"SELECT r.id, {table}_fts.rank FROM {table}_fts"
+        f" JOIN {table} r NOT INDEXED ON r.rid = {table}_fts.rowid"
         f" WHERE {table}_fts MATCH ? AND {table}_fts.rank MATCH ? AND r.tenant = ?{tail}"
         f" ORDER BY {table}_fts.rank LIMIT ?"
     )
     rows = conn.execute(sql, [match, RANKING[layer], tenant, *params, limit]).fetchall()
-    return _with_ids(conn, tenant, table, rows)
-
-
-def _with_ids(
-    conn: sqlite3.Connection, tenant: str, table: str, rows: list[sqlite3.Row]
-) -> list[Candidate]:
-    """Map FTS row ids to record ids, re-checking the tenant of each row."""
-    if not rows:
-        return []
-    marks = ", ".join("?" for _ in rows)
-    found = conn.execute(
-        f"SELECT rid, id FROM {table} WHERE tenant = ? AND rid IN ({marks})",
-        [tenant, *(row[0] for row in rows)],
-    ).fetchall()
-    ids = {row[0]: row[1] for row in found}
-    return [Candidate(id=ids[row[0]], score=-float(row[1])) for row in rows if row[0] in ids]
+    return [Candidate(id=row[0], score=-float(row[1])) for row in rows]
 
 
 def refresh_cache(
@@ -113,7 +126,8 @@ def _filtered(
     tail, params = filter_sql(layer, filters, "r")
     marks = ", ".join("?" for _ in nearest)
     rows = conn.execute(
-        f"SELECT r.rid, r.id FROM {table} r WHERE r.tenant = ? AND r.rid IN ({marks}){tail}",
+        f"SELECT r.rid, r.id FROM {table} r NOT INDEXED"
+        f" WHERE r.tenant = ? AND r.rid IN ({marks}){tail}",
         [tenant, *(rid for rid, _ in nearest), *params],
     ).fetchall()
     ids = {row[0]: row[1] for row in rows}

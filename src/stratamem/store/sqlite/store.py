@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +41,7 @@ from stratamem.store.sqlite.scope import tenant_token
 from stratamem.store.vectors import VectorCache
 
 _TABLES = retrieval.TABLES
+_SIZE_TTL_S = 30.0
 
 
 def embedding_text(layer: Layer, text: str, speaker: str | None) -> str:
@@ -57,6 +59,7 @@ class SqliteStore:
         self._conn = connect(path)
         self._lock = threading.RLock()
         self._caches: dict[tuple[str, Layer], VectorCache] = {}
+        self._sizes: dict[tuple[str, Layer], tuple[int, float]] = {}
         with self._lock:
             migrate(self._conn)
 
@@ -284,7 +287,13 @@ class SqliteStore:
         with self._lock:
             try:
                 return retrieval.search_text(
-                    self._conn, scope.tenant, layer, query, filters, limit
+                    self._conn,
+                    scope.tenant,
+                    layer,
+                    query,
+                    filters,
+                    limit,
+                    self._tenant_rows(scope.tenant, layer),
                 )
             except sqlite3.OperationalError as exc:
                 raise StoreError(f"full-text search failed: {exc}") from exc
@@ -298,6 +307,21 @@ class SqliteStore:
             return retrieval.search_vector(
                 self._conn, cache, scope.tenant, layer, vector, filters, limit
             )
+
+    def _tenant_rows(self, tenant: str, layer: Layer) -> int:
+        """Rows the tenant has in a layer, re-counted at most every `_SIZE_TTL_S` seconds.
+
+        Only steers the choice of a query plan, never a result, so a stale count is harmless.
+        """
+        key = (tenant, layer)
+        cached = self._sizes.get(key)
+        if cached is not None and time.monotonic() - cached[1] < _SIZE_TTL_S:
+            return cached[0]
+        row = self._conn.execute(
+            f"SELECT count(*) FROM {_TABLES[layer]} WHERE tenant = ?", (tenant,)
+        ).fetchone()
+        self._sizes[key] = (int(row[0]), time.monotonic())
+        return int(row[0])
 
     def _cache(self, tenant: str, layer: Layer, dim: int) -> VectorCache:
         generation = self._meta("emb_generation") or "0"

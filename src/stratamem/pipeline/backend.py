@@ -1,0 +1,148 @@
+"""The pipeline backend contract: one narrow port, grouped by concern, implemented per store.
+
+Every implementation (`SqliteBackend`, `RedisBackend`) passes the one conformance suite in
+`tests/pipeline/test_backend_conformance.py`. Methods whose behaviour depends on time take `now`
+(seconds since the epoch, from the injected `Clock`), so retries and timers are tested by passing a
+later `now`, never by sleeping. Lock TTLs are in milliseconds; on Redis they are enforced by the
+server's own clock (SET PX), on SQLite by comparing stored expiry with `now`.
+
+Failures of the underlying store surface as `BackendUnavailable` (a `PipelineError`).
+
+Delivery semantics are at-least-once: a task stays pending from `consume` until `ack` (or
+`retry` / `dead_letter`, which acknowledge atomically with their own write). A delivery whose
+consumer went silent for longer than an idle threshold is handed to another consumer by `reclaim`;
+each hand-over counts as a delivery, and a task delivered more than `max_deliveries` times is
+moved to the dead letters (a poison task that kills its worker every time).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from stratamem.pipeline.task import DeadLetter, Delivery, LockGrant, QueueDepth, Task
+
+
+class PipelineBackend(Protocol):
+    # -- queue ------------------------------------------------------------------------------
+
+    async def enqueue(self, task: Task, *, now: float) -> None:
+        """Append `task` to the queue, ready at once. `now` is recorded as its enqueue time."""
+
+    async def consume(
+        self, consumer: str, *, count: int, block_ms: int, now: float
+    ) -> list[Delivery]:
+        """Hand up to `count` ready tasks to `consumer`, oldest first.
+
+        Waits up to `block_ms` for a task when none is ready (0: do not wait); returns [] on
+        timeout. Each returned task stays pending for `consumer` until acknowledged.
+        """
+
+    async def ack(self, delivery: Delivery) -> bool:
+        """Acknowledge and forget a delivered task. False if it was no longer pending."""
+
+    async def release_and_ack(self, delivery: Delivery, grant: LockGrant | None) -> bool:
+        """`release_lock(grant.key, grant.owner)` (when `grant` is given), then `ack(delivery)`,
+        in one round trip. Returns what `ack` would."""
+
+    async def extend(self, delivery: Delivery, *, now: float) -> bool:
+        """Heartbeat: reset the idle time of a pending delivery so `reclaim` leaves it alone.
+
+        False if the delivery is no longer pending for its consumer (it was reclaimed or acked).
+        """
+
+    async def reclaim(
+        self, consumer: str, *, min_idle_ms: int, count: int, max_deliveries: int, now: float
+    ) -> list[Delivery]:
+        """Hand to `consumer` up to `count` deliveries idle for at least `min_idle_ms`.
+
+        A reclaimed task whose delivery count now exceeds `max_deliveries` is not returned: it
+        is moved to the dead letters, acknowledged, with the error "delivery limit exceeded".
+        """
+
+    async def retry(self, delivery: Delivery, task: Task, *, due_at: float) -> None:
+        """Atomically acknowledge `delivery` and schedule `task` (usually the next attempt) to
+        be enqueued at `due_at`, through the keyed timer `retry/<task.id>`."""
+
+    async def depth(self) -> QueueDepth:
+        """Counts of ready, in-flight (delivered, unacknowledged), timers and dead letters."""
+
+    async def list_tasks(self, *, limit: int) -> list[Task]:
+        """Up to `limit` queued tasks (ready and in flight), oldest first."""
+
+    # -- locks and fencing ------------------------------------------------------------------
+
+    async def acquire_lock(
+        self, key: str, owner: str, *, ttl_ms: int, now: float
+    ) -> LockGrant | None:
+        """Take the lock `key` for `owner` for `ttl_ms` if nobody holds it (or the holder's TTL
+        has passed). Every grant carries a fencing token strictly greater than every earlier
+        grant's token for the same key. None when the lock is held by someone (even `owner`)."""
+
+    async def renew_lock(self, key: str, owner: str, *, ttl_ms: int, now: float) -> bool:
+        """Extend the lock to `now + ttl_ms` if `owner` still holds it (and it has not expired).
+        False otherwise: the caller has lost the lock and must stop writing."""
+
+    async def release_lock(self, key: str, owner: str) -> bool:
+        """Release the lock if `owner` holds it; False if it was not held by `owner`."""
+
+    async def fence_token(self, key: str) -> int:
+        """The newest fencing token granted for `key` (0 if never granted)."""
+
+    # -- timers -----------------------------------------------------------------------------
+
+    async def set_timer(self, key: str, task: Task, *, due_at: float) -> None:
+        """Create or replace the timer `key`: at `due_at`, `task` is enqueued."""
+
+    async def set_timer_if_earlier(self, key: str, task: Task, *, due_at: float) -> bool:
+        """Set the timer `key` only if it does not exist or is due later than `due_at`; the
+        task is replaced only when the due time moves. True if the timer was created or moved
+        earlier; a timer is never moved later by this call."""
+
+    async def remove_timer(self, key: str) -> bool:
+        """Delete the timer `key`; False if it did not exist."""
+
+    async def get_timer(self, key: str) -> tuple[float, Task] | None:
+        """The due time and task of the timer `key`, or None."""
+
+    async def fire_due_timers(self, *, now: float, limit: int) -> list[Task]:
+        """Atomically remove up to `limit` timers due at or before `now` and enqueue their tasks
+        (enqueue time `now`). Safe with several pumps: each timer fires exactly once."""
+
+    # -- per-session state ------------------------------------------------------------------
+
+    async def state_incr(self, scope: str, field: str, by: int = 1) -> int:
+        """Add `by` to the integer counter `field` of `scope`; returns the new value."""
+
+    async def state_set(self, scope: str, field: str, value: str) -> None:
+        """Set `field` of `scope` (a cursor, a snapshot) to `value`."""
+
+    async def state_get(self, scope: str) -> dict[str, str]:
+        """All fields of `scope` (counters as decimal strings); {} if none."""
+
+    # -- dead letters -----------------------------------------------------------------------
+
+    async def dead_letter(self, delivery: Delivery, error: str, *, now: float) -> DeadLetter:
+        """Atomically acknowledge `delivery` and record it as dead with `error`."""
+
+    async def list_dead(self, *, limit: int) -> list[DeadLetter]:
+        """Up to `limit` dead letters, oldest first."""
+
+    async def requeue_dead(self, dead_id: str, *, now: float) -> Task:
+        """Move a dead letter back to the queue with its attempt count reset to 0.
+
+        Raises `DeadLetterNotFound` if there is no such record."""
+
+    async def purge_dead(self, dead_ids: list[str] | None = None) -> int:
+        """Delete the named dead letters (all when `dead_ids` is None); returns how many."""
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Release connections. The backend is unusable afterwards."""
+
+
+def retry_timer_key(task: Task) -> str:
+    return f"retry/{task.id}"
+
+
+DELIVERY_LIMIT_ERROR = "delivery limit exceeded (the task's worker went silent every time)"

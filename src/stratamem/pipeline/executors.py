@@ -1,0 +1,89 @@
+"""The executor contract: how the memory layers plug their work into the worker.
+
+An executor is an async callable `executor(ctx) -> ExecResult`, registered for one `TaskType` in
+an `ExecutorRegistry`. The worker calls it once per delivery, with:
+
+- `ctx.task`: type, tenant, session (None for tenant-wide L3), payload dict, attempt (0 first);
+- `ctx.lock_key` and `ctx.fence_token`: the worker lock held while the executor runs and its
+  fencing token (both None for the lockless types offload-l1 and offload-l15). Every write the
+  executor makes to the system of record for this key should be conditional on the token (see
+  `stratamem.pipeline.fencing.fence_check`): a stale token means another worker took over, and
+  the store raises `StaleFencingToken`; let it propagate, the worker then aborts without ack;
+- `ctx.enqueue_after_release(task)`: tasks to enqueue only after the lock is released (so a
+  follow-up on the same key does not meet our own lock); enqueued only if the executor succeeds;
+- `ctx.clock` (injected time), `ctx.enqueued_at` (when the task was enqueued).
+
+To choose the retry time itself (a rate limit's Retry-After), the executor raises
+`stratamem.pipeline.errors.RetryLater(delay_s)`; it still counts against the retry limit.
+
+The executor may be cancelled at any await (lock lost, or shutdown past the grace period): it
+must keep its writes transactional. Any exception other than `StaleFencingToken` / `LockLost`
+counts as a failure: the task is retried with backoff, then dead-lettered with the error text.
+
+The result drives the cascade: `skipped=True` means nothing was done (no cascade at all);
+`changed=False` means the work ran but changed nothing (an L2 that changed nothing enqueues no L3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from stratamem.clock import Clock
+from stratamem.pipeline.errors import UnknownTaskType
+from stratamem.pipeline.task import Task, TaskType
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    changed: bool = True
+    skipped: bool = False
+
+
+@dataclass
+class ExecutionContext:
+    task: Task
+    lock_key: str | None
+    fence_token: int | None
+    clock: Clock
+    enqueued_at: float
+    after_release: list[Task] = field(default_factory=list)
+
+    def enqueue_after_release(self, task: Task) -> None:
+        """Enqueue `task` once this execution succeeded and its lock was released."""
+        self.after_release.append(task)
+
+
+class Executor(Protocol):
+    async def __call__(self, ctx: ExecutionContext, /) -> ExecResult: ...
+
+
+class ExecutorRegistry:
+    """Task type -> executor. Other parts register theirs at start-up."""
+
+    def __init__(self, executors: Iterable[tuple[TaskType, Executor]] = ()) -> None:
+        self._executors: dict[TaskType, Executor] = {}
+        for task_type, executor in executors:
+            self.register(task_type, executor)
+
+    def register(self, task_type: TaskType | str, executor: Executor) -> None:
+        self._executors[TaskType(task_type)] = executor
+
+    def get(self, task_type: TaskType) -> Executor:
+        try:
+            return self._executors[task_type]
+        except KeyError:
+            raise UnknownTaskType(f"no executor registered for task type {task_type}") from None
+
+    def types(self) -> list[TaskType]:
+        return sorted(self._executors)
+
+
+async def noop_executor(ctx: ExecutionContext) -> ExecResult:
+    """Does nothing; for benchmarks and smoke runs."""
+    return ExecResult(changed=False)
+
+
+def noop_registry() -> ExecutorRegistry:
+    return ExecutorRegistry((t, noop_executor) for t in TaskType)

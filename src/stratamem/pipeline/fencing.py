@@ -1,0 +1,40 @@
+"""Fencing for the system of record: refuse writes made under a stale lock token.
+
+Every lock grant carries a token that only grows per key. A store that accepts writes of pipeline
+tasks keeps, per key, the newest token it has seen, and checks it in the same transaction as the
+write: a worker that was paused, lost its lock and woke up again writes under an older token than
+the worker that took over, and its write is refused with `StaleFencingToken`.
+
+`fence_check` works on any `sqlite3` connection inside the caller's transaction (the table is
+`fences(key TEXT PRIMARY KEY, token INTEGER)`); other stores implement the same rule.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from stratamem.errors import StaleFencingToken
+
+FENCES_DDL = "CREATE TABLE IF NOT EXISTS fences (key TEXT PRIMARY KEY, token INTEGER NOT NULL)"
+
+
+def ensure_fences(conn: sqlite3.Connection) -> None:
+    conn.execute(FENCES_DDL)
+
+
+def fence_check(conn: sqlite3.Connection, key: str, token: int) -> None:
+    """Record `token` for `key`, or raise `StaleFencingToken` if a newer one was recorded.
+
+    Call inside the write transaction (after `BEGIN IMMEDIATE`); when it raises, roll back.
+    Equal tokens pass: one lock holder may write many times.
+    """
+    row = conn.execute("SELECT token FROM fences WHERE key = ?", (key,)).fetchone()
+    if row is not None and int(row[0]) > token:
+        raise StaleFencingToken(
+            f"write under fencing token {token} for {key!r} refused: token {row[0]} is newer"
+        )
+    conn.execute(
+        "INSERT INTO fences (key, token) VALUES (?, ?)"
+        " ON CONFLICT (key) DO UPDATE SET token = excluded.token",
+        (key, token),
+    )

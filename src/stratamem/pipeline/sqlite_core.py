@@ -1,0 +1,410 @@
+"""The SQL of the embedded pipeline backend: schema, migrations and one short transaction per
+operation (`SqliteCore`, synchronous). `SqliteBackend` is its asyncio shell."""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, retry_timer_key
+from stratamem.pipeline.errors import BackendUnavailable, DeadLetterNotFound
+from stratamem.pipeline.task import DeadLetter, Delivery, LockGrant, QueueDepth, Task
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+BUSY_TIMEOUT_MS = 10_000
+
+MIGRATIONS: tuple[tuple[str, str], ...] = (
+    (
+        "0001_pipeline",
+        """
+        CREATE TABLE tasks (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL,
+            body TEXT NOT NULL,
+            enqueued_at REAL NOT NULL,
+            consumer TEXT,
+            leased_at REAL,
+            lease_token TEXT,
+            deliveries INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX tasks_ready ON tasks (consumer, seq);
+        CREATE TABLE locks (key TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL);
+        CREATE TABLE lock_fences (key TEXT PRIMARY KEY, token INTEGER NOT NULL);
+        CREATE TABLE timers (key TEXT PRIMARY KEY, due_at REAL NOT NULL, body TEXT NOT NULL);
+        CREATE INDEX timers_due ON timers (due_at);
+        CREATE TABLE session_state (
+            scope TEXT NOT NULL, field TEXT NOT NULL, value TEXT NOT NULL,
+            PRIMARY KEY (scope, field)
+        );
+        CREATE TABLE dead_letters (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            body TEXT NOT NULL,
+            error TEXT NOT NULL,
+            failed_at REAL NOT NULL
+        );
+        """,
+    ),
+)
+
+
+def translated(fn: Callable[P, R]) -> Callable[P, R]:
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except sqlite3.Error as exc:
+            raise BackendUnavailable(f"SQLite pipeline store failed: {exc}") from exc
+
+    return wrapper
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """Open `path` in WAL mode, autocommit (explicit transactions), and apply migrations."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    _migrate(conn)
+    return conn
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY)")
+        done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}
+        for name, script in MIGRATIONS:
+            if name in done:
+                continue
+            for statement in script.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+class SqliteCore:
+    """Synchronous implementation. One connection per process, guarded by a re-entrant mutex;
+    `SqliteBackend` calls it on the event loop when the file is free and in a thread when not."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = connect(path)
+        self.mutex = threading.RLock()
+        self._busy_timeout_ms = BUSY_TIMEOUT_MS
+
+    def set_busy_timeout(self, ms: int) -> None:
+        """0 on the event loop (never block it: fail fast and retry in a thread)."""
+        if ms != self._busy_timeout_ms:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(ms)}")
+            self._busy_timeout_ms = ms
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        with self.mutex:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+                self.conn.execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        with self.mutex:
+            yield self.conn
+
+    # queue
+    def enqueue(self, task: Task, now: float) -> None:
+        with self.write() as c:
+            _insert_task(c, task, now)
+
+    def has_ready(self) -> bool:
+        with self.read() as c:
+            row = c.execute("SELECT 1 FROM tasks WHERE consumer IS NULL LIMIT 1").fetchone()
+        return row is not None
+
+    def consume(self, consumer: str, count: int, now: float) -> list[Delivery]:
+        token = uuid.uuid4().hex
+        with self.write() as c:
+            rows = c.execute(
+                "UPDATE tasks SET consumer = ?, leased_at = ?, lease_token = ?,"
+                " deliveries = deliveries + 1 WHERE seq IN"
+                " (SELECT seq FROM tasks WHERE consumer IS NULL ORDER BY seq LIMIT ?)"
+                " RETURNING seq, body, deliveries, enqueued_at",
+                (consumer, now, token, count),
+            ).fetchall()
+        rows.sort(key=lambda r: r[0])
+        return [_delivery(row, consumer, token) for row in rows]
+
+    def ack(self, receipt: str) -> bool:
+        seq, token = _parse_receipt(receipt)
+        with self.write() as c:
+            cur = c.execute("DELETE FROM tasks WHERE seq = ? AND lease_token = ?", (seq, token))
+        return cur.rowcount == 1
+
+    def release_and_ack(self, receipt: str, grant: LockGrant | None) -> bool:
+        seq, token = _parse_receipt(receipt)
+        with self.write() as c:
+            if grant is not None:
+                c.execute("DELETE FROM locks WHERE key = ? AND owner = ?", (grant.key, grant.owner))
+            cur = c.execute("DELETE FROM tasks WHERE seq = ? AND lease_token = ?", (seq, token))
+        return cur.rowcount == 1
+
+    def extend(self, receipt: str, now: float) -> bool:
+        seq, token = _parse_receipt(receipt)
+        with self.write() as c:
+            cur = c.execute(
+                "UPDATE tasks SET leased_at = ? WHERE seq = ? AND lease_token = ?",
+                (now, seq, token),
+            )
+        return cur.rowcount == 1
+
+    def reclaim(
+        self, consumer: str, min_idle_ms: int, count: int, max_deliveries: int, now: float
+    ) -> list[Delivery]:
+        token = uuid.uuid4().hex
+        with self.write() as c:
+            rows = c.execute(
+                "UPDATE tasks SET consumer = ?, leased_at = ?, lease_token = ?,"
+                " deliveries = deliveries + 1 WHERE seq IN"
+                " (SELECT seq FROM tasks WHERE consumer IS NOT NULL AND leased_at <= ?"
+                "  ORDER BY seq LIMIT ?)"
+                " RETURNING seq, body, deliveries, enqueued_at",
+                (consumer, now, token, now - min_idle_ms / 1000, count),
+            ).fetchall()
+            rows.sort(key=lambda r: r[0])
+            kept = []
+            for row in rows:
+                if row[2] > max_deliveries:
+                    _bury(c, row[0], row[1], DELIVERY_LIMIT_ERROR, now)
+                else:
+                    kept.append(_delivery(row, consumer, token))
+        return kept
+
+    def retry(self, receipt: str, task: Task, due_at: float) -> None:
+        seq, token = _parse_receipt(receipt)
+        with self.write() as c:
+            c.execute("DELETE FROM tasks WHERE seq = ? AND lease_token = ?", (seq, token))
+            _upsert_timer(c, retry_timer_key(task), task, due_at)
+
+    def depth(self) -> QueueDepth:
+        with self.read() as c:
+            ready, flight = c.execute(
+                "SELECT COALESCE(SUM(consumer IS NULL), 0), COALESCE(SUM(consumer IS NOT NULL), 0)"
+                " FROM tasks"
+            ).fetchone()
+            (timers,) = c.execute("SELECT COUNT(*) FROM timers").fetchone()
+            (dead,) = c.execute("SELECT COUNT(*) FROM dead_letters").fetchone()
+        return QueueDepth(ready=ready, in_flight=flight, timers=timers, dead=dead)
+
+    def list_tasks(self, limit: int) -> list[Task]:
+        with self.read() as c:
+            rows = c.execute("SELECT body FROM tasks ORDER BY seq LIMIT ?", (limit,)).fetchall()
+        return [Task.from_json(r[0]) for r in rows]
+
+    # locks
+    def acquire_lock(self, key: str, owner: str, ttl_ms: int, now: float) -> LockGrant | None:
+        with self.write() as c:
+            row = c.execute("SELECT expires_at FROM locks WHERE key = ?", (key,)).fetchone()
+            if row is not None and row[0] > now:
+                return None
+            c.execute(
+                "INSERT INTO locks (key, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (key)"
+                " DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at",
+                (key, owner, now + ttl_ms / 1000),
+            )
+            (token,) = c.execute(
+                "INSERT INTO lock_fences (key, token) VALUES (?, 1) ON CONFLICT (key)"
+                " DO UPDATE SET token = token + 1 RETURNING token",
+                (key,),
+            ).fetchone()
+        return LockGrant(key=key, owner=owner, token=int(token))
+
+    def renew_lock(self, key: str, owner: str, ttl_ms: int, now: float) -> bool:
+        with self.write() as c:
+            cur = c.execute(
+                "UPDATE locks SET expires_at = ? WHERE key = ? AND owner = ? AND expires_at > ?",
+                (now + ttl_ms / 1000, key, owner, now),
+            )
+        return cur.rowcount == 1
+
+    def release_lock(self, key: str, owner: str) -> bool:
+        with self.write() as c:
+            cur = c.execute("DELETE FROM locks WHERE key = ? AND owner = ?", (key, owner))
+        return cur.rowcount == 1
+
+    def fence_token(self, key: str) -> int:
+        with self.read() as c:
+            row = c.execute("SELECT token FROM lock_fences WHERE key = ?", (key,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    # timers
+    def set_timer(self, key: str, task: Task, due_at: float) -> None:
+        with self.write() as c:
+            _upsert_timer(c, key, task, due_at)
+
+    def set_timer_if_earlier(self, key: str, task: Task, due_at: float) -> bool:
+        with self.write() as c:
+            cur = c.execute(
+                "INSERT INTO timers (key, due_at, body) VALUES (?, ?, ?) ON CONFLICT (key)"
+                " DO UPDATE SET due_at = excluded.due_at, body = excluded.body"
+                " WHERE excluded.due_at < timers.due_at",
+                (key, due_at, task.to_json()),
+            )
+        return cur.rowcount == 1
+
+    def remove_timer(self, key: str) -> bool:
+        with self.write() as c:
+            cur = c.execute("DELETE FROM timers WHERE key = ?", (key,))
+        return cur.rowcount == 1
+
+    def get_timer(self, key: str) -> tuple[float, Task] | None:
+        with self.read() as c:
+            row = c.execute("SELECT due_at, body FROM timers WHERE key = ?", (key,)).fetchone()
+        return None if row is None else (float(row[0]), Task.from_json(row[1]))
+
+    def fire_due_timers(self, now: float, limit: int) -> list[Task]:
+        with self.write() as c:
+            rows = c.execute(
+                "DELETE FROM timers WHERE key IN"
+                " (SELECT key FROM timers WHERE due_at <= ? ORDER BY due_at LIMIT ?)"
+                " RETURNING due_at, body",
+                (now, limit),
+            ).fetchall()
+            tasks = [Task.from_json(body) for _, body in sorted(rows)]
+            for task in tasks:
+                _insert_task(c, task, now)
+        return tasks
+
+    # state
+    def state_incr(self, scope: str, field: str, by: int) -> int:
+        with self.write() as c:
+            (value,) = c.execute(
+                "INSERT INTO session_state (scope, field, value) VALUES (?, ?, ?)"
+                " ON CONFLICT (scope, field) DO UPDATE"
+                " SET value = CAST(CAST(value AS INTEGER) + ? AS TEXT) RETURNING value",
+                (scope, field, str(by), by),
+            ).fetchone()
+        return int(value)
+
+    def state_set(self, scope: str, field: str, value: str) -> None:
+        with self.write() as c:
+            c.execute(
+                "INSERT INTO session_state (scope, field, value) VALUES (?, ?, ?)"
+                " ON CONFLICT (scope, field) DO UPDATE SET value = excluded.value",
+                (scope, field, value),
+            )
+
+    def state_get(self, scope: str) -> dict[str, str]:
+        with self.read() as c:
+            rows = c.execute(
+                "SELECT field, value FROM session_state WHERE scope = ?", (scope,)
+            ).fetchall()
+        return {str(f): str(v) for f, v in rows}
+
+    # dead letters
+    def dead_letter(self, receipt: str, error: str, now: float) -> DeadLetter:
+        seq, _ = _parse_receipt(receipt)
+        with self.write() as c:
+            row = c.execute("SELECT body FROM tasks WHERE seq = ?", (seq,)).fetchone()
+            if row is None:
+                raise DeadLetterNotFound(f"task {seq} is no longer queued")
+            dead_id = _bury(c, seq, row[0], error, now)
+        return DeadLetter(id=dead_id, task=Task.from_json(row[0]), error=error, failed_at=now)
+
+    def list_dead(self, limit: int) -> list[DeadLetter]:
+        with self.read() as c:
+            rows = c.execute(
+                "SELECT seq, body, error, failed_at FROM dead_letters ORDER BY seq LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [
+            DeadLetter(id=str(s), task=Task.from_json(b), error=e, failed_at=f)
+            for s, b, e, f in rows
+        ]
+
+    def requeue_dead(self, dead_id: str, now: float) -> Task:
+        with self.write() as c:
+            row = c.execute(
+                "DELETE FROM dead_letters WHERE seq = ? RETURNING body", (_dead_seq(dead_id),)
+            ).fetchone()
+            if row is None:
+                raise DeadLetterNotFound(f"no dead letter {dead_id!r}")
+            task = Task.from_json(row[0])
+            task = Task(task.type, task.tenant, task.session, task.payload, 0, task.id)
+            _insert_task(c, task, now)
+        return task
+
+    def purge_dead(self, dead_ids: list[str] | None) -> int:
+        with self.write() as c:
+            if dead_ids is None:
+                return c.execute("DELETE FROM dead_letters").rowcount
+            seqs = [(_dead_seq(d),) for d in dead_ids]
+            return sum(
+                c.execute("DELETE FROM dead_letters WHERE seq = ?", s).rowcount for s in seqs
+            )
+
+
+def is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _insert_task(c: sqlite3.Connection, task: Task, now: float) -> None:
+    c.execute(
+        "INSERT INTO tasks (id, body, enqueued_at) VALUES (?, ?, ?)",
+        (task.id, task.to_json(), now),
+    )
+
+
+def _upsert_timer(c: sqlite3.Connection, key: str, task: Task, due_at: float) -> None:
+    c.execute(
+        "INSERT INTO timers (key, due_at, body) VALUES (?, ?, ?) ON CONFLICT (key)"
+        " DO UPDATE SET due_at = excluded.due_at, body = excluded.body",
+        (key, due_at, task.to_json()),
+    )
+
+
+def _bury(c: sqlite3.Connection, seq: int, body: str, error: str, now: float) -> str:
+    c.execute("DELETE FROM tasks WHERE seq = ?", (seq,))
+    cur = c.execute(
+        "INSERT INTO dead_letters (body, error, failed_at) VALUES (?, ?, ?)", (body, error, now)
+    )
+    return str(cur.lastrowid)
+
+
+def _delivery(row: tuple[Any, ...], consumer: str, token: str) -> Delivery:
+    seq, body, deliveries, enqueued_at = row
+    return Delivery(
+        task=Task.from_json(body),
+        receipt=f"{seq}:{token}",
+        consumer=consumer,
+        deliveries=int(deliveries),
+        enqueued_at=float(enqueued_at),
+    )
+
+
+def _parse_receipt(receipt: str) -> tuple[int, str]:
+    seq, _, token = receipt.partition(":")
+    return int(seq), token
+
+
+def _dead_seq(dead_id: str) -> int:
+    try:
+        return int(dead_id)
+    except ValueError as exc:
+        raise DeadLetterNotFound(f"no dead letter {dead_id!r}") from exc

@@ -1,0 +1,131 @@
+"""Typed records of the pipeline: tasks, deliveries, lock grants, timers, dead letters.
+
+A `Task` is what producers enqueue; a `Delivery` is one hand-over of a task to one consumer (the
+same task can be delivered again after a crash). Tasks serialise to compact JSON so both backends
+store the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from stratamem.domain import check_ident
+from stratamem.errors import InvalidInput
+
+
+class TaskType(StrEnum):
+    L1 = "L1"
+    L2 = "L2"
+    L3 = "L3"
+    FLUSH = "flush"
+    OFFLOAD_L1 = "offload-l1"
+    OFFLOAD_L15 = "offload-l15"
+    OFFLOAD_L2 = "offload-l2"
+
+
+# L3 works on a whole tenant; every other type works on one session.
+TENANT_WIDE_TYPES = frozenset({TaskType.L3})
+
+
+def new_task_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of background work. `attempt` counts previous failed executions (0 at first)."""
+
+    type: TaskType
+    tenant: str
+    session: str | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+    attempt: int = 0
+    id: str = field(default_factory=new_task_id)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "type", TaskType(self.type))
+        check_ident(self.tenant, "tenant")
+        if self.session is not None:
+            check_ident(self.session, "session")
+        elif self.type not in TENANT_WIDE_TYPES:
+            raise InvalidInput(f"a {self.type} task needs a session")
+        check_ident(self.id, "task id")
+        if self.attempt < 0:
+            raise InvalidInput("attempt must be >= 0")
+
+    def next_attempt(self) -> Task:
+        return replace(self, attempt=self.attempt + 1)
+
+    def to_json(self) -> str:
+        body = {
+            "id": self.id,
+            "type": self.type.value,
+            "tenant": self.tenant,
+            "session": self.session,
+            "payload": self.payload,
+            "attempt": self.attempt,
+        }
+        return json.dumps(body, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Task:
+        try:
+            body = json.loads(text)
+            return cls(
+                type=TaskType(body["type"]),
+                tenant=body["tenant"],
+                session=body["session"],
+                payload=dict(body["payload"]),
+                attempt=int(body["attempt"]),
+                id=body["id"],
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInput(f"not a task record: {text!r:.200}") from exc
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One hand-over of `task` to `consumer`. `receipt` is the backend's handle for ack/extend."""
+
+    task: Task
+    receipt: str
+    consumer: str
+    deliveries: int
+    enqueued_at: float
+
+
+@dataclass(frozen=True)
+class LockGrant:
+    """A granted lock. `token` is the fencing token: it only grows for a given key."""
+
+    key: str
+    owner: str
+    token: int
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    id: str
+    task: Task
+    error: str
+    failed_at: float
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    ready: int
+    in_flight: int
+    timers: int
+    dead: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "ready": self.ready,
+            "in_flight": self.in_flight,
+            "timers": self.timers,
+            "dead": self.dead,
+        }

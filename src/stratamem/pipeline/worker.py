@@ -1,0 +1,369 @@
+"""The worker: N concurrent consumers per process, locks with fencing, retries, the cascade.
+
+One delivery goes through `Worker.handle`:
+1. take the task's lock (see `timers.lock_key_for`); on conflict wait locally with backoff
+   (200 ms, times 3, capped at 5 s) until one lock TTL has passed, then drop and ack the task
+   (offload-l2 is skipped at once: its timer re-triggers it);
+2. run the executor while a keeper renews the lock and heartbeats the delivery every quarter of
+   the TTL; if renewal fails or errors, the executor is cancelled at once and the task is neither
+   acknowledged nor cascaded (another worker will take it over);
+3. on success: cascade (still under the lock), release, enqueue what the executor asked for
+   after release, ack; on failure: release, then retry with backoff 5 s · 3^attempt up to the
+   retry limit, then a dead letter with the error and the session's timers cleared.
+
+Time comes from the injected clock and waits go through the injected `sleep`, so tests drive
+conflicts, renewals and retries with a `ManualClock` and never sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from typing import Any
+
+from stratamem.clock import Clock, SystemClock
+from stratamem.errors import LockLost, PipelineError, StaleFencingToken, StratamemError
+from stratamem.pipeline.backend import PipelineBackend
+from stratamem.pipeline.errors import RetryLater, UnknownTaskType
+from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
+from stratamem.pipeline.metrics import RunningTask, WorkerMetrics
+from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.task import Delivery, LockGrant, TaskType
+from stratamem.pipeline.timers import TimerPump, cascade, clear_session_timers, lock_key_for
+
+log = logging.getLogger(__name__)
+FIRST_COMPLETED = asyncio.FIRST_COMPLETED
+
+Sleep = Callable[[float], Awaitable[None]]
+WORKERS_SCOPE = "_workers"
+BACKEND_ERROR_PAUSE_S = 1.0
+CANCEL_RETRY_S = 0.5
+
+
+class Outcome(StrEnum):
+    COMPLETED = "completed"
+    SKIPPED = "skipped"
+    RETRIED = "retried"
+    DEAD = "dead"
+    DROPPED = "dropped"
+    ABORTED = "aborted"
+
+
+async def _cancel_and_wait(task: asyncio.Future[Any]) -> None:
+    """Cancel `task` and wait for it to end. Cancels again if it swallowed the cancellation
+    (Python 3.11's `wait_for`, used inside client libraries, can lose one)."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=CANCEL_RETRY_S)
+    error = None if task.cancelled() else task.exception()
+    if error is not None:
+        raise error
+
+
+class Worker:
+    def __init__(
+        self,
+        backend: PipelineBackend,
+        executors: ExecutorRegistry,
+        settings: PipelineSettings,
+        *,
+        clock: Clock | None = None,
+        name: str | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.backend = backend
+        self.executors = executors
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.name = name or f"worker-{uuid.uuid4().hex[:8]}"
+        self.metrics = WorkerMetrics()
+        self._sleep = sleep
+        self._pump = TimerPump(backend, self.clock, batch=settings.pump_batch)
+        # (delivery, lease time) pairs taken over by `reclaim_once`, for idle consumers
+        self._reclaimed: asyncio.Queue[tuple[Delivery, float]] = asyncio.Queue()
+        self._stopping = asyncio.Event()
+        self._idle_consumers = 0
+
+    # -- one delivery -----------------------------------------------------------------------
+
+    async def handle(self, delivery: Delivery, *, received_at: float | None = None) -> Outcome:
+        """Process one delivery to its end (see the module docstring); returns what happened.
+
+        `received_at` (the clock time the delivery was leased at, no later) lets a fresh
+        delivery skip the check that it was not reclaimed meanwhile; without it the check is
+        always made."""
+        task = delivery.task
+        self.metrics.consumed += 1
+        lock_key = lock_key_for(task, self.settings.lock_scope)
+        grant = None
+        if lock_key is not None:
+            grant = await self._acquire(delivery, lock_key)
+            if grant is None:
+                return await self._on_conflict(delivery)
+        if not await self._still_ours(delivery, received_at):
+            return await self._on_stale(delivery, grant)
+        self.metrics.running[task.id] = RunningTask(
+            task.id, task.type.value, task.tenant, task.session, lock_key, task.attempt,
+            self.clock.now(),
+        )  # fmt: skip
+        try:
+            return await self._execute(delivery, lock_key, grant)
+        finally:
+            self.metrics.running.pop(task.id, None)
+
+    async def _acquire(self, delivery: Delivery, key: str) -> LockGrant | None:
+        owner = f"{self.name}:{delivery.task.id}:{uuid.uuid4().hex[:8]}"
+        ttl_ms = self.settings.lock_ttl_ms
+        deadline = self.clock.now() + self.settings.lock_wait_s
+        backoff = self.settings.lock_backoff_initial_s
+        while True:
+            now = self.clock.now()
+            grant = await self.backend.acquire_lock(key, owner, ttl_ms=ttl_ms, now=now)
+            if grant is not None or delivery.task.type is TaskType.OFFLOAD_L2 or now >= deadline:
+                return grant
+            await self._sleep(min(backoff, deadline - now))
+            backoff = min(
+                backoff * self.settings.lock_backoff_factor, self.settings.lock_backoff_cap_s
+            )
+            await self.backend.extend(delivery, now=self.clock.now())
+
+    async def _on_conflict(self, delivery: Delivery) -> Outcome:
+        self.metrics.lock_conflicts += 1
+        await self.backend.ack(delivery)
+        if delivery.task.type is TaskType.OFFLOAD_L2:
+            self.metrics.skipped += 1
+            return Outcome.SKIPPED
+        self.metrics.dropped += 1
+        log.warning("dropped %s %s: its lock stayed busy", delivery.task.type, delivery.task.id)
+        return Outcome.DROPPED
+
+    async def _still_ours(self, delivery: Delivery, received_at: float | None) -> bool:
+        now = self.clock.now()
+        fresh_s = self.settings.reclaim_idle_ms / 4000
+        if received_at is not None and now - received_at < fresh_s:
+            return True  # not idle long enough for anyone to have reclaimed it
+        return await self.backend.extend(delivery, now=now)
+
+    async def _on_stale(self, delivery: Delivery, grant: LockGrant | None) -> Outcome:
+        """The delivery was reclaimed by another consumer while we waited: leave it to them."""
+        await self._release(grant)
+        self.metrics.aborted += 1
+        log.warning("%s %s was reclaimed before it started", delivery.task.type, delivery.task.id)
+        return Outcome.ABORTED
+
+    async def _execute(
+        self, delivery: Delivery, lock_key: str | None, grant: LockGrant | None
+    ) -> Outcome:
+        ctx = ExecutionContext(
+            task=delivery.task,
+            lock_key=lock_key,
+            fence_token=None if grant is None else grant.token,
+            clock=self.clock,
+            enqueued_at=delivery.enqueued_at,
+        )
+        try:
+            executor = self.executors.get(ctx.task.type)
+            result = await self._run_guarded(executor, ctx, delivery, grant)
+        except UnknownTaskType as exc:
+            result = exc
+        except LockLost as exc:
+            result = exc
+        except asyncio.CancelledError:
+            await self._release(grant)
+            raise
+        if isinstance(result, LockLost | StaleFencingToken):
+            self.metrics.aborted += 1
+            log.warning("aborted %s %s: %s", ctx.task.type, ctx.task.id, result)
+            return Outcome.ABORTED
+        if isinstance(result, Exception):
+            await self._release(grant)
+            return await self._fail(delivery, result)
+        return await self._succeed(delivery, ctx, grant, result)
+
+    async def _run_guarded(
+        self, executor: Executor, ctx: ExecutionContext, delivery: Delivery, grant: LockGrant | None
+    ) -> ExecResult | Exception:
+        """Run the executor under the keeper. The executor's own error is returned as a value
+        (it is the task's failure); errors of the keeper itself propagate (they are bugs)."""
+        job = asyncio.ensure_future(executor(ctx))
+        keeper = asyncio.ensure_future(self._keep_alive(delivery, grant))
+        try:
+            await asyncio.wait({job, keeper}, return_when=FIRST_COMPLETED)
+            lost = not job.done()
+        finally:
+            if not job.done():
+                job.cancel()
+                await asyncio.wait({job})
+            await _cancel_and_wait(keeper)
+        if lost:
+            raise LockLost(f"lost the lock or lease of {ctx.task.type} {ctx.task.id}")
+        error = job.exception()
+        if error is None:
+            return job.result()
+        if isinstance(error, Exception):
+            return error
+        raise error
+
+    async def _keep_alive(self, delivery: Delivery, grant: LockGrant | None) -> None:
+        """Renew the lock and heartbeat the delivery; returns when either is lost."""
+        ttl_ms = self.settings.lock_ttl_ms
+        while True:
+            await self._sleep(self.settings.heartbeat_s)
+            now = self.clock.now()
+            try:
+                if grant is not None and not await self.backend.renew_lock(
+                    grant.key, grant.owner, ttl_ms=ttl_ms, now=now
+                ):
+                    break
+                if not await self.backend.extend(delivery, now=now):
+                    break
+            except PipelineError:
+                log.exception("renewing %s failed", delivery.task.id)
+                break
+        self.metrics.renew_failures += 1
+
+    async def _succeed(
+        self, delivery: Delivery, ctx: ExecutionContext, grant: LockGrant | None, res: ExecResult
+    ) -> Outcome:
+        now = self.clock.now()
+        await cascade(self.backend, self.settings, delivery.task, res, now)
+        if ctx.after_release:
+            await self._release(grant)
+            for follow_up in ctx.after_release:
+                await self.backend.enqueue(follow_up, now=now)
+            await self.backend.ack(delivery)
+        else:
+            await self.backend.release_and_ack(delivery, grant)
+        if res.skipped:
+            self.metrics.skipped += 1
+            return Outcome.SKIPPED
+        self.metrics.completed += 1
+        return Outcome.COMPLETED
+
+    async def _fail(self, delivery: Delivery, exc: Exception) -> Outcome:
+        task, now = delivery.task, self.clock.now()
+        self.metrics.failed += 1
+        if task.attempt < self.settings.retry_limit:
+            delay_s = (
+                exc.delay_s
+                if isinstance(exc, RetryLater)
+                else self.settings.retry_delay_s(task.attempt)
+            )
+            due_at = now + delay_s
+            await self.backend.retry(delivery, task.next_attempt(), due_at=due_at)
+            self.metrics.retried += 1
+            log.info("retrying %s %s at %.3f: %r", task.type, task.id, due_at, exc)
+            return Outcome.RETRIED
+        await self.backend.dead_letter(delivery, f"{type(exc).__name__}: {exc}", now=now)
+        await clear_session_timers(self.backend, task)
+        self.metrics.dead_lettered += 1
+        log.error(
+            "dead-lettered %s %s after %d attempts: %r", task.type, task.id, task.attempt + 1, exc
+        )
+        return Outcome.DEAD
+
+    async def _release(self, grant: LockGrant | None) -> None:
+        if grant is not None:
+            await self.backend.release_lock(grant.key, grant.owner)
+
+    # -- background duties ------------------------------------------------------------------
+
+    async def pump_once(self) -> int:
+        """Turn due timers into tasks; returns how many fired."""
+        fired = len(await self._pump.run_once())
+        self.metrics.timers_fired += fired
+        return fired
+
+    async def reclaim_once(self) -> int:
+        """Take over deliveries of silent workers (when this process has spare capacity)."""
+        spare = self._idle_consumers - self._reclaimed.qsize()
+        if spare <= 0:  # reclaimed deliveries must not wait here unattended
+            return 0
+        now = self.clock.now()
+        got = await self.backend.reclaim(
+            f"{self.name}-reclaim",
+            min_idle_ms=self.settings.reclaim_idle_ms,
+            count=spare,
+            max_deliveries=self.settings.max_deliveries,
+            now=now,
+        )
+        for delivery in got:
+            self._reclaimed.put_nowait((delivery, now))
+        self.metrics.reclaimed += len(got)
+        return len(got)
+
+    async def publish_status(self) -> None:
+        status = {"name": self.name, "updated_at": self.clock.now(), **self.metrics.snapshot()}
+        await self.backend.state_set(WORKERS_SCOPE, self.name, json.dumps(status))
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop consuming; running tasks get `grace_period_s` to finish (see `run`)."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        """Consume until `request_stop`, then drain within the grace period and return.
+
+        If a consumer or duty loop dies of an unexpected error, the worker stops the same way
+        and re-raises it (a worker never goes on silently with fewer consumers)."""
+        consumers = [
+            asyncio.ensure_future(self._consume_loop(f"{self.name}-{i}"))
+            for i in range(self.settings.concurrency)
+        ]
+        duties = [
+            asyncio.ensure_future(self._every(self.settings.pump_interval_s, self._duties)),
+            asyncio.ensure_future(self._every(self.settings.reclaim_interval_s, self.reclaim_once)),
+        ]
+        stop = asyncio.ensure_future(self._stopping.wait())
+        done, _ = await asyncio.wait([stop, *consumers, *duties], return_when=FIRST_COMPLETED)
+        self.request_stop()
+        for duty in [stop, *duties]:
+            if duty not in done:
+                await _cancel_and_wait(duty)
+        _, late = await asyncio.wait(consumers, timeout=self.settings.grace_period_s)
+        for consumer in late:
+            await _cancel_and_wait(consumer)
+        await self.publish_status()
+        for crashed in done - {stop}:
+            crashed.result()
+
+    async def _duties(self) -> int:
+        await self.publish_status()
+        return await self.pump_once()
+
+    async def _consume_loop(self, consumer: str) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._idle_consumers += 1
+                try:
+                    got = await self._next(consumer)
+                finally:
+                    self._idle_consumers -= 1
+                for delivery, leased_at in got:
+                    await self.handle(delivery, received_at=leased_at)
+            except StratamemError:
+                log.exception("consumer %s: pipeline error, pausing", consumer)
+                await asyncio.sleep(BACKEND_ERROR_PAUSE_S)
+
+    async def _next(self, consumer: str) -> list[tuple[Delivery, float]]:
+        """The next deliveries with their lease time (the `now` the backend leased them at)."""
+        if not self._reclaimed.empty():
+            return [self._reclaimed.get_nowait()]
+        now = self.clock.now()
+        got = await self.backend.consume(
+            consumer, count=1, block_ms=self.settings.consume_block_ms, now=now
+        )
+        return [(delivery, now) for delivery in got]
+
+    async def _every(self, interval_s: float, duty: Callable[[], Awaitable[int | None]]) -> None:
+        while True:
+            try:
+                await duty()
+            except StratamemError:
+                log.exception("%s: pipeline error", getattr(duty, "__name__", "duty"))
+            await asyncio.sleep(interval_s)

@@ -1,0 +1,272 @@
+"""The one contract suite every `PipelineBackend` passes (SQLite file and real Redis)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, retry_timer_key
+from stratamem.pipeline.errors import DeadLetterNotFound
+from stratamem.pipeline.task import Task, TaskType
+
+from .conftest import Harness
+
+
+def l1(session: str = "s1", **payload: object) -> Task:
+    return Task(TaskType.L1, "t1", session, dict(payload))
+
+
+# -- queue ------------------------------------------------------------------------------------
+
+
+async def test_enqueue_consume_ack_in_order(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    first, second = l1(n=1), l1(n=2)
+    await b.enqueue(first, now=now)
+    await b.enqueue(second, now=now + 1)
+    got = await b.consume("c1", count=10, block_ms=0, now=now)
+    assert [d.task for d in got] == [first, second]
+    assert [d.enqueued_at for d in got] == [now, now + 1]
+    assert all(d.deliveries == 1 and d.consumer == "c1" for d in got)
+    assert await b.ack(got[0]) is True
+    assert await b.ack(got[0]) is False
+    assert (await b.depth()).in_flight == 1
+
+
+async def test_consume_returns_empty_after_block_timeout(harness: Harness) -> None:
+    got = await harness.backend.consume("c1", count=1, block_ms=20, now=harness.clock.now())
+    assert got == []
+
+
+async def test_consume_wakes_when_a_task_arrives(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    peer = await harness.make_peer()
+    waiting = asyncio.create_task(b.consume("c1", count=1, block_ms=5000, now=now))
+    await peer.enqueue(l1(), now=now)
+    got = await asyncio.wait_for(waiting, timeout=5)
+    assert len(got) == 1
+
+
+async def test_a_delivered_task_is_not_delivered_again(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    await b.enqueue(l1(), now=now)
+    assert len(await b.consume("c1", count=1, block_ms=0, now=now)) == 1
+    assert await b.consume("c2", count=1, block_ms=0, now=now) == []
+
+
+async def test_depth_and_listing(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    tasks = [l1(n=i) for i in range(3)]
+    for task in tasks:
+        await b.enqueue(task, now=now)
+    await b.consume("c1", count=1, block_ms=0, now=now)
+    await b.set_timer("k", l1(), due_at=now + 10)
+    depth = await b.depth()
+    assert (depth.ready, depth.in_flight, depth.timers, depth.dead) == (2, 1, 1, 0)
+    assert await b.list_tasks(limit=10) == tasks
+    assert await b.list_tasks(limit=1) == tasks[:1]
+
+
+# -- reclaim ----------------------------------------------------------------------------------
+
+
+async def test_idle_delivery_is_reclaimed_and_old_consumer_loses_it(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    await b.enqueue(l1(), now=now)
+    [old] = await b.consume("dead-worker", count=1, block_ms=0, now=now)
+    kept = await b.reclaim("c2", min_idle_ms=60_000, count=10, max_deliveries=5, now=now + 1)
+    assert kept == []
+    [new] = await b.reclaim("c2", min_idle_ms=0, count=10, max_deliveries=5, now=now + 61)
+    assert new.task == old.task
+    assert (new.consumer, new.deliveries) == ("c2", 2)
+    assert await b.extend(old, now=now + 62) is False
+    assert await b.ack(old) is False
+    assert await b.extend(new, now=now + 62) is True
+    assert await b.ack(new) is True
+    assert (await b.depth()).in_flight == 0
+
+
+async def test_extend_keeps_a_delivery_from_being_reclaimed(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    await b.enqueue(l1(), now=now)
+    [d] = await b.consume("c1", count=1, block_ms=0, now=now)
+    assert await b.extend(d, now=now + 50) is True
+    got = await b.reclaim("c2", min_idle_ms=30_000, count=10, max_deliveries=5, now=now + 60)
+    assert got == []
+
+
+async def test_delivery_limit_sends_poison_task_to_dead_letters(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    poison = l1()
+    await b.enqueue(poison, now=now)
+    await b.consume("c0", count=1, block_ms=0, now=now)
+    for i in range(2):
+        got = await b.reclaim(f"c{i + 1}", min_idle_ms=0, count=10, max_deliveries=3, now=now)
+        assert [d.task for d in got] == [poison]
+    assert await b.reclaim("c9", min_idle_ms=0, count=10, max_deliveries=3, now=now) == []
+    [dead] = await b.list_dead(limit=10)
+    assert dead.task == poison and dead.error == DELIVERY_LIMIT_ERROR
+    depth = await b.depth()
+    assert (depth.ready, depth.in_flight, depth.dead) == (0, 0, 1)
+
+
+async def test_retry_acks_and_schedules_next_attempt(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    task = l1()
+    await b.enqueue(task, now=now)
+    [d] = await b.consume("c1", count=1, block_ms=0, now=now)
+    await b.retry(d, task.next_attempt(), due_at=now + 5)
+    assert (await b.depth()).in_flight == 0
+    timer = await b.get_timer(retry_timer_key(task))
+    assert timer == (now + 5, task.next_attempt())
+    assert await b.fire_due_timers(now=now + 4.9, limit=10) == []
+    assert await b.fire_due_timers(now=now + 5, limit=10) == [task.next_attempt()]
+    [again] = await b.consume("c1", count=1, block_ms=0, now=now + 5)
+    assert again.task.attempt == 1 and again.task.id == task.id
+    assert again.enqueued_at == now + 5
+
+
+async def test_release_and_ack_in_one_step(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    await b.enqueue(l1(), now=now)
+    await b.enqueue(l1(), now=now)
+    first, second = await b.consume("c1", count=2, block_ms=0, now=now)
+    grant = await b.acquire_lock("k", "w1", ttl_ms=30_000, now=now)
+    assert grant is not None
+    assert await b.release_and_ack(first, grant) is True
+    assert await b.release_and_ack(first, grant) is False
+    assert await b.acquire_lock("k", "w2", ttl_ms=30_000, now=now) is not None
+    assert await b.release_and_ack(second, grant) is True  # stale grant: lock left to w2
+    assert await b.acquire_lock("k", "w3", ttl_ms=30_000, now=now) is None
+    assert await b.release_and_ack(second, None) is False
+    assert (await b.depth()).in_flight == 0
+
+
+# -- locks ------------------------------------------------------------------------------------
+
+
+async def test_lock_is_exclusive_and_owner_checked(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    grant = await b.acquire_lock("s:t1:s1", "w1", ttl_ms=30_000, now=now)
+    assert grant is not None and grant.token == 1 and grant.owner == "w1"
+    assert await b.acquire_lock("s:t1:s1", "w2", ttl_ms=30_000, now=now) is None
+    assert await b.acquire_lock("s:t1:s1", "w1", ttl_ms=30_000, now=now) is None
+    assert await b.renew_lock("s:t1:s1", "w2", ttl_ms=30_000, now=now) is False
+    assert await b.renew_lock("s:t1:s1", "w1", ttl_ms=30_000, now=now) is True
+    assert await b.release_lock("s:t1:s1", "w2") is False
+    assert await b.release_lock("s:t1:s1", "w1") is True
+    assert await b.release_lock("s:t1:s1", "w1") is False
+    again = await b.acquire_lock("s:t1:s1", "w2", ttl_ms=30_000, now=now)
+    assert again is not None and again.token == 2
+    assert await b.fence_token("s:t1:s1") == 2
+    assert await b.fence_token("never") == 0
+
+
+async def test_expired_lock_is_taken_over_with_a_greater_token(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    first = await b.acquire_lock("k", "w1", ttl_ms=30_000, now=now)
+    await harness.lapse_lock("k")
+    later = harness.clock.now()
+    assert await b.renew_lock("k", "w1", ttl_ms=30_000, now=later) is False
+    second = await b.acquire_lock("k", "w2", ttl_ms=30_000, now=later)
+    assert first is not None and second is not None and second.token > first.token
+    assert await b.release_lock("k", "w1") is False
+    assert await b.renew_lock("k", "w2", ttl_ms=30_000, now=later) is True
+
+
+async def test_fence_tokens_are_per_key(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    a = await b.acquire_lock("a", "w", ttl_ms=1000, now=now)
+    c = await b.acquire_lock("c", "w", ttl_ms=1000, now=now)
+    assert a is not None and c is not None and (a.token, c.token) == (1, 1)
+
+
+# -- timers -----------------------------------------------------------------------------------
+
+
+async def test_set_if_earlier_never_moves_a_timer_later(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    first, second, third = l1(n=1), l1(n=2), l1(n=3)
+    assert await b.set_timer_if_earlier("l2", first, due_at=now + 60) is True
+    assert await b.set_timer_if_earlier("l2", second, due_at=now + 90) is False
+    assert await b.get_timer("l2") == (now + 60, first)
+    assert await b.set_timer_if_earlier("l2", third, due_at=now + 30) is True
+    assert await b.get_timer("l2") == (now + 30, third)
+    await b.set_timer("l2", second, due_at=now + 90)
+    assert await b.get_timer("l2") == (now + 90, second)
+
+
+async def test_remove_timer(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    await b.set_timer("x", l1(), due_at=now)
+    assert await b.remove_timer("x") is True
+    assert await b.remove_timer("x") is False
+    assert await b.get_timer("x") is None
+    assert await b.fire_due_timers(now=now + 1, limit=10) == []
+
+
+async def test_fire_due_enqueues_due_timers_once(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    due = [l1(n=i) for i in range(3)]
+    for i, task in enumerate(due):
+        await b.set_timer(f"due{i}", task, due_at=now + i)
+    await b.set_timer("later", l1(n=99), due_at=now + 100)
+    assert await b.fire_due_timers(now=now + 2, limit=2) == due[:2]
+    assert await b.fire_due_timers(now=now + 2, limit=10) == due[2:]
+    assert await b.fire_due_timers(now=now + 2, limit=10) == []
+    got = await b.consume("c1", count=10, block_ms=0, now=now)
+    assert [d.task for d in got] == due
+    assert (await b.depth()).timers == 1
+
+
+async def test_concurrent_pumps_fire_each_timer_once(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    peers = [b, await harness.make_peer(), await harness.make_peer()]
+    tasks = [l1(n=i) for i in range(30)]
+    for i, task in enumerate(tasks):
+        await b.set_timer(f"k{i}", task, due_at=now)
+    batches = await asyncio.gather(
+        *(p.fire_due_timers(now=now, limit=7) for p in peers for _ in range(3))
+    )
+    fired = [t.id for batch in batches for t in batch]
+    fired += [t.id for t in await b.fire_due_timers(now=now, limit=100)]
+    assert sorted(fired) == sorted(t.id for t in tasks)
+
+
+# -- state ------------------------------------------------------------------------------------
+
+
+async def test_session_state_counters_and_cursors(harness: Harness) -> None:
+    b = harness.backend
+    assert await b.state_get("t1/s1") == {}
+    assert await b.state_incr("t1/s1", "l1_done") == 1
+    assert await b.state_incr("t1/s1", "l1_done", 4) == 5
+    await b.state_set("t1/s1", "cursor", "turn-42")
+    assert await b.state_get("t1/s1") == {"l1_done": "5", "cursor": "turn-42"}
+    assert await b.state_get("t1/s2") == {}
+
+
+# -- dead letters -----------------------------------------------------------------------------
+
+
+async def test_dead_letters_list_requeue_purge(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    tasks = [Task(TaskType.L2, "t1", "s1", {"n": i}, attempt=3) for i in range(3)]
+    for task in tasks:
+        await b.enqueue(task, now=now)
+    for d in await b.consume("c1", count=3, block_ms=0, now=now):
+        await b.dead_letter(d, f"boom {d.task.payload['n']}", now=now + 1)
+    dead = await b.list_dead(limit=10)
+    assert [d.task for d in dead] == tasks
+    assert dead[0].error == "boom 0" and dead[0].failed_at == now + 1
+    assert (await b.depth()).dead == 3 and (await b.depth()).in_flight == 0
+    requeued = await b.requeue_dead(dead[0].id, now=now + 2)
+    assert requeued.attempt == 0 and requeued.id == tasks[0].id
+    assert await b.list_tasks(limit=10) == [requeued]
+    with pytest.raises(DeadLetterNotFound):
+        await b.requeue_dead(dead[0].id, now=now + 2)
+    assert await b.purge_dead([dead[1].id]) == 1
+    assert [d.task for d in await b.list_dead(limit=10)] == tasks[2:]
+    assert await b.purge_dead() == 1
+    assert await b.list_dead(limit=10) == []

@@ -1,0 +1,364 @@
+"""Worker behaviour on both backends, with a manual clock: waits advance the clock, never sleep."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from stratamem.errors import ConfigError, StaleFencingToken
+from stratamem.pipeline.backend import retry_timer_key
+from stratamem.pipeline.errors import RetryLater
+from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
+from stratamem.pipeline.settings import LockScope, PipelineSettings
+from stratamem.pipeline.task import Delivery, Task, TaskType
+from stratamem.pipeline.timers import l2_max_timer_key, l2_timer_key, lock_key_for
+from stratamem.pipeline.worker import Outcome, Worker
+
+from .conftest import Harness
+
+Exec = Callable[[ExecutionContext], Awaitable[ExecResult]]
+
+
+class Sleeper:
+    """Injected `sleep`: lets runnable coroutines go first (as a real wait would), then records
+    the wait and moves the manual clock."""
+
+    def __init__(self, harness: Harness) -> None:
+        self.harness = harness
+        self.waits: list[float] = []
+        self.hook: Callable[[], Awaitable[None]] | None = None
+
+    async def __call__(self, seconds: float) -> None:
+        for _ in range(5):
+            await asyncio.sleep(0)
+        self.waits.append(round(seconds, 6))
+        self.harness.clock.advance(seconds)
+        if self.hook is not None:
+            await self.hook()
+
+
+def make_worker(harness: Harness, executor: Exec, **overrides: object) -> tuple[Worker, Sleeper]:
+    sleeper = Sleeper(harness)
+    settings = PipelineSettings(**overrides)  # type: ignore[arg-type]
+    registry = ExecutorRegistry((t, executor) for t in TaskType)
+    worker = Worker(
+        harness.backend, registry, settings, clock=harness.clock, name="w", sleep=sleeper
+    )
+    return worker, sleeper
+
+
+async def deliver(harness: Harness, task: Task) -> Delivery:
+    b = harness.backend
+    await b.enqueue(task, now=harness.clock.now())
+    while True:  # skip (ack) what earlier cascades queued
+        [delivery] = await b.consume("c", count=1, block_ms=0, now=harness.clock.now())
+        if delivery.task.id == task.id:
+            return delivery
+        await b.ack(delivery)
+
+
+async def ok(ctx: ExecutionContext) -> ExecResult:
+    return ExecResult()
+
+
+async def boom(ctx: ExecutionContext) -> ExecResult:
+    raise RuntimeError(f"boom on attempt {ctx.task.attempt}")
+
+
+async def test_l1_success_acks_and_moves_l2_timer_earlier(harness: Harness) -> None:
+    worker, _ = make_worker(harness, ok, l2_delay_s=60, l2_batch=3)
+    b, t0 = harness.backend, harness.clock.now()
+    assert (
+        await worker.handle(await deliver(harness, Task(TaskType.L1, "t", "s")))
+        is Outcome.COMPLETED
+    )
+    assert (await b.depth()).in_flight == 0
+    assert (await b.get_timer(l2_timer_key("t", "s")) or (0,))[0] == t0 + 60
+    harness.clock.advance(10)
+    await worker.handle(await deliver(harness, Task(TaskType.L1, "t", "s")))
+    assert (await b.get_timer(l2_timer_key("t", "s")) or (0,))[0] == t0 + 60
+    await worker.handle(await deliver(harness, Task(TaskType.L1, "t", "s")))
+    assert (await b.get_timer(l2_timer_key("t", "s")) or (0,))[0] == t0 + 10
+    assert await b.state_get("t/s") == {"L1_done": "3", "l1_since_l2": "3"}
+    assert worker.metrics.completed == 3 and worker.metrics.consumed == 3
+
+
+async def test_l2_cascade_enqueues_l3_and_arms_max_interval(harness: Harness) -> None:
+    results = iter([ExecResult(changed=True), ExecResult(changed=False), ExecResult(skipped=True)])
+
+    async def l2(ctx: ExecutionContext) -> ExecResult:
+        return next(results)
+
+    worker, _ = make_worker(harness, l2, l2_max_interval_s=600)
+    b, t0 = harness.backend, harness.clock.now()
+    await worker.handle(await deliver(harness, Task(TaskType.L2, "t", "s")))
+    [l3] = await b.list_tasks(limit=10)
+    assert (l3.type, l3.tenant, l3.session, l3.payload) == (
+        TaskType.L3,
+        "t",
+        None,
+        {"session": "s"},
+    )
+    [l3_delivery] = await b.consume("c", count=1, block_ms=0, now=t0)
+    await b.ack(l3_delivery)
+    assert (await b.get_timer(l2_max_timer_key("t", "s")) or (0,))[0] == t0 + 600
+    harness.clock.advance(5)
+    assert (
+        await worker.handle(await deliver(harness, Task(TaskType.L2, "t", "s")))
+        is Outcome.COMPLETED
+    )
+    assert await b.list_tasks(limit=10) == []
+    assert (await b.get_timer(l2_max_timer_key("t", "s")) or (0,))[0] == t0 + 605
+    harness.clock.advance(5)
+    assert (
+        await worker.handle(await deliver(harness, Task(TaskType.L2, "t", "s"))) is Outcome.SKIPPED
+    )
+    assert (await b.get_timer(l2_max_timer_key("t", "s")) or (0,))[0] == t0 + 605
+
+
+async def test_failures_retry_with_backoff_then_dead_letter(harness: Harness) -> None:
+    worker, _ = make_worker(harness, boom, retry_limit=3)
+    b, t0 = harness.backend, harness.clock.now()
+    task = Task(TaskType.L1, "t", "s")
+    await b.set_timer(l2_timer_key("t", "s"), Task(TaskType.L2, "t", "s"), due_at=t0 + 9999)
+    delivery = await deliver(harness, task)
+    due = t0
+    for attempt, delay in enumerate([5, 15, 45]):
+        assert await worker.handle(delivery) is Outcome.RETRIED
+        due += delay
+        timer = await b.get_timer(retry_timer_key(task))
+        assert timer is not None and timer[0] == due and timer[1].attempt == attempt + 1
+        harness.clock.set(due - 0.001)
+        assert await worker.pump_once() == 0
+        harness.clock.set(due)
+        assert await worker.pump_once() == 1
+        [delivery] = await b.consume("c", count=1, block_ms=0, now=due)
+    assert await worker.handle(delivery) is Outcome.DEAD
+    [dead] = await b.list_dead(limit=10)
+    assert dead.task.id == task.id and dead.task.attempt == 3
+    assert dead.error == "RuntimeError: boom on attempt 3"
+    assert await b.get_timer(l2_timer_key("t", "s")) is None
+    depth = await b.depth()
+    assert (depth.ready, depth.in_flight, depth.timers, depth.dead) == (0, 0, 0, 1)
+    m = worker.metrics
+    assert (m.failed, m.retried, m.dead_lettered) == (4, 3, 1)
+
+
+async def test_executor_chooses_its_retry_time(harness: Harness) -> None:
+    async def rate_limited(ctx: ExecutionContext) -> ExecResult:
+        raise RetryLater(120, "429 from the LLM endpoint")
+
+    worker, _ = make_worker(harness, rate_limited, retry_limit=1)
+    task, t0 = Task(TaskType.L2, "t", "s"), harness.clock.now()
+    assert await worker.handle(await deliver(harness, task)) is Outcome.RETRIED
+    timer = await harness.backend.get_timer(retry_timer_key(task))
+    assert timer is not None and timer[0] == t0 + 120
+    harness.clock.set(t0 + 120)
+    await worker.pump_once()
+    [again] = await harness.backend.consume("c", count=1, block_ms=0, now=t0 + 120)
+    assert await worker.handle(again) is Outcome.DEAD
+    [dead] = await harness.backend.list_dead(limit=1)
+    assert dead.error == "RetryLater: 429 from the LLM endpoint"
+
+
+async def test_lock_conflict_waits_with_backoff_then_drops(harness: Harness) -> None:
+    worker, sleeper = make_worker(harness, ok, lock_ttl_ms=30_000)
+    task = Task(TaskType.L1, "t", "s")
+    key = lock_key_for(task, LockScope.SESSION)
+    assert key is not None
+    now = harness.clock.now()
+    assert await harness.backend.acquire_lock(key, "other", ttl_ms=3_600_000, now=now + 3600)
+    # (SQLite: held until now + 7200 on the manual clock; Redis: one hour of server time.)
+    assert await worker.handle(await deliver(harness, task)) is Outcome.DROPPED
+    assert sleeper.waits == [0.2, 0.6, 1.8, 5.0, 5.0, 5.0, 5.0, 5.0, 2.4]
+    assert (await harness.backend.depth()).in_flight == 0
+    assert (worker.metrics.lock_conflicts, worker.metrics.dropped) == (1, 1)
+
+
+async def test_lock_freed_while_waiting_is_taken(harness: Harness) -> None:
+    worker, sleeper = make_worker(harness, ok)
+    task = Task(TaskType.L3, "t")
+    key = lock_key_for(task, LockScope.SESSION)
+    assert key == "tenant/t"
+    now = harness.clock.now()
+    await harness.backend.acquire_lock(key, "other", ttl_ms=3_600_000, now=now)
+
+    async def free() -> None:
+        if len(sleeper.waits) == 2:
+            await harness.backend.release_lock(key, "other")
+
+    sleeper.hook = free
+    assert await worker.handle(await deliver(harness, task)) is Outcome.COMPLETED
+    assert sleeper.waits[:2] == [0.2, 0.6]
+    assert await harness.backend.fence_token(key) == 2
+
+
+async def test_offload_l2_conflict_is_skipped_at_once(harness: Harness) -> None:
+    worker, sleeper = make_worker(harness, ok)
+    task = Task(TaskType.OFFLOAD_L2, "t", "s")
+    key = lock_key_for(task, LockScope.SESSION)
+    assert key is not None
+    await harness.backend.acquire_lock(key, "other", ttl_ms=3_600_000, now=harness.clock.now())
+    assert await worker.handle(await deliver(harness, task)) is Outcome.SKIPPED
+    assert sleeper.waits == []
+
+
+async def test_lost_lock_cancels_executor_without_ack_or_cascade(harness: Harness) -> None:
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def slow(ctx: ExecutionContext) -> ExecResult:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return ExecResult()
+
+    worker, sleeper = make_worker(harness, slow)
+    parked, gate = asyncio.Event(), asyncio.Event()
+
+    async def hold_keeper() -> None:
+        parked.set()
+        await gate.wait()
+
+    sleeper.hook = hold_keeper
+    task = Task(TaskType.L1, "t", "s")
+    key = lock_key_for(task, LockScope.SESSION)
+    assert key is not None
+    running = asyncio.create_task(worker.handle(await deliver(harness, task)))
+    await started.wait()
+    await parked.wait()
+    await harness.lapse_lock(key)
+    assert await harness.backend.acquire_lock(
+        key, "thief", ttl_ms=3_600_000, now=harness.clock.now()
+    )
+    gate.set()
+    assert await running is Outcome.ABORTED
+    assert cancelled.is_set()
+    assert (await harness.backend.depth()).in_flight == 1
+    assert await harness.backend.state_get("t/s") == {}
+    assert (worker.metrics.renew_failures, worker.metrics.aborted) == (1, 1)
+
+
+async def test_stale_fencing_token_aborts(harness: Harness) -> None:
+    async def stale(ctx: ExecutionContext) -> ExecResult:
+        raise StaleFencingToken("newer token seen")
+
+    worker, _ = make_worker(harness, stale)
+    assert (
+        await worker.handle(await deliver(harness, Task(TaskType.L1, "t", "s"))) is Outcome.ABORTED
+    )
+    assert (await harness.backend.depth()).in_flight == 1
+    assert await harness.backend.list_dead(limit=1) == []
+
+
+async def test_executor_gets_token_and_enqueues_after_release(harness: Harness) -> None:
+    seen: list[tuple[str | None, int | None]] = []
+    follow_up = Task(TaskType.L1, "t", "s", {"next": True})
+
+    async def chain(ctx: ExecutionContext) -> ExecResult:
+        seen.append((ctx.lock_key, ctx.fence_token))
+        ctx.enqueue_after_release(follow_up)
+        assert await harness.backend.list_tasks(limit=10) == [ctx.task]
+        return ExecResult()
+
+    worker, _ = make_worker(harness, chain)
+    b = harness.backend
+    assert (
+        await worker.handle(await deliver(harness, Task(TaskType.L1, "t", "s")))
+        is Outcome.COMPLETED
+    )
+    assert await b.list_tasks(limit=10) == [follow_up]
+    assert await b.acquire_lock("session/t/s", "next", ttl_ms=1000, now=harness.clock.now())
+    [queued] = await b.consume("c", count=1, block_ms=0, now=harness.clock.now())
+    await b.ack(queued)
+    await worker.handle(await deliver(harness, Task(TaskType.OFFLOAD_L1, "t", "s")))
+    assert seen == [("session/t/s", 1), (None, None)]
+
+
+async def test_tenant_lock_scope_setting(harness: Harness) -> None:
+    keys: list[str | None] = []
+
+    async def record(ctx: ExecutionContext) -> ExecResult:
+        keys.append(ctx.lock_key)
+        return ExecResult()
+
+    worker, _ = make_worker(harness, record, lock_scope="tenant")
+    for task_type in (TaskType.L1, TaskType.L2, TaskType.FLUSH, TaskType.OFFLOAD_L15):
+        await worker.handle(await deliver(harness, Task(task_type, "t", "s")))
+    assert keys == ["tenant/t", "tenant/t", "tenant/t", None]
+
+
+@pytest.mark.parametrize("finish", [True, False])
+async def test_graceful_stop(harness: Harness, finish: bool) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def waits(ctx: ExecutionContext) -> ExecResult:
+        started.set()
+        await release.wait()
+        return ExecResult()
+
+    sleeper_free = {"grace_period_s": 5.0 if finish else 0.01, "consume_block_ms": 20}
+    worker, _ = make_worker(harness, waits, concurrency=2, **sleeper_free)
+    task = Task(TaskType.L1, "t", "s")
+    await harness.backend.enqueue(task, now=harness.clock.now())
+    run = asyncio.create_task(worker.run())
+    await started.wait()
+    worker.request_stop()
+    if finish:
+        release.set()
+    await asyncio.wait_for(run, timeout=10)
+    depth = await harness.backend.depth()
+    assert depth.in_flight == (0 if finish else 1)
+    key = lock_key_for(task, LockScope.SESSION)
+    assert key is not None
+    assert await harness.backend.acquire_lock(key, "next", ttl_ms=1000, now=harness.clock.now())
+    assert worker.metrics.running == {}
+    [published] = [json.loads(v) for v in (await harness.backend.state_get("_workers")).values()]
+    assert published["name"] == "w"
+    assert published["counters"]["completed"] == (1 if finish else 0)
+
+
+async def test_flush_moves_l2_timer_to_now(harness: Harness) -> None:
+    worker, _ = make_worker(harness, ok, l2_delay_s=60)
+    b, t0 = harness.backend, harness.clock.now()
+    await worker.handle(await deliver(harness, Task(TaskType.L1, "t", "s")))
+    harness.clock.advance(1)
+    await worker.handle(await deliver(harness, Task(TaskType.FLUSH, "t", "s")))
+    timer = await b.get_timer(l2_timer_key("t", "s"))
+    assert timer is not None and timer[0] == t0 + 1 and timer[1].type is TaskType.L2
+    assert await worker.pump_once() == 1
+    assert [t.type for t in await b.list_tasks(limit=10)] == [TaskType.L2]
+
+
+def test_settings_from_env_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STRATAMEM_PIPELINE_BACKEND", "redis")
+    monkeypatch.setenv("STRATAMEM_PIPELINE_LOCK_SCOPE", "tenant")
+    settings = PipelineSettings()
+    assert settings.backend == "redis" and settings.lock_scope is LockScope.TENANT
+    assert [settings.retry_delay_s(n) for n in range(3)] == [5, 15, 45]
+    assert settings.lock_wait_s == 30 and settings.heartbeat_s == 7.5
+    with pytest.raises(ConfigError):
+        PipelineSettings(lock_ttl_ms=60_000, reclaim_idle_ms=10_000)
+
+
+async def test_a_crashed_consumer_stops_the_worker_and_surfaces(harness: Harness) -> None:
+    async def broken_sleep(seconds: float) -> None:
+        raise RuntimeError("injected sleep broke")
+
+    async def slow(ctx: ExecutionContext) -> ExecResult:
+        await asyncio.Event().wait()
+        return ExecResult()
+
+    settings = PipelineSettings(concurrency=2, consume_block_ms=20, grace_period_s=0)
+    registry = ExecutorRegistry([(TaskType.L1, slow)])
+    worker = Worker(
+        harness.backend, registry, settings, clock=harness.clock, name="w", sleep=broken_sleep
+    )
+    await harness.backend.enqueue(Task(TaskType.L1, "t", "s"), now=harness.clock.now())
+    with pytest.raises(RuntimeError, match="injected sleep broke"):
+        await asyncio.wait_for(worker.run(), timeout=10)
