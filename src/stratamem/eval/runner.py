@@ -17,7 +17,7 @@ from stratamem.datasets.locomo import Sample
 from stratamem.domain import Hit, Layer
 from stratamem.embed import make_embedder
 from stratamem.embed.base import Embedder
-from stratamem.errors import Unavailable
+from stratamem.errors import InvalidInput, Unavailable
 from stratamem.eval.ingest import Ingested, Timer, ingest_sample
 from stratamem.eval.metrics import QuestionResult, summarise
 from stratamem.eval.qa import QAResult, answer_and_judge, qa_summary
@@ -66,7 +66,7 @@ class SystemRun:
 def require_mode(mode: str) -> None:
     """Fail clearly for a mode this build cannot run."""
     if mode not in MODES:
-        raise Unavailable(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
+        raise InvalidInput(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
     if mode != "raw":
         raise Unavailable(
             f"mode {mode!r} needs the memory layers (L1 extraction), which are not available"
