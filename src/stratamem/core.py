@@ -14,10 +14,17 @@ from stratamem.config import Settings
 from stratamem.domain import Hit, Layer, MemoryType, Message, Scope
 from stratamem.embed import make_embedder
 from stratamem.embed.base import Embedder
+from stratamem.errors import ConfigError
+from stratamem.layers.service import FlushResult, LayerService
+from stratamem.layers.settings import LayerSettings
+from stratamem.layers.stable import stable_parts
+from stratamem.llm import LLM, LLMClient, LLMSettings
 from stratamem.retrieval.render import render_recall, render_stable
 from stratamem.retrieval.search import SearchRequest, hybrid_search
 from stratamem.store.base import EmbeddingInfo, Filters, Store
+from stratamem.store.layers_base import LayerStore
 from stratamem.store.sqlite import SqliteStore
+from stratamem.store.sqlite.layers import SqliteLayerStore
 
 ProgressFn = Callable[[int], None]
 
@@ -51,8 +58,17 @@ class AsyncMemory:
         clock: Clock | None = None,
         verify_embedding: bool = True,
         owns_embedder: bool = False,
+        llm: LLM | None = None,
+        layer_settings: LayerSettings | None = None,
+        owns_llm: bool = False,
     ) -> None:
         self.store = store
+        self.layers: LayerStore | None = (
+            SqliteLayerStore(store) if isinstance(store, SqliteStore) else None
+        )
+        self.llm = llm
+        self._owns_llm = owns_llm
+        self.layer_settings = layer_settings or LayerSettings()
         self._owns_embedder = owns_embedder
         self.embedder = embedder
         self.settings = settings or Settings()
@@ -71,11 +87,14 @@ class AsyncMemory:
         embedder: Embedder | str | None = "settings",
         clock: Clock | None = None,
         verify_embedding: bool = True,
+        llm: LLM | str | None = "settings",
+        layer_settings: LayerSettings | None = None,
     ) -> AsyncMemory:
         """Open the embedded store under `settings.data_dir` with the configured embedder.
 
-        An embedder passed in stays the caller's to close; one built from a spec is closed with
-        the memory.
+        An embedder or LLM passed in stays the caller's to close; one built from settings is
+        closed with the memory. `llm="settings"` uses `STRATAMEM_LLM_*` when an endpoint is
+        configured there, else the layers run offline.
         """
         settings = settings or Settings()
         owns = isinstance(embedder, str)
@@ -88,8 +107,15 @@ class AsyncMemory:
                 dim=settings.embed_dim,
                 batch_size=settings.embed_batch_size,
             )
+        owns_llm = isinstance(llm, str)
+        if isinstance(llm, str):
+            llm_settings = LLMSettings()
+            llm = LLMClient(llm_settings, clock=clock) if llm_settings.configured else None
         store = SqliteStore(settings.store_path)
-        return cls(store, embedder, settings, clock, verify_embedding, owns_embedder=owns)
+        return cls(
+            store, embedder, settings, clock, verify_embedding, owns_embedder=owns,
+            llm=llm, layer_settings=layer_settings, owns_llm=owns_llm,
+        )  # fmt: skip
 
     # -- capture -----------------------------------------------------------------------------
     async def capture(
@@ -194,13 +220,39 @@ class AsyncMemory:
             else stable_budget_chars
         )
         context = render_recall(hits, budget)
-        stable = render_stable(None, [], stable_budget)
+        profile, scene_lines = await self._stable_parts(tenant)
+        stable = render_stable(profile, scene_lines, stable_budget)
         return Recall(
             hits=hits,
             context=context,
             stable=stable,
             stats={"context_chars": len(context), "stable_chars": len(stable), "session": session},
         )
+
+    async def _stable_parts(self, tenant: str) -> tuple[str | None, list[str]]:
+        if self.layers is None:
+            return None, []
+        return await asyncio.to_thread(stable_parts, self.layers, Scope(tenant))
+
+    # -- layers ------------------------------------------------------------------------------
+    def layer_service(self) -> LayerService:
+        """The memory layers over this memory's store, LLM (or offline mode) and embedder."""
+        if self.layers is None:
+            raise ConfigError("the memory layers need the embedded (SQLite) store")
+        return LayerService(
+            self.store,
+            self.layers,
+            llm=self.llm,
+            embedder=self.embedder,
+            settings=self.layer_settings,
+            clock=self.clock,
+            candidates_per_retriever=self.settings.candidates_per_retriever,
+            embed_batch_size=self.settings.embed_batch_size,
+        )
+
+    async def flush(self, tenant: str, session: str) -> FlushResult:
+        """Run the layers for a session now (L1 until caught up, L2, L3) and wait."""
+        return await self.layer_service().flush(tenant, session)
 
     # -- embeddings --------------------------------------------------------------------------
     async def embed_pending(
@@ -248,4 +300,6 @@ class AsyncMemory:
             await self.embed_pending()
         if self.embedder is not None and self._owns_embedder:
             await self.embedder.aclose()
+        if self.llm is not None and self._owns_llm:
+            await self.llm.aclose()
         self.store.close()

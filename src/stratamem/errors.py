@@ -51,5 +51,21 @@ class LLMError(StratamemError):
     """An LLM endpoint failed or returned output that could not be validated."""
 
 
+class LayerError(StratamemError):
+    """A memory layer stage (L1, L2, L3) could not complete; nothing of it was written."""
+
+
+class LayerConflict(LayerError):
+    """The state a layer task read (cursor, mark, current version) moved before it committed."""
+
+
+class StageOutputRejected(LayerError):
+    """An LLM stage's reply was unusable after a repair round; `raws` keeps every reply text."""
+
+    def __init__(self, message: str, *, raws: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.raws = raws
+
+
 class Unavailable(ConfigError):
     """A feature that was asked for is not available in this build or configuration."""

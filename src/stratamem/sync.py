@@ -17,6 +17,7 @@ from stratamem.config import Settings
 from stratamem.core import AsyncMemory, ProgressFn, Recall
 from stratamem.domain import Hit, Message
 from stratamem.embed.base import Embedder
+from stratamem.layers.service import FlushResult
 
 T = TypeVar("T")
 
@@ -80,6 +81,9 @@ class Memory:
 
     def recall(self, tenant: str, query: str, **options: Any) -> Recall:
         return self._portal.run(self.core.recall(tenant, query, **options))
+
+    def flush(self, tenant: str, session: str) -> FlushResult:
+        return self._portal.run(self.core.flush(tenant, session))
 
     def embed_pending(
         self, max_records: int | None = None, progress: ProgressFn | None = None

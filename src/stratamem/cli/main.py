@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from stratamem.cli import eval_cmds, memory_cmds
+from stratamem.cli import eval_cmds, memory_cmds, offload_cmds
+from stratamem.cli.layers_cmds import LAYER_COMMANDS
 from stratamem.cli.pipeline_cmds import bench, pipeline, worker
 
 
@@ -45,6 +46,11 @@ for command in (
 ):
     cli.add_command(command)
 cli.add_command(eval_cmds.eval_group)
+
+
+for command in LAYER_COMMANDS:
+    cli.add_command(command)
+cli.add_command(offload_cmds.offload)
 
 
 def main() -> None:

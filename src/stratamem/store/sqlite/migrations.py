@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from dataclasses import dataclass
 
 from stratamem.errors import StoreError
+from stratamem.store.sqlite.layer_schema import LAYER_MIGRATIONS
+from stratamem.store.sqlite.migration import Migration
 from stratamem.store.sqlite.turn_context import turn_context_sql
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    version: int
-    name: str
-    sql: str
-
 
 _FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 # The full-text tables index a scope column too: the tenant's token (`scope.py`) and, for
@@ -116,6 +109,88 @@ CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE fences (key TEXT PRIMARY KEY, token INTEGER NOT NULL);
 """
 
+M020_OFFLOAD = """
+CREATE TABLE offload_pairs (
+    rid INTEGER PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    params TEXT NOT NULL,
+    result TEXT,
+    error TEXT,
+    ts REAL NOT NULL,
+    duration_ms REAL,
+    received_at REAL NOT NULL,
+    claim_id TEXT,
+    claim_expires REAL,
+    done INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (tenant, session, call_id)
+);
+CREATE INDEX offload_pairs_pending ON offload_pairs (tenant, session, done, rid);
+CREATE TABLE offload_entries (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    score INTEGER NOT NULL,
+    ref_id TEXT NOT NULL,
+    ts REAL NOT NULL,
+    result_chars INTEGER NOT NULL,
+    mode TEXT NOT NULL,
+    task_id TEXT,
+    node_id TEXT,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (tenant, session, call_id)
+);
+CREATE INDEX offload_entries_by_task ON offload_entries (tenant, session, task_id, node_id);
+CREATE INDEX offload_entries_by_time ON offload_entries (tenant, session, ts);
+CREATE TABLE offload_refs (
+    tenant TEXT NOT NULL,
+    ref_id TEXT NOT NULL,
+    session TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    content TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (tenant, ref_id)
+);
+CREATE TABLE offload_marks (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    mark_id TEXT NOT NULL,
+    ts REAL NOT NULL,
+    text TEXT NOT NULL,
+    task_id TEXT,
+    judged INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, session, mark_id)
+);
+CREATE INDEX offload_marks_by_time ON offload_marks (tenant, session, ts);
+CREATE TABLE offload_boundaries (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    active_task TEXT,
+    last_mark_ts REAL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (tenant, session)
+);
+CREATE TABLE offload_tasks (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    label TEXT NOT NULL,
+    status TEXT NOT NULL,
+    long_task INTEGER NOT NULL DEFAULT 0,
+    mermaid TEXT NOT NULL DEFAULT '',
+    version INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (tenant, session, task_id)
+);
+"""
+
 # Version ranges by part, so parts can add migrations independently: 1-9 core (turns, memories),
 # 10-19 memory layers (versions, scenes, profile, session state), 20-29 context offload,
 # 30-39 service (tenants, keys).
@@ -124,6 +199,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "memories with full-text index", M002_MEMORIES),
     Migration(3, "meta and fencing tokens", M003_META),
     Migration(4, "turns indexed with neighbours and date", turn_context_sql(_FTS_TOKENIZER)),
+    *LAYER_MIGRATIONS,
+    Migration(20, "context offload: tool pairs, entries, refs, boundaries, tasks", M020_OFFLOAD),
 )
 
 

@@ -1,0 +1,277 @@
+"""CLI commands over the memory layers: flush, schedule, memories, profile, scenes."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from stratamem.cli.common import handle_errors, open_memory, print_json, settings_from
+from stratamem.config import Settings
+from stratamem.core import AsyncMemory
+from stratamem.domain import MemoryRecord, MemoryType, Profile, Scene, Scope
+from stratamem.layers.executors import LayerScheduler
+from stratamem.pipeline.runner import open_backend
+from stratamem.pipeline.settings import PipelineSettings
+from stratamem.store.base import Filters
+from stratamem.store.sqlite import SqliteStore
+from stratamem.store.sqlite.layers import SqliteLayerStore
+
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+_TENANT = click.option("--tenant", required=True, help="Tenant.")
+
+
+@contextmanager
+def _open_layers(ctx: click.Context) -> Iterator[tuple[SqliteStore, SqliteLayerStore]]:
+    """The store and its layer records, without an embedder or LLM (read-only commands)."""
+    store = SqliteStore(settings_from(ctx).store_path)
+    try:
+        yield store, SqliteLayerStore(store)
+    finally:
+        store.close()
+
+
+def _when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def memory_json(memory: MemoryRecord) -> dict[str, Any]:
+    return {
+        "id": memory.id, "type": memory.type.value, "content": memory.content,
+        "priority": memory.priority, "source_turn_ids": list(memory.source_turn_ids),
+        "session": memory.session, "activity_start": memory.activity_start,
+        "valid_from": memory.valid_from, "valid_to": memory.valid_to,
+        "superseded_by": memory.superseded_by, "mode": memory.mode.value,
+    }  # fmt: skip
+
+
+def scene_json(scene: Scene) -> dict[str, Any]:
+    return {
+        "id": scene.id, "title": scene.title, "summary": scene.summary, "body": scene.body,
+        "heat": round(scene.heat, 3), "version": scene.version, "deleted": scene.deleted,
+        "memory_ids": list(scene.memory_ids), "updated_at": scene.updated_at,
+        "mode": scene.mode.value,
+    }  # fmt: skip
+
+
+def profile_json(profile: Profile) -> dict[str, Any]:
+    return {"version": profile.version, "body": profile.body, "updated_at": profile.updated_at,
+            "mode": profile.mode.value}  # fmt: skip
+
+
+def _memory_line(memory: MemoryRecord) -> str:
+    state = "current" if memory.valid_to is None else f"until {_when(memory.valid_to)}"
+    return f"{memory.id}  {memory.type.value:<11} {state:<22} {memory.content}"
+
+
+@click.command()
+@_TENANT
+@click.option("--session", required=True, help="Session to run the layers for.")
+@_JSON
+@click.pass_context
+@handle_errors
+def flush(ctx: click.Context, tenant: str, session: str, as_json: bool) -> None:
+    """Run the layers for a session now (L1 until caught up, L2, L3) and wait."""
+    with open_memory(ctx) as memory:
+        result = memory.flush(tenant, session)
+    if as_json:
+        print_json(result.to_json())
+        return
+    batches = [r for r in result.l1 if not r.skipped]
+    stored = sum(r.counts.get("store", 0) + r.counts.get("update", 0)
+                 + r.counts.get("merge", 0) for r in batches)  # fmt: skip
+    click.echo(f"L1: {len(batches)} batch(es), {stored} memories written")
+    for stage in (result.l2, result.l3):
+        if stage is not None:
+            click.echo(f"{stage.stage}: {'changed' if stage.changed else 'unchanged'}"
+                       f" ({stage.mode.value})")  # fmt: skip
+
+
+@click.command()
+@click.option("--interval", default=1.0, show_default=True, help="Seconds between two scans.")
+@click.option("--once", is_flag=True, help="Scan once, print the tasks enqueued, and exit.")
+@click.pass_context
+@handle_errors
+def schedule(ctx: click.Context, interval: float, once: bool) -> None:
+    """Enqueue L1 tasks on the pipeline for sessions that are due, until SIGTERM / SIGINT."""
+    tasks = asyncio.run(_schedule(settings_from(ctx), interval, once))
+    for line in tasks:
+        click.echo(line)
+
+
+async def _schedule(settings: Settings, interval: float, once: bool) -> list[str]:
+    memory = AsyncMemory.open(settings, embedder=None, llm=None)
+    backend = open_backend(PipelineSettings(), settings.data_dir)
+    try:
+        scheduler = LayerScheduler(memory.layer_service(), backend, memory.clock)
+        if once:
+            return [f"L1 {t.tenant} {t.session} ({t.payload['trigger']})"
+                    for t in await scheduler.tick()]  # fmt: skip
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await scheduler.run(stop, interval)
+        return []
+    finally:
+        await backend.close()
+        await memory.aclose()
+
+
+@click.group()
+def memories() -> None:
+    """List, show and trace the versions of L1 memories."""
+
+
+@memories.command("list")
+@_TENANT
+@click.option("--type", "types", multiple=True, type=click.Choice([t.value for t in MemoryType]))
+@click.option("--session", "sessions", multiple=True, help="Only these sessions.")
+@click.option("--as-of", "as_of", type=float, default=None, help="Valid at this epoch time.")
+@click.option("--limit", default=50, show_default=True)
+@_JSON
+@click.pass_context
+@handle_errors
+def memories_list(
+    ctx: click.Context,
+    tenant: str,
+    types: tuple[str, ...],
+    sessions: tuple[str, ...],
+    as_of: float | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Current memories (or those valid at --as-of), newest first."""
+    filters = Filters(
+        types=tuple(MemoryType(t) for t in types) or None,
+        sessions=sessions or None,
+        as_of=as_of,
+    )
+    with _open_layers(ctx) as (store, _):
+        found = store.list_memories(Scope(tenant), filters, limit)
+    if as_json:
+        print_json([memory_json(m) for m in found])
+        return
+    for memory in found:
+        click.echo(_memory_line(memory))
+
+
+@memories.command("show")
+@_TENANT
+@click.argument("memory_id")
+@_JSON
+@click.pass_context
+@handle_errors
+def memories_show(ctx: click.Context, tenant: str, memory_id: str, as_json: bool) -> None:
+    """One memory with its provenance and validity."""
+    with _open_layers(ctx) as (store, _):
+        memory = store.get_memory(Scope(tenant), memory_id)
+    data = memory_json(memory)
+    if as_json:
+        print_json(data)
+        return
+    for key, value in data.items():
+        click.echo(f"{key}: {value}")
+
+
+@memories.command("history")
+@_TENANT
+@click.argument("memory_id")
+@_JSON
+@click.pass_context
+@handle_errors
+def memories_history(ctx: click.Context, tenant: str, memory_id: str, as_json: bool) -> None:
+    """Every version linked to a memory by updates and merges, oldest first."""
+    with _open_layers(ctx) as (_, layers):
+        versions = layers.memory_history(Scope(tenant), memory_id)
+    if as_json:
+        print_json([memory_json(m) for m in versions])
+        return
+    for memory in versions:
+        click.echo(f"{_when(memory.valid_from)}  {_memory_line(memory)}")
+
+
+@click.group()
+def profile() -> None:
+    """The L3 profile of a tenant."""
+
+
+@profile.command("show")
+@_TENANT
+@click.option("--history", is_flag=True, help="Every version, oldest first.")
+@_JSON
+@click.pass_context
+@handle_errors
+def profile_show(ctx: click.Context, tenant: str, history: bool, as_json: bool) -> None:
+    """The current profile (or all its versions)."""
+    with _open_layers(ctx) as (_, layers):
+        scope = Scope(tenant)
+        current = layers.profile(scope)
+        versions = layers.profile_history(scope) if history else [current] if current else []
+    if as_json:
+        print_json([profile_json(p) for p in versions] if history else
+                   (profile_json(current) if current else None))  # fmt: skip
+        return
+    if not versions:
+        click.echo("(no profile yet: run `stratamem flush`)")
+    for version in versions:
+        when = _when(version.updated_at)
+        click.echo(f"# version {version.version} ({version.mode.value}, {when})")
+        click.echo(version.body)
+
+
+@click.group()
+def scenes() -> None:
+    """The L2 scenes of a tenant."""
+
+
+@scenes.command("list")
+@_TENANT
+@_JSON
+@click.pass_context
+@handle_errors
+def scenes_list(ctx: click.Context, tenant: str, as_json: bool) -> None:
+    """Live scenes, hottest first."""
+    with _open_layers(ctx) as (_, layers):
+        found = layers.current_scenes(Scope(tenant))
+    if as_json:
+        print_json([scene_json(s) for s in found])
+        return
+    for scene in found:
+        click.echo(f"{scene.id}  heat {scene.heat:5.1f}  v{scene.version}  {scene.title}:"
+                   f" {scene.summary}")  # fmt: skip
+
+
+@scenes.command("show")
+@_TENANT
+@click.argument("scene_id")
+@click.option("--history", is_flag=True, help="Every version, oldest first.")
+@_JSON
+@click.pass_context
+@handle_errors
+def scenes_show(
+    ctx: click.Context, tenant: str, scene_id: str, history: bool, as_json: bool
+) -> None:
+    """One scene (or all its versions)."""
+    with _open_layers(ctx) as (_, layers):
+        versions = layers.scene_history(Scope(tenant), scene_id)
+    shown = versions if history else versions[-1:]
+    if as_json:
+        print_json([scene_json(s) for s in shown] if history else scene_json(shown[0]))
+        return
+    for scene in shown:
+        state = "deleted" if scene.deleted else scene.mode.value
+        click.echo(f"# {scene.title} (v{scene.version}, {state}, heat {scene.heat:.1f})")
+        click.echo(scene.summary)
+        click.echo(scene.body)
+
+
+#: The commands `stratamem.cli.main` adds to the root group.
+LAYER_COMMANDS: tuple[click.Command, ...] = (flush, schedule, memories, profile, scenes)

@@ -1,0 +1,186 @@
+"""Pipeline executors of the memory layers: `L1`, `L2`, `L3` and `flush`.
+
+Each runs one `LayerService` stage under the worker's lock, with the task id (receipts, stable
+ids) and the lock's fencing token (`Fence(lock_key, token)`), and maps the stage result to the
+`ExecResult` the cascade reads. `LayerScheduler` finds sessions whose L1 is due and enqueues it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from stratamem.clock import Clock
+from stratamem.domain import Scope
+from stratamem.layers import scheduling
+from stratamem.layers.model import StageResult
+from stratamem.layers.service import LayerService, Run
+from stratamem.pipeline.backend import PipelineBackend
+from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
+from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.timers import l2_timer_key, session_scope
+from stratamem.store.base import Fence
+
+log = logging.getLogger(__name__)
+REQUESTED_FIELD = "l1_requested_upto"
+REQUESTED_AT_FIELD = "l1_requested_at"
+REQUEST_STALE_S = 3600.0
+"""A request whose batch is still unprocessed after this long (dead-lettered) is made again."""
+
+
+def _run(ctx: ExecutionContext) -> Run:
+    fence = None
+    if ctx.lock_key is not None and ctx.fence_token is not None:
+        fence = Fence(ctx.lock_key, ctx.fence_token)
+    return Run(ctx.task.tenant, ctx.task.id, ctx.task.session, fence)
+
+
+def _result(stage: StageResult) -> ExecResult:
+    return ExecResult(changed=stage.changed, skipped=stage.skipped)
+
+
+class LayerExecutors:
+    """The executors over one `LayerService`; `backend` lets L2 re-arm its timer when early."""
+
+    def __init__(self, service: LayerService, backend: PipelineBackend | None = None) -> None:
+        self.service = service
+        self.backend = backend
+
+    async def l1(self, ctx: ExecutionContext) -> ExecResult:
+        stage = await self.service.run_l1(_run(ctx))
+        await self._l3_by_count(ctx)
+        return _result(stage)
+
+    async def flush(self, ctx: ExecutionContext) -> ExecResult:
+        """L1 until the session is caught up, then an L2 that skips the delay (its cascade runs
+        L3 when the scenes changed)."""
+        run = _run(ctx)
+        changed = False
+        for i in range(1000):
+            stage = await self.service.run_l1(Run(run.tenant, f"{run.task_id}.{i}",
+                                                  run.session, run.fence))  # fmt: skip
+            changed = changed or stage.changed
+            if stage.skipped:
+                break
+        await self._l3_by_count(ctx)
+        task = ctx.task
+        ctx.enqueue_after_release(Task(TaskType.L2, task.tenant, task.session, {"force": True}))
+        return ExecResult(changed=changed)
+
+    async def l2(self, ctx: ExecutionContext) -> ExecResult:
+        early = await self._rearm_if_early(ctx)
+        if early:
+            return ExecResult(changed=False, skipped=True)
+        return _result(await self.service.run_l2(_run(ctx)))
+
+    async def l3(self, ctx: ExecutionContext) -> ExecResult:
+        return _result(await self.service.run_l3(_run(ctx)))
+
+    async def _l3_by_count(self, ctx: ExecutionContext) -> None:
+        scope = Scope(ctx.task.tenant)
+        tenant = await asyncio.to_thread(self.service.layers.tenant_state, scope)
+        if scheduling.l3_due_by_count(tenant, self.service.settings):
+            reason = {"reason": "memories", "session": ctx.task.session}
+            ctx.enqueue_after_release(Task(TaskType.L3, ctx.task.tenant, None, reason))
+
+    async def _rearm_if_early(self, ctx: ExecutionContext) -> bool:
+        """Move the L2 timer to the earliest allowed time when this L2 came too soon."""
+        task = ctx.task
+        if self.backend is None or task.session is None or task.payload.get("force"):
+            return False
+        scope = Scope(task.tenant)
+        state = await asyncio.to_thread(self.service.layers.session_state, scope, task.session)
+        tenant = await asyncio.to_thread(self.service.layers.tenant_state, scope)
+        earliest = scheduling.l2_earliest(state, tenant, self.service.settings)
+        if earliest <= ctx.clock.now():
+            return False
+        follow = Task(TaskType.L2, task.tenant, task.session)
+        key = l2_timer_key(task.tenant, task.session)
+        await self.backend.set_timer_if_earlier(key, follow, due_at=earliest)
+        return True
+
+    def registry(self, into: ExecutorRegistry | None = None) -> ExecutorRegistry:
+        """Register the four executors (into an existing registry, or a new one)."""
+        registry = into or ExecutorRegistry()
+        registry.register(TaskType.L1, self.l1)
+        registry.register(TaskType.L2, self.l2)
+        registry.register(TaskType.L3, self.l3)
+        registry.register(TaskType.FLUSH, self.flush)
+        return registry
+
+
+def register_executors(
+    registry: ExecutorRegistry, service: LayerService, backend: PipelineBackend | None = None
+) -> LayerExecutors:
+    """Plug the memory layers into a worker's registry."""
+    executors = LayerExecutors(service, backend)
+    executors.registry(registry)
+    return executors
+
+
+class LayerScheduler:
+    """Finds sessions whose L1 is due (turns past the cursor) and enqueues one L1 each.
+
+    A request covers the next batch (`max_batch_turns` past the cursor). While it is in flight
+    (the cursor below it) the session is not enqueued again unless the next batch grew beyond
+    it or the request went stale, so a scan every second costs one query, not a task per session
+    per scan; a backlog longer than one batch is requested batch by batch.
+    """
+
+    def __init__(
+        self, service: LayerService, backend: PipelineBackend, clock: Clock, scan_limit: int = 500
+    ) -> None:
+        self.service = service
+        self.backend = backend
+        self.clock = clock
+        self.scan_limit = scan_limit
+
+    async def run(self, stop: asyncio.Event, interval_s: float = 1.0) -> None:
+        """Scan every `interval_s` until `stop` is set (run it beside a worker)."""
+        while not stop.is_set():
+            await self.tick()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+            except TimeoutError:
+                continue
+
+    async def tick(self) -> list[Task]:
+        """One scan; returns the L1 tasks enqueued."""
+        now = self.clock.now()
+        sessions = await asyncio.to_thread(
+            self.service.layers.sessions_with_pending_turns, self.scan_limit
+        )
+        enqueued: list[Task] = []
+        for due in scheduling.due_l1(sessions, now, self.service.settings):
+            if await self._request(due, now):
+                enqueued.append(
+                    Task(TaskType.L1, due.tenant, due.session, {"trigger": due.trigger.value})
+                )
+                await self.backend.enqueue(enqueued[-1], now=now)
+        return enqueued
+
+    async def _request(self, due: scheduling.L1Due, now: float) -> bool:
+        """Record a request for the next batch unless one covering it is still in flight."""
+        scope = session_scope(due.tenant, due.session)
+        state = await self.backend.state_get(scope)
+        target = min(due.upto_seq, due.cursor_seq + self.service.settings.max_batch_turns)
+        requested = int(state.get(REQUESTED_FIELD, "0"))
+        fresh = now - float(state.get(REQUESTED_AT_FIELD, "0")) < REQUEST_STALE_S
+        if requested > due.cursor_seq and requested >= target and fresh:
+            return False
+        await self.backend.state_set(scope, REQUESTED_FIELD, str(target))
+        await self.backend.state_set(scope, REQUESTED_AT_FIELD, repr(now))
+        return True
+
+def layer_registry() -> ExecutorRegistry:
+    """The registry `stratamem worker --executors stratamem.layers.executors:layer_registry`
+    loads: the layers over the store, embedder and LLM configured by `STRATAMEM_*` variables
+    (offline mode when no LLM endpoint is configured), with the configured pipeline backend for
+    re-arming early L2 timers. They live as long as the worker process."""
+    from stratamem.core import AsyncMemory  # noqa: PLC0415 - runtime wiring, not a layer import
+    from stratamem.pipeline.runner import open_backend  # noqa: PLC0415
+    from stratamem.pipeline.settings import PipelineSettings  # noqa: PLC0415
+
+    memory = AsyncMemory.open()
+    backend = open_backend(PipelineSettings(), memory.settings.data_dir)
+    return LayerExecutors(memory.layer_service(), backend).registry()

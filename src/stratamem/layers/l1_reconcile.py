@@ -1,0 +1,219 @@
+"""L1 reconciliation: each new memory against its nearest existing ones → store/update/merge/skip.
+
+Neighbours come from the same hybrid search recall uses (BM25 + vectors, fused). The plan turns
+decisions into records: nothing is destroyed; an updated or merged memory is closed with
+`valid_to` and `superseded_by` pointing at its successor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from stratamem.domain import Layer, MemoryRecord, Mode, Scope
+from stratamem.embed.base import Embedder
+from stratamem.layers.model import Action, NewMemory, Reconciled, stable_id
+from stratamem.layers.prompts import Prompt
+from stratamem.layers.schemas import Reconciliation
+from stratamem.layers.views import Aliases, clip, memory_line
+from stratamem.retrieval.search import SearchRequest, hybrid_search
+from stratamem.store.base import Filters, Store
+from stratamem.store.layers_base import Supersede
+
+STAGE = "L1-reconcile"
+_SHOWN_CHARS = 400
+
+
+async def find_neighbours(
+    store: Store,
+    embedder: Embedder | None,
+    scope: Scope,
+    memories: Sequence[NewMemory],
+    k: int,
+    candidates: int,
+) -> list[list[MemoryRecord]]:
+    """The `k` nearest current memories of each new memory."""
+    if k == 0 or not memories:
+        return [[] for _ in memories]
+    vectors = None
+    if embedder is not None:
+        vectors = await embedder.embed([m.content for m in memories])
+    found: list[list[MemoryRecord]] = []
+    for i, memory in enumerate(memories):
+        vector: np.ndarray | None = None if vectors is None else vectors[i]
+        request = SearchRequest(query=clip(memory.content, 2000), k=k, layers=_L1, filters=_NOW)
+        hits = await hybrid_search(store, scope, request, vector, candidates, 60)
+        ids = [h.id for h in hits]
+        found.append(await asyncio.to_thread(_load, store, scope, ids))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileView:
+    """The aliases one reconciliation prompt shows: `N1` … for new, `E1` … for existing."""
+
+    new: Aliases
+    existing: Aliases
+    near: dict[str, frozenset[str]]
+
+
+def _load(store: Store, scope: Scope, ids: Sequence[str]) -> list[MemoryRecord]:
+    return [store.get_memory(scope, memory_id) for memory_id in ids]
+
+
+def reconcile_messages(
+    prompt: Prompt, memories: Sequence[NewMemory], neighbours: Sequence[Sequence[MemoryRecord]]
+) -> tuple[list[dict[str, Any]], ReconcileView]:
+    existing_ids = list(dict.fromkeys(m.id for group in neighbours for m in group))
+    view = ReconcileView(
+        new=Aliases.of("N", [str(i) for i in range(len(memories))]),
+        existing=Aliases.of("E", existing_ids),
+        near={},
+    )
+    alias_of = view.existing.alias_of()
+    lines: list[str] = []
+    for i, (memory, group) in enumerate(zip(memories, neighbours, strict=True), start=1):
+        lines.append(f"NEW [N{i}] ({memory.type.value}) {clip(memory.content, _SHOWN_CHARS)}")
+        shown = [alias_of[m.id] for m in group]
+        view.near[f"N{i}"] = frozenset(shown)
+        pairs = zip(shown, group, strict=True)
+        lines += [f"  EXISTING {memory_line(a, m, _SHOWN_CHARS)}" for a, m in pairs]
+        lines += ["  (no similar existing memory)"] if not group else []
+    messages = [
+        {"role": "system", "content": prompt.text},
+        {"role": "user", "content": "\n".join(lines)},
+    ]
+    return messages, view
+
+
+def bound_schema(view: ReconcileView) -> type[Reconciliation]:
+    near = {f"near:{alias}": ids for alias, ids in view.near.items()}
+    return Reconciliation.bind(memories=view.new.shown(), **near)
+
+
+def decisions_from(reply: Reconciliation, view: ReconcileView, count: int) -> list[Reconciled]:
+    """One decision per new memory; a memory the reply left out is stored as it is."""
+    chosen = {int(view.new.real[d.memory]): d for d in reply.decisions}
+    out: list[Reconciled] = []
+    for index in range(count):
+        decision = chosen.get(index)
+        if decision is None:
+            out.append(Reconciled(index, Action.STORE))
+            continue
+        targets = tuple(view.existing.real[t] for t in decision.targets)
+        action = Action(decision.action)
+        out.append(Reconciled(index, action, () if action is Action.SKIP else targets,
+                              decision.content))  # fmt: skip
+    return out
+
+
+def needs_model(neighbours: Sequence[Sequence[MemoryRecord]]) -> bool:
+    """Whether any new memory has a neighbour (else every one is simply stored)."""
+    return any(neighbours)
+
+
+def offline_decisions(
+    memories: Sequence[NewMemory], neighbours: Sequence[Sequence[MemoryRecord]]
+) -> list[Reconciled]:
+    """Deterministic: skip a memory whose text an existing one already has, store the rest."""
+    out: list[Reconciled] = []
+    for index, (memory, group) in enumerate(zip(memories, neighbours, strict=True)):
+        same = any(_norm(m.content) == _norm(memory.content) for m in group)
+        out.append(Reconciled(index, Action.SKIP if same else Action.STORE))
+    return out
+
+
+def unique(memories: Sequence[NewMemory]) -> list[NewMemory]:
+    """The proposed memories without repeats of the same text within the batch."""
+    seen: set[str] = set()
+    out: list[NewMemory] = []
+    for memory in memories:
+        key = _norm(memory.content)
+        if key not in seen:
+            seen.add(key)
+            out.append(memory)
+    return out
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+@dataclass(frozen=True, slots=True)
+class L1Plan:
+    memories: list[MemoryRecord]
+    supersedes: list[Supersede]
+    counts: dict[str, int]
+
+
+def plan(
+    scope: Scope,
+    session: str,
+    memories: Sequence[NewMemory],
+    decisions: Sequence[Reconciled],
+    existing: dict[str, MemoryRecord],
+    id_seed: str,
+    now: float,
+    mode: Mode,
+    made_by: str = "",
+) -> L1Plan:
+    """Records to write: new memories (ids from `id_seed`) and the versions they close.
+
+    `made_by` (a prompt tag such as `l1_extract@v1`) goes into each memory's metadata.
+    """
+    out = L1Plan([], [], {a.value: 0 for a in Action})
+    for decision in decisions:
+        out.counts[decision.action.value] += 1
+        if decision.action is Action.SKIP:
+            continue
+        memory = memories[decision.index]
+        new_id = stable_id("m", scope.tenant, id_seed, decision.index)
+        olds = [existing[t] for t in decision.targets]
+        record = _record(scope, session, memory, olds, new_id, decision.content, now, mode)
+        if made_by:
+            record = replace(record, metadata={**record.metadata, "made_by": made_by})
+        out.memories.append(record)
+        out.supersedes.extend(Supersede(old.id, new_id) for old in olds)
+    return out
+
+
+def _record(
+    scope: Scope,
+    session: str,
+    memory: NewMemory,
+    olds: Sequence[MemoryRecord],
+    new_id: str,
+    content: str | None,
+    now: float,
+    mode: Mode,
+) -> MemoryRecord:
+    sources = tuple(dict.fromkeys([*(s for o in olds for s in o.source_turn_ids),
+                                   *memory.source_turn_ids]))  # fmt: skip
+    starts = [t for t in (memory.activity_start, *(o.activity_start for o in olds)) if t]
+    activity = memory.activity_start
+    if activity is None:
+        activity = min(starts, default=None)
+    metadata: dict[str, Any] = {"supersedes": [o.id for o in olds]} if olds else {}
+    return MemoryRecord(
+        id=new_id,
+        tenant=scope.tenant,
+        type=memory.type,
+        content=(content or memory.content).strip(),
+        priority=max([memory.priority, *(o.priority for o in olds)]),
+        source_turn_ids=sources,
+        session=session,
+        activity_start=activity,
+        valid_from=now,
+        created_at=now,
+        updated_at=now,
+        mode=mode,
+        metadata=metadata,
+    )
+
+
+_L1 = (Layer.L1,)
+_NOW = Filters()

@@ -1,0 +1,49 @@
+"""Settings of the memory layers, from `STRATAMEM_LAYERS_*` environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from stratamem.errors import ConfigError
+
+
+class LayerSettings(BaseSettings):
+    """When the layers run and how large their inputs and outputs may be."""
+
+    model_config = SettingsConfigDict(env_prefix="STRATAMEM_LAYERS_", extra="ignore")
+
+    # -- L1 scheduling -----------------------------------------------------------------------
+    l1_every_turns: int = Field(8, ge=1, le=1000, description="L1 after this many new turns.")
+    idle_timeout_s: float = Field(
+        300.0, ge=0, description="L1 for a session quiet this long with unprocessed turns."
+    )
+    idle_window_s: float = Field(
+        7 * 86400.0, gt=0, description="Sessions quiet longer than this are left alone."
+    )
+    # -- L1 inputs ---------------------------------------------------------------------------
+    max_batch_turns: int = Field(40, ge=1, le=500, description="Turns per L1 extraction.")
+    context_turns: int = Field(4, ge=0, le=50, description="Earlier turns shown as background.")
+    max_turn_chars_shown: int = Field(2000, ge=100, description="Longest turn text in a prompt.")
+    max_memories_per_batch: int = Field(
+        30, ge=1, le=200, description="Most memories one L1 batch may write."
+    )
+    neighbours: int = Field(
+        4, ge=0, le=20, description="Existing memories shown per new one for reconciliation."
+    )
+    # -- L2 ----------------------------------------------------------------------------------
+    l2_delay_s: float = Field(60.0, ge=0, description="L2 no sooner than this after an L1.")
+    l2_min_interval_s: float = Field(300.0, ge=0, description="Least time between two L2 runs.")
+    l2_max_memories: int = Field(80, ge=1, le=1000, description="Changed memories per L2 run.")
+    max_scenes: int = Field(12, ge=1, le=100, description="Scenes per tenant.")
+    max_scene_chars: int = Field(1500, ge=100, description="Longest scene body.")
+    heat_decay: float = Field(0.8, ge=0, le=1, description="Scene heat kept per L2 run.")
+    # -- L3 ----------------------------------------------------------------------------------
+    l3_every_memories: int = Field(30, ge=1, description="L3 after this many new memories.")
+    max_profile_chars: int = Field(1200, ge=100, description="Longest profile document.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LayerSettings:
+        if self.idle_window_s <= self.idle_timeout_s:
+            raise ConfigError("idle_window_s must be longer than idle_timeout_s")
+        return self

@@ -1,0 +1,99 @@
+"""The offload stages on the pipeline: executors for offload-l1/-l15/-l2 and the scheduler port.
+
+    registry = ExecutorRegistry()
+    offload = Offload(store, PipelineScheduler(backend, clock), llm=llm, clock=clock)
+    register_executors(registry, offload)
+    Worker(backend, registry, settings, clock=clock)
+
+offload-l1 and offload-l15 run without a lock; offload-l2 runs under the session's diagram lock
+and writes its diagrams under the lock's fencing token.
+"""
+
+from __future__ import annotations
+
+from stratamem.clock import Clock, SystemClock
+from stratamem.config import Settings
+from stratamem.llm import LLMClient, LLMSettings
+from stratamem.offload.facade import Offload, mark_of
+from stratamem.offload.schedule import Stage, StageTask
+from stratamem.pipeline.backend import PipelineBackend
+from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
+from stratamem.pipeline.runner import open_backend
+from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.task import Task, TaskType
+from stratamem.store.base import Fence
+from stratamem.store.sqlite import SqliteStore
+from stratamem.store.sqlite.offload import SqliteOffloadStore
+
+_TYPES = {
+    Stage.L1: TaskType.OFFLOAD_L1,
+    Stage.L15: TaskType.OFFLOAD_L15,
+    Stage.L2: TaskType.OFFLOAD_L2,
+}
+
+
+def to_task(task: StageTask) -> Task:
+    return Task(_TYPES[task.stage], task.tenant, task.session, dict(task.payload))
+
+
+class PipelineScheduler:
+    """The offload scheduler port on a pipeline backend (SQLite or Redis)."""
+
+    def __init__(self, backend: PipelineBackend, clock: Clock) -> None:
+        self._backend = backend
+        self._clock = clock
+
+    async def enqueue(self, task: StageTask) -> None:
+        await self._backend.enqueue(to_task(task), now=self._clock.now())
+
+    async def arm(self, key: str, task: StageTask, due_at: float) -> None:
+        await self._backend.set_timer_if_earlier(key, to_task(task), due_at=due_at)
+
+
+def _fence(ctx: ExecutionContext) -> Fence | None:
+    if ctx.lock_key is None or ctx.fence_token is None:
+        return None
+    return Fence(ctx.lock_key, ctx.fence_token)
+
+
+def _where(ctx: ExecutionContext) -> tuple[str, str]:
+    return ctx.task.tenant, ctx.task.session or ""
+
+
+def register_executors(registry: ExecutorRegistry, offload: Offload) -> None:
+    """Register the three offload executors with the pipeline's registry."""
+
+    async def offload_l1(ctx: ExecutionContext) -> ExecResult:
+        outcome = await offload.run_l1(*_where(ctx))
+        return ExecResult(changed=bool(outcome.created), skipped=not outcome.claimed)
+
+    async def offload_l15(ctx: ExecutionContext) -> ExecResult:
+        outcome = await offload.run_l15(*_where(ctx), mark_of(ctx.task.payload))
+        return ExecResult(changed=not outcome.skipped, skipped=outcome.skipped)
+
+    async def offload_l2(ctx: ExecutionContext) -> ExecResult:
+        outcome = await offload.run_l2(*_where(ctx), _fence(ctx))
+        return ExecResult(changed=bool(outcome.mapped or outcome.orphaned))
+
+    registry.register(TaskType.OFFLOAD_L1, offload_l1)
+    registry.register(TaskType.OFFLOAD_L15, offload_l15)
+    registry.register(TaskType.OFFLOAD_L2, offload_l2)
+
+
+def worker_registry() -> ExecutorRegistry:
+    """The offload executors for `stratamem worker --executors
+    stratamem.offload.executors:worker_registry`.
+
+    Reads the environment: the store under `STRATAMEM_DATA_DIR`, the pipeline backend of
+    `STRATAMEM_PIPELINE_*` (for follow-ups and timers), the LLM of `STRATAMEM_LLM_*` (offline
+    mode without one), `STRATAMEM_OFFLOAD_*`. The store and client live as long as the process.
+    """
+    settings, clock = Settings(), SystemClock()
+    backend = open_backend(PipelineSettings(), settings.data_dir)
+    llm_settings = LLMSettings()
+    llm = LLMClient(llm_settings, clock=clock) if llm_settings.configured else None
+    store = SqliteOffloadStore(SqliteStore(settings.store_path))
+    offload = Offload(store, PipelineScheduler(backend, clock), llm=llm, clock=clock)
+    registry = ExecutorRegistry()
+    register_executors(registry, offload)
+    return registry

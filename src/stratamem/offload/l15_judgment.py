@@ -1,0 +1,176 @@
+"""offload-l15: judge a new user message against the session's tasks, then move the boundary.
+
+The LLM call holds no lock. The write is a compare-and-set on the boundary's version (one short
+write transaction): when another judgment wrote first, the message is judged again on the new
+state, a bounded number of times, then the task fails and the pipeline retries it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from stratamem.domain import Mode, Scope
+from stratamem.errors import StoreError
+from stratamem.offload.checked import complete_checked
+from stratamem.offload.models import Boundary, Decision, Diagram, Entry, Mark
+from stratamem.offload.offline import shorten, squash
+from stratamem.offload.prompts import load_prompt
+from stratamem.offload.schedule import Stage
+from stratamem.offload.stage import StageDeps, arm_diagram_timer, derived_id
+from stratamem.offload.store import VersionConflict
+
+STAGE = Stage.L15.value
+LABEL_CHARS = 80
+_OFFLINE_LABEL_WORDS = 8
+_STAGE_LABEL = re.compile(r'\["([^"]{1,60})"\]')
+"""Node labels of a diagram: the summary of a task that is not the active one."""
+
+
+class JudgmentConflict(StoreError):
+    """Other judgments kept moving the boundary; the task is retried later."""
+
+
+class JudgmentReply(BaseModel):
+    completed: bool = False
+    continues: str | None = None
+    new_task: str | None = None
+    long_task: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class L15Outcome:
+    mark_id: str
+    skipped: bool
+    decision: Decision | None = None
+    task_id: str | None = None
+    routed: int = 0
+    attempts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """What one judgment attempt saw."""
+
+    mark: Mark
+    boundary: Boundary
+    diagrams: list[Diagram]
+    recent: list[Mark]
+    entries: list[Entry]
+
+
+async def run_l15(deps: StageDeps, tenant: str, session: str, mark_id: str) -> L15Outcome:
+    """Judge the boundary `mark_id`; re-judge on a compare-and-set conflict."""
+    scope = Scope(tenant)
+    for attempt in range(1, deps.settings.cas_attempts + 1):
+        view = await _look(deps, scope, session, mark_id)
+        if view.mark.judged:
+            return L15Outcome(mark_id, skipped=True, attempts=attempt)
+        decision = await judge(deps, view)
+        try:
+            routed = await asyncio.to_thread(
+                deps.store.apply_decision, scope, session, mark_id, view.boundary.version,
+                decision, derived_id("t", session, mark_id), deps.clock.now(),
+            )  # fmt: skip
+        except VersionConflict:
+            continue
+        await arm_diagram_timer(deps, tenant, session)
+        return L15Outcome(mark_id, False, decision, routed.task_id, routed.routed, attempt)
+    raise JudgmentConflict(
+        f"boundary of session {session!r} moved during {deps.settings.cas_attempts} judgments"
+        f" of {mark_id!r}"
+    )
+
+
+async def _look(deps: StageDeps, scope: Scope, session: str, mark_id: str) -> _View:
+    def read() -> _View:
+        store = deps.store
+        mark = store.get_mark(scope, session, mark_id)
+        limit = deps.settings.judgment_messages
+        recent = [
+            m for m in store.recent_marks(scope, session, mark.timestamp, limit + 1)
+            if m.mark_id != mark_id
+        ][-limit:]  # fmt: skip
+        since = recent[0].timestamp if recent else float("-inf")
+        entries = [
+            e for e in store.list_entries(scope, session) if since <= e.timestamp < mark.timestamp
+        ][-2 * limit :]
+        return _View(
+            mark, store.boundary(scope, session), store.list_diagrams(scope, session),
+            recent, entries,
+        )  # fmt: skip
+
+    return await asyncio.to_thread(read)
+
+
+async def judge(deps: StageDeps, view: _View) -> Decision:
+    if deps.llm is None:
+        return offline_decision(view.mark, view.boundary)
+    shown = {d.task_id for d in view.diagrams}
+
+    def check(reply: JudgmentReply) -> str | None:
+        if reply.continues is not None and reply.continues not in shown:
+            return f"`continues` must be one of the task ids shown {sorted(shown)} or null"
+        return None
+
+    reply = await complete_checked(deps.llm, STAGE, _messages(view), JudgmentReply, check)
+    return _decision(reply, view.boundary)
+
+
+def _decision(reply: JudgmentReply, boundary: Boundary) -> Decision:
+    label = shorten(squash(reply.new_task or ""), LABEL_CHARS) or None
+    continues = reply.continues
+    completed = reply.completed and continues != boundary.active_task
+    return Decision(
+        completed=completed,
+        long_task=reply.long_task,
+        continues=continues,
+        new_label=None if continues is not None else label,
+        mode=Mode.LLM,
+    )
+
+
+def offline_decision(mark: Mark, boundary: Boundary) -> Decision:
+    """Without an LLM: the first message opens a task labelled by its first words; later
+    messages continue the active task."""
+    if boundary.active_task is not None:
+        return Decision(False, False, boundary.active_task, None, Mode.OFFLINE)
+    words = squash(mark.text).split(" ")[:_OFFLINE_LABEL_WORDS]
+    label = shorten(" ".join(words), LABEL_CHARS) or "task"
+    return Decision(False, False, None, label, Mode.OFFLINE)
+
+
+def _messages(view: _View) -> list[dict[str, str]]:
+    parts = [
+        "TASKS\n" + _tasks_block(view.diagrams, view.boundary.active_task),
+        "RECENT\n" + _recent_block(view.recent, view.entries),
+        "NEW USER MESSAGE\n" + shorten(view.mark.text, 4000),
+    ]
+    return [
+        {"role": "system", "content": load_prompt("offload_l15").text},
+        {"role": "user", "content": "\n\n".join(parts)},
+    ]
+
+
+def _tasks_block(diagrams: Sequence[Diagram], active: str | None) -> str:
+    if not diagrams:
+        return "(none yet)"
+    lines = []
+    for d in diagrams:
+        flag = " ACTIVE" if d.task_id == active else ""
+        lines.append(f"[{d.task_id}] {d.label} ({d.status.value}){flag}")
+        if d.task_id == active and d.mermaid:
+            lines.append(d.mermaid)
+        elif d.mermaid:
+            lines.append("  stages: " + ", ".join(_STAGE_LABEL.findall(d.mermaid)[:8]))
+    return "\n".join(lines)
+
+
+def _recent_block(marks: Sequence[Mark], entries: Sequence[Entry]) -> str:
+    items = [(m.timestamp, f"- user: {shorten(squash(m.text), 400)}") for m in marks]
+    items += [(e.timestamp, f"- tool {e.tool}: {shorten(e.summary, 200)}") for e in entries]
+    return "\n".join(text for _, text in sorted(items)) or "(nothing yet)"

@@ -1,0 +1,224 @@
+"""offload-l2: keep each task's Mermaid diagram, with every tool call mapped to a node.
+
+Runs under the session's diagram lock (its writes carry the fence). First, entries unmapped for
+longer than the orphan age get the task's orphan node, without the LLM, so nothing waits
+forever. Then, per task, the LLM rewrites the diagram or replaces line ranges and maps the new
+calls; the result is validated (Mermaid, size bounds, every call id and node it names) and
+stored by compare-and-set. Calls it left unmapped re-arm the timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+from stratamem.domain import Scope
+from stratamem.llm.base import LLM
+from stratamem.offload import mermaid
+from stratamem.offload.checked import complete_checked
+from stratamem.offload.models import Diagram, Entry
+from stratamem.offload.offline import NEEDS_LLM, shorten
+from stratamem.offload.prompts import load_prompt
+from stratamem.offload.schedule import Stage, StageTask, l2_timer_key
+from stratamem.offload.stage import StageDeps
+from stratamem.offload.store import DiagramWrite
+from stratamem.store.base import Fence
+
+STAGE = Stage.L2.value
+ORPHAN_NODE = "orphans"
+ORPHAN_LINE = f'{ORPHAN_NODE}["unmapped tool calls"]'
+MAX_CALLS_PER_PROMPT = 40
+
+
+class EditItem(BaseModel):
+    start: int = Field(ge=1)
+    end: int = Field(ge=0)
+    lines: list[str] = Field(default_factory=list)
+
+
+class MapItem(BaseModel):
+    call_id: str
+    node: str
+
+
+class DiagramReply(BaseModel):
+    rewrite: str | None = None
+    edits: list[EditItem] = Field(default_factory=list)
+    mapping: list[MapItem] = Field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class L2Outcome:
+    mapped: int = 0
+    orphaned: int = 0
+    leftover: int = 0
+    tasks: tuple[str, ...] = ()
+    note: str | None = None
+
+
+async def run_l2(
+    deps: StageDeps, tenant: str, session: str, fence: Fence | None = None
+) -> L2Outcome:
+    """One offload-l2 run for a session (offline: nothing, and says diagrams need the LLM)."""
+    llm = deps.llm
+    if llm is None:
+        return L2Outcome(note=NEEDS_LLM)
+    scope = Scope(tenant)
+    orphaned = await _orphan_old(deps, scope, session, fence)
+    unmapped = await asyncio.to_thread(deps.store.unmapped_entries, scope, session)
+    diagrams = await _diagrams(deps, scope, session)
+    mapped, tasks = 0, []
+    for task_id, entries in _by_task(unmapped).items():
+        if task_id in diagrams:
+            mapped += await _update(deps, llm, scope, diagrams[task_id], entries, fence)
+            tasks.append(task_id)
+    leftover = len(unmapped) - mapped
+    if leftover:
+        due = deps.clock.now() + deps.settings.diagram_delay_s
+        await deps.scheduler.arm(
+            l2_timer_key(tenant, session), StageTask(Stage.L2, tenant, session), due
+        )
+    return L2Outcome(mapped, orphaned, leftover, tuple(tasks))
+
+
+async def _diagrams(deps: StageDeps, scope: Scope, session: str) -> dict[str, Diagram]:
+    found = await asyncio.to_thread(deps.store.list_diagrams, scope, session)
+    return {d.task_id: d for d in found}
+
+
+def _by_task(entries: Sequence[Entry]) -> dict[str, list[Entry]]:
+    grouped: dict[str, list[Entry]] = defaultdict(list)
+    for entry in entries:
+        if entry.task_id is not None:
+            grouped[entry.task_id].append(entry)
+    return grouped
+
+
+async def _orphan_old(deps: StageDeps, scope: Scope, session: str, fence: Fence | None) -> int:
+    cutoff = deps.clock.now() - deps.settings.orphan_max_age_s
+    unmapped = await asyncio.to_thread(deps.store.unmapped_entries, scope, session)
+    old = _by_task([e for e in unmapped if e.created_at <= cutoff])
+    if not old:
+        return 0
+    diagrams = await _diagrams(deps, scope, session)
+    count = 0
+    for task_id, entries in old.items():
+        diagram = diagrams.get(task_id)
+        if diagram is None:
+            continue
+        text = with_orphan_node(diagram.mermaid)
+        write = DiagramWrite(
+            task_id, text, diagram.version, {e.call_id: ORPHAN_NODE for e in entries}
+        )
+        await asyncio.to_thread(
+            deps.store.save_diagram, scope, session, write, deps.clock.now(), fence
+        )
+        count += len(entries)
+    return count
+
+
+def with_orphan_node(text: str) -> str:
+    """`text` (or a new diagram) with the orphan node, added once."""
+    lines = text.splitlines() if text.strip() else [mermaid.HEADER]
+    if any(line.strip().startswith(ORPHAN_NODE) for line in lines[1:]):
+        return "\n".join(lines)
+    return "\n".join([*lines, mermaid.INDENT + ORPHAN_LINE])
+
+
+async def _update(
+    deps: StageDeps,
+    llm: LLM,
+    scope: Scope,
+    diagram: Diagram,
+    entries: Sequence[Entry],
+    fence: Fence | None,
+) -> int:
+    batch = list(entries[:MAX_CALLS_PER_PROMPT])
+    mapped = await asyncio.to_thread(deps.store.list_entries, scope, diagram.session)
+    in_use = frozenset(
+        e.node_id for e in mapped if e.task_id == diagram.task_id and e.node_id is not None
+    )
+    text, mapping = await propose(deps, llm, diagram, batch, in_use)
+    write = DiagramWrite(diagram.task_id, text, diagram.version, mapping)
+    await asyncio.to_thread(
+        deps.store.save_diagram, scope, diagram.session, write, deps.clock.now(), fence
+    )
+    return len(mapping)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    """What a proposed diagram is checked against."""
+
+    current: str
+    shown: frozenset[str]
+    in_use: frozenset[str]
+    max_lines: int
+    max_chars: int
+
+
+async def propose(
+    deps: StageDeps,
+    llm: LLM,
+    diagram: Diagram,
+    entries: Sequence[Entry],
+    in_use: frozenset[str] = frozenset(),
+) -> tuple[str, dict[str, str]]:
+    """The LLM's new diagram text (validated, canonical) and call id → node for `entries`;
+    the nodes in `in_use` (earlier calls are mapped to them) must stay."""
+    rules = _Rules(
+        diagram.mermaid, frozenset(e.call_id for e in entries), in_use,
+        deps.settings.diagram_max_lines - 1, deps.settings.diagram_max_chars,
+    )  # fmt: skip
+    result: dict[str, tuple[str, dict[str, str]]] = {}
+
+    def check(reply: DiagramReply) -> str | None:
+        try:
+            result["ok"] = _checked(reply, rules)
+        except mermaid.InvalidDiagram as problem:
+            return str(problem)
+        return None
+
+    messages = _messages(deps, diagram, entries, in_use)
+    await complete_checked(llm, STAGE, messages, DiagramReply, check)
+    return result["ok"]
+
+
+def _checked(reply: DiagramReply, rules: _Rules) -> tuple[str, dict[str, str]]:
+    if reply.rewrite is not None:
+        proposed = reply.rewrite
+    else:
+        edits = [mermaid.Edit(e.start, e.end, tuple(e.lines)) for e in reply.edits]
+        proposed = mermaid.apply_edits(rules.current, edits)
+    text, nodes = mermaid.validate(proposed, rules.max_lines, rules.max_chars)
+    lost = sorted(rules.in_use - nodes)
+    if lost:
+        raise mermaid.InvalidDiagram(f"earlier tool calls are mapped to nodes it removed: {lost}")
+    mapping: dict[str, str] = {}
+    for item in reply.mapping:
+        if item.call_id not in rules.shown:
+            raise mermaid.InvalidDiagram(f"call id {item.call_id!r} was not among the new calls")
+        if item.node not in nodes:
+            raise mermaid.InvalidDiagram(f"node {item.node!r} is not in the diagram")
+        mapping.setdefault(item.call_id, item.node)
+    return text, mapping
+
+
+def _messages(
+    deps: StageDeps, diagram: Diagram, entries: Sequence[Entry], in_use: frozenset[str]
+) -> list[dict[str, str]]:
+    system = load_prompt("offload_l2").text.replace(
+        "{max_lines}", str(deps.settings.diagram_max_lines - 1)
+    )
+    calls = "\n".join(f"[{e.call_id}] {e.tool}: {shorten(e.summary, 300)}" for e in entries)
+    keep = ", ".join(sorted(in_use)) or "(none)"
+    user = (
+        f"TASK: {diagram.label}\n\nCURRENT DIAGRAM\n{mermaid.numbered(diagram.mermaid)}"
+        f"\n\nNODES THAT MUST STAY (earlier calls are mapped to them): {keep}"
+        f"\n\nNEW TOOL CALLS\n{calls}"
+    )
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]

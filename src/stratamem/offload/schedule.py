@@ -1,0 +1,46 @@
+"""How the offload stages ask for more work: a narrow port over the pipeline.
+
+Stages enqueue follow-ups and arm timers with "set only if earlier" semantics; they never see a
+queue, a lock or Redis. `stratamem.offload.executors.PipelineScheduler` implements the port on
+the pipeline backend; `stratamem.offload.runner.InProcessRunner` runs everything in-process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+from stratamem.pipeline.timers import offload_l2_timer_key
+
+
+class Stage(StrEnum):
+    L1 = "offload-l1"
+    L15 = "offload-l15"
+    L2 = "offload-l2"
+
+
+@dataclass(frozen=True, slots=True)
+class StageTask:
+    stage: Stage
+    tenant: str
+    session: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+def l1_timer_key(tenant: str, session: str) -> str:
+    """Identifiers cannot contain `/`, so no two sessions share a key."""
+    return f"offload-l1/{tenant}/{session}"
+
+
+def l2_timer_key(tenant: str, session: str) -> str:
+    """The pipeline's key (`offload_l2_timer_key`), so a dead letter clears the timer."""
+    return offload_l2_timer_key(tenant, session)
+
+
+class Scheduler(Protocol):
+    async def enqueue(self, task: StageTask) -> None:
+        """Run `task` as soon as a worker is free."""
+
+    async def arm(self, key: str, task: StageTask, due_at: float) -> None:
+        """Run `task` at `due_at`, unless the timer `key` is already due earlier."""

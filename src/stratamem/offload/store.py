@@ -1,0 +1,152 @@
+"""The offload store contract: what the offload stages need from the system of record.
+
+Every method takes the tenant `Scope` first and a session validated by `check_ident`. Methods
+are synchronous (the facade runs them in a thread); each write is one short transaction.
+Implementation: `stratamem.store.sqlite.offload.SqliteOffloadStore`.
+
+- Tool pairs are appended durably and idempotently (one per tenant, session and call id).
+- `claim_pairs` hands pending pairs to one L1 run under a lease: a run that crashes leaves its
+  claim to expire, and a later run claims the pairs again. Entries are unique per call id, so a
+  re-run never duplicates one; `complete_claim` stores entries and refs and marks pairs done in
+  one transaction.
+- The boundary (active task, version) changes only by compare-and-set (`apply_decision`).
+- Diagrams change only by compare-and-set on their version, under the writer's fence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from stratamem.domain import Scope
+from stratamem.errors import StoreError
+from stratamem.offload.models import (
+    Boundary,
+    Claim,
+    Decision,
+    Diagram,
+    Entry,
+    Mark,
+    NewEntry,
+    Ref,
+    ToolPair,
+)
+from stratamem.store.base import Fence
+
+
+class VersionConflict(StoreError):
+    """A compare-and-set found another version than expected: someone wrote first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    stored: tuple[str, ...]
+    duplicates: tuple[str, ...]
+    pending: int
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """What applying a judgment did: the boundary now, and the entries it routed to a task."""
+
+    boundary: Boundary
+    task_id: str | None
+    routed: int
+
+
+@dataclass(frozen=True, slots=True)
+class DiagramWrite:
+    """A new Mermaid text for one task, the version it replaces, and call id → node."""
+
+    task_id: str
+    mermaid: str
+    expected_version: int
+    mapping: Mapping[str, str]
+
+
+class OffloadStore(Protocol):
+    # -- tool pairs and claims ---------------------------------------------------------------
+    def append_pairs(
+        self, scope: Scope, session: str, pairs: Sequence[ToolPair], now: float
+    ) -> Appended:
+        """Store new pairs (a call id seen before is a duplicate); count the pending ones."""
+
+    def claim_pairs(
+        self, scope: Scope, session: str, claim_id: str, now: float, lease_s: float, limit: int
+    ) -> Claim:
+        """Claim up to `limit` pending pairs not under a live claim, oldest first. Pairs whose
+        call id already has an entry are marked done instead and listed as duplicates."""
+
+    def next_claim_expiry(self, scope: Scope, session: str, now: float) -> float | None:
+        """When the earliest live claim on a pending pair of the session expires, if any."""
+
+    def release_claim(self, scope: Scope, session: str, claim_id: str) -> int:
+        """Give the claimed pairs back (after a failed run); returns how many."""
+
+    def complete_claim(
+        self,
+        scope: Scope,
+        session: str,
+        claim_id: str,
+        entries: Sequence[NewEntry],
+        ref_ids: Mapping[str, str],
+        now: float,
+    ) -> list[Entry]:
+        """In one transaction: insert entries (routed by the boundary covering their time) and
+        their refs, skip call ids with an entry, mark the pairs done; returns the new entries."""
+
+    # -- entries and refs --------------------------------------------------------------------
+    def list_entries(
+        self, scope: Scope, session: str, call_ids: Sequence[str] | None = None
+    ) -> list[Entry]:
+        """Entries of the session (or those of `call_ids`), oldest first."""
+
+    def unmapped_entries(self, scope: Scope, session: str) -> list[Entry]:
+        """Entries routed to a task whose tool call has no diagram node yet, oldest first."""
+
+    def get_ref(self, scope: Scope, ref_id: str) -> Ref:
+        """The full result behind `ref_id`; `NotFound` if the tenant has no such ref."""
+
+    # -- boundaries and judgments ------------------------------------------------------------
+    def add_mark(self, scope: Scope, session: str, mark: Mark) -> bool:
+        """Record a user message as a boundary pending judgment; False if already known."""
+
+    def get_mark(self, scope: Scope, session: str, mark_id: str) -> Mark:
+        """One boundary; `NotFound` if unknown."""
+
+    def recent_marks(self, scope: Scope, session: str, until_ts: float, limit: int) -> list[Mark]:
+        """Up to `limit` boundaries at or before `until_ts`, oldest first."""
+
+    def unjudged_marks(self, scope: Scope, session: str) -> list[Mark]:
+        """Boundaries still waiting for their judgment, oldest first."""
+
+    def pending_pairs(self, scope: Scope, session: str) -> int:
+        """How many pairs of the session have no entry yet (claimed or not)."""
+
+    def boundary(self, scope: Scope, session: str) -> Boundary:
+        """The session's routing state (version 0 before the first judgment)."""
+
+    def apply_decision(
+        self,
+        scope: Scope,
+        session: str,
+        mark_id: str,
+        expected_version: int,
+        decision: Decision,
+        new_task_id: str,
+        now: float,
+    ) -> Routed:
+        """Compare-and-set: apply a judgment of `mark_id` if the boundary is still at
+        `expected_version`, else raise `VersionConflict`. Creates, switches or clears the active
+        task and routes the mark's unrouted entries to the task it chose."""
+
+    # -- diagrams ----------------------------------------------------------------------------
+    def list_diagrams(self, scope: Scope, session: str) -> list[Diagram]:
+        """Every task of the session with its diagram, most recently updated first."""
+
+    def save_diagram(
+        self, scope: Scope, session: str, write: DiagramWrite, now: float, fence: Fence | None
+    ) -> Diagram:
+        """Compare-and-set the diagram and map entries to nodes, under `fence` if given;
+        `VersionConflict` if the version moved, `StaleFencingToken` if the fence is old."""

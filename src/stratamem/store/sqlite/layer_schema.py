@@ -1,0 +1,81 @@
+"""Schema of the memory layers (migration versions 10-19): state, receipts, scenes, profile.
+
+Memory versions need no table of their own: an update inserts a new row and closes the old one
+(`valid_to`, `superseded_by`) in `memories`.
+"""
+
+from __future__ import annotations
+
+from stratamem.store.sqlite.migration import Migration
+
+M010_LAYER_STATE = """
+CREATE TABLE layer_sessions (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    cursor_seq INTEGER NOT NULL DEFAULT 0,
+    l1_runs INTEGER NOT NULL DEFAULT 0,
+    last_l1_at REAL,
+    last_l2_at REAL,
+    PRIMARY KEY (tenant, session)
+);
+CREATE TABLE layer_tenants (
+    tenant TEXT PRIMARY KEY,
+    l2_mark INTEGER NOT NULL DEFAULT 0,
+    memories_since_l3 INTEGER NOT NULL DEFAULT 0,
+    last_l2_at REAL,
+    last_l3_at REAL
+);
+CREATE TABLE layer_receipts (
+    tenant TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    completed_at REAL NOT NULL,
+    result TEXT NOT NULL,
+    PRIMARY KEY (tenant, task_id)
+);
+CREATE TABLE layer_failures (
+    rid INTEGER PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    session TEXT,
+    stage TEXT NOT NULL,
+    error TEXT NOT NULL,
+    raws TEXT NOT NULL,
+    failed_at REAL NOT NULL
+);
+CREATE INDEX layer_failures_by_tenant ON layer_failures (tenant, rid);
+"""
+
+M011_SCENES_PROFILE = """
+CREATE TABLE scene_versions (
+    tenant TEXT NOT NULL,
+    id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    title TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    body TEXT NOT NULL,
+    heat REAL NOT NULL,
+    memory_ids TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    deleted INTEGER NOT NULL,
+    mode TEXT NOT NULL,
+    current INTEGER NOT NULL,
+    PRIMARY KEY (tenant, id, version)
+);
+CREATE INDEX scene_versions_current ON scene_versions (tenant, current);
+CREATE TABLE profile_versions (
+    tenant TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    mode TEXT NOT NULL,
+    current INTEGER NOT NULL,
+    PRIMARY KEY (tenant, version)
+);
+"""
+
+LAYER_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(10, "layer state, receipts and failures", M010_LAYER_STATE),
+    Migration(11, "scene and profile versions", M011_SCENES_PROFILE),
+)

@@ -1,0 +1,368 @@
+"""`SqliteLayerStore`: the `LayerStore` contract in the same SQLite file as `SqliteStore`.
+
+It borrows the store's connection through `reading()` and `writing(fence)`, so each commit is one
+short transaction that also checks the task's fencing token.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from stratamem.domain import MemoryRecord, Profile, Scene, Scope
+from stratamem.errors import LayerConflict, NotFound
+from stratamem.store.base import Fence
+from stratamem.store.layers_base import (
+    Failure,
+    L1Commit,
+    L2Commit,
+    L3Commit,
+    Receipt,
+    SessionState,
+    Supersede,
+    TenantState,
+)
+from stratamem.store.sqlite.layer_rows import (
+    PROFILE_COLUMNS,
+    SCENE_COLUMNS,
+    failure_from_row,
+    profile_from_row,
+    scene_from_row,
+    scene_params,
+    session_state_from_row,
+    tenant_state_from_row,
+)
+from stratamem.store.sqlite.rows import (
+    MEMORY_COLUMNS,
+    MEMORY_WRITE_COLUMNS,
+    memory_from_row,
+    memory_params,
+)
+from stratamem.store.sqlite.scope import memory_fts_scope
+from stratamem.store.sqlite.store import SqliteStore
+
+MAX_HISTORY = 500
+_SESSION_STATE = (
+    "SELECT t.tenant AS tenant, t.session AS session, MAX(t.seq) AS last_seq,"
+    " MAX(t.ts) AS last_turn_at, s.cursor_seq AS cursor_seq, s.l1_runs AS l1_runs,"
+    " s.last_l1_at AS last_l1_at, s.last_l2_at AS last_l2_at"
+    " FROM turns t LEFT JOIN layer_sessions s ON s.tenant = t.tenant AND s.session = t.session"
+)
+_MEMORY_MARKS = ", ".join("?" for _ in MEMORY_WRITE_COLUMNS.split(","))
+_SCENE_MARKS = ", ".join("?" for _ in SCENE_COLUMNS.split(","))
+
+
+class SqliteLayerStore:
+    """Layer records beside a `SqliteStore`; shares its connection and lock."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    # -- state -------------------------------------------------------------------------------
+    def session_state(self, scope: Scope, session: str) -> SessionState:
+        with self._store.reading() as conn:
+            row = conn.execute(
+                _SESSION_STATE + " WHERE t.tenant = ? AND t.session = ? GROUP BY t.session",
+                (scope.tenant, session),
+            ).fetchone()
+        if row is None:
+            return SessionState(tenant=scope.tenant, session=session)
+        return session_state_from_row(row)
+
+    def sessions_with_pending_turns(self, limit: int) -> list[SessionState]:
+        with self._store.reading() as conn:
+            rows = conn.execute(
+                _SESSION_STATE + " GROUP BY t.tenant, t.session"
+                " HAVING MAX(t.seq) > COALESCE(s.cursor_seq, 0) ORDER BY last_turn_at LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [session_state_from_row(row) for row in rows]
+
+    def tenant_state(self, scope: Scope) -> TenantState:
+        with self._store.reading() as conn:
+            row = conn.execute(
+                "SELECT * FROM layer_tenants WHERE tenant = ?", (scope.tenant,)
+            ).fetchone()
+        return tenant_state_from_row(scope.tenant, row)
+
+    def receipt(self, scope: Scope, task_id: str) -> Receipt | None:
+        with self._store.reading() as conn:
+            row = conn.execute(
+                "SELECT task_id, kind, completed_at, result FROM layer_receipts"
+                " WHERE tenant = ? AND task_id = ?",
+                (scope.tenant, task_id),
+            ).fetchone()
+        if row is None:
+            return None
+        return Receipt(row["task_id"], row["kind"], row["completed_at"], json.loads(row["result"]))
+
+    # -- L1 ----------------------------------------------------------------------------------
+    def commit_l1(self, scope: Scope, commit: L1Commit, fence: Fence | None = None) -> None:
+        tenant = scope.tenant
+        with self._store.writing(fence) as conn:
+            _check_cursor(conn, tenant, commit.session, commit.expected_cursor)
+            _insert_memories(conn, tenant, commit.memories)
+            _supersede(conn, tenant, commit.supersedes, commit.now)
+            conn.execute(
+                "INSERT INTO layer_sessions (tenant, session, cursor_seq, l1_runs, last_l1_at)"
+                " VALUES (?, ?, ?, 1, ?) ON CONFLICT (tenant, session) DO UPDATE SET"
+                " cursor_seq = excluded.cursor_seq, l1_runs = l1_runs + 1,"
+                " last_l1_at = excluded.last_l1_at",
+                (tenant, commit.session, commit.new_cursor, commit.now),
+            )
+            _bump_tenant(conn, tenant, len(commit.memories))
+            _write_receipt(conn, tenant, commit.task_id, "L1", commit.now, commit.result)
+
+    def memory_history(self, scope: Scope, memory_id: str) -> list[MemoryRecord]:
+        with self._store.reading() as conn:
+            found = _linked_versions(conn, scope.tenant, memory_id)
+        if not found:
+            raise NotFound(f"no memory {memory_id!r} in tenant {scope.tenant!r}")
+        return sorted(found.values(), key=lambda m: (m.valid_from, m.created_at, m.id))
+
+    def changed_memories(
+        self, scope: Scope, after_mark: int, limit: int
+    ) -> tuple[list[MemoryRecord], int]:
+        with self._store.reading() as conn:
+            rows = conn.execute(
+                f"SELECT rid, {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND rid > ?"
+                " ORDER BY rid LIMIT ?",
+                (scope.tenant, after_mark, limit),
+            ).fetchall()
+        if not rows:
+            return [], after_mark
+        current = [memory_from_row(r) for r in rows if r["valid_to"] is None]
+        return current, int(rows[-1]["rid"])
+
+    # -- L2 ----------------------------------------------------------------------------------
+    def current_scenes(self, scope: Scope) -> list[Scene]:
+        with self._store.reading() as conn:
+            rows = conn.execute(
+                f"SELECT {SCENE_COLUMNS} FROM scene_versions WHERE tenant = ? AND current = 1"
+                " AND deleted = 0 ORDER BY heat DESC, created_at, id",
+                (scope.tenant,),
+            ).fetchall()
+        return [scene_from_row(row) for row in rows]
+
+    def scene_history(self, scope: Scope, scene_id: str) -> list[Scene]:
+        with self._store.reading() as conn:
+            rows = conn.execute(
+                f"SELECT {SCENE_COLUMNS} FROM scene_versions WHERE tenant = ? AND id = ?"
+                " ORDER BY version",
+                (scope.tenant, scene_id),
+            ).fetchall()
+        if not rows:
+            raise NotFound(f"no scene {scene_id!r} in tenant {scope.tenant!r}")
+        return [scene_from_row(row) for row in rows]
+
+    def commit_l2(self, scope: Scope, commit: L2Commit, fence: Fence | None = None) -> None:
+        tenant = scope.tenant
+        with self._store.writing(fence) as conn:
+            state = tenant_state_from_row(tenant, _tenant_row(conn, tenant))
+            if state.l2_mark != commit.expected_mark:
+                raise LayerConflict(
+                    f"tenant {tenant!r}: scenes were consolidated up to {state.l2_mark} since"
+                    f" this task read {commit.expected_mark}"
+                )
+            for scene in commit.scenes:
+                _write_scene(conn, scene)
+            _ensure_tenant(conn, tenant)
+            conn.execute(
+                "UPDATE layer_tenants SET l2_mark = ?, last_l2_at = ? WHERE tenant = ?",
+                (commit.new_mark, commit.now, tenant),
+            )
+            if commit.session is not None:
+                conn.execute(
+                    "INSERT INTO layer_sessions (tenant, session, last_l2_at) VALUES (?, ?, ?)"
+                    " ON CONFLICT (tenant, session) DO UPDATE SET last_l2_at = excluded.last_l2_at",
+                    (tenant, commit.session, commit.now),
+                )
+            _write_receipt(conn, tenant, commit.task_id, "L2", commit.now, commit.result)
+
+    # -- L3 ----------------------------------------------------------------------------------
+    def profile(self, scope: Scope) -> Profile | None:
+        with self._store.reading() as conn:
+            row = conn.execute(
+                f"SELECT {PROFILE_COLUMNS} FROM profile_versions WHERE tenant = ? AND current = 1",
+                (scope.tenant,),
+            ).fetchone()
+        return None if row is None else profile_from_row(row)
+
+    def profile_history(self, scope: Scope) -> list[Profile]:
+        with self._store.reading() as conn:
+            rows = conn.execute(
+                f"SELECT {PROFILE_COLUMNS} FROM profile_versions WHERE tenant = ? ORDER BY version",
+                (scope.tenant,),
+            ).fetchall()
+        return [profile_from_row(row) for row in rows]
+
+    def commit_l3(self, scope: Scope, commit: L3Commit, fence: Fence | None = None) -> None:
+        tenant = scope.tenant
+        with self._store.writing(fence) as conn:
+            if commit.profile is not None:
+                _write_profile(conn, commit.profile)
+            _ensure_tenant(conn, tenant)
+            conn.execute(
+                "UPDATE layer_tenants SET memories_since_l3 = 0, last_l3_at = ? WHERE tenant = ?",
+                (commit.now, tenant),
+            )
+            _write_receipt(conn, tenant, commit.task_id, "L3", commit.now, commit.result)
+
+    # -- failures ----------------------------------------------------------------------------
+    def record_failure(self, failure: Failure) -> None:
+        with self._store.writing() as conn:
+            conn.execute(
+                "INSERT INTO layer_failures (tenant, task_id, session, stage, error, raws,"
+                " failed_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    failure.tenant,
+                    failure.task_id,
+                    failure.session,
+                    failure.stage,
+                    failure.error,
+                    json.dumps(list(failure.raws), ensure_ascii=False),
+                    failure.failed_at,
+                ),
+            )
+
+    def list_failures(self, scope: Scope, limit: int = 50) -> list[Failure]:
+        with self._store.reading() as conn:
+            rows = conn.execute(
+                "SELECT * FROM layer_failures WHERE tenant = ? ORDER BY rid DESC LIMIT ?",
+                (scope.tenant, limit),
+            ).fetchall()
+        return [failure_from_row(row) for row in rows]
+
+
+def _check_cursor(conn: sqlite3.Connection, tenant: str, session: str, expected: int) -> None:
+    row = conn.execute(
+        "SELECT cursor_seq FROM layer_sessions WHERE tenant = ? AND session = ?",
+        (tenant, session),
+    ).fetchone()
+    cursor = int(row[0]) if row else 0
+    if cursor != expected:
+        raise LayerConflict(
+            f"session {session!r}: the cursor is at {cursor}, not {expected} as this task read"
+        )
+
+
+def _insert_memories(
+    conn: sqlite3.Connection, tenant: str, memories: Sequence[MemoryRecord]
+) -> None:
+    for memory in memories:
+        if memory.tenant != tenant:
+            raise LayerConflict(f"memory {memory.id!r} belongs to another tenant")
+    try:
+        conn.executemany(
+            f"INSERT INTO memories ({MEMORY_WRITE_COLUMNS}) VALUES ({_MEMORY_MARKS})",
+            [memory_params(m) for m in memories],
+        )
+    except sqlite3.IntegrityError as exc:
+        raise LayerConflict(f"a memory of this batch exists already: {exc}") from exc
+
+
+def _supersede(
+    conn: sqlite3.Connection, tenant: str, supersedes: Sequence[Supersede], now: float
+) -> None:
+    for link in supersedes:
+        cursor = conn.execute(
+            "UPDATE memories SET valid_to = ?, superseded_by = ?, updated_at = ?, fts_scope = ?"
+            " WHERE tenant = ? AND id = ? AND valid_to IS NULL",
+            (now, link.new_id, now, memory_fts_scope(tenant, now), tenant, link.old_id),
+        )
+        if cursor.rowcount != 1:
+            raise LayerConflict(f"memory {link.old_id!r} is no longer current")
+
+
+def _tenant_row(conn: sqlite3.Connection, tenant: str) -> sqlite3.Row | None:
+    row: sqlite3.Row | None = conn.execute(
+        "SELECT * FROM layer_tenants WHERE tenant = ?", (tenant,)
+    ).fetchone()
+    return row
+
+
+def _ensure_tenant(conn: sqlite3.Connection, tenant: str) -> None:
+    conn.execute("INSERT OR IGNORE INTO layer_tenants (tenant) VALUES (?)", (tenant,))
+
+
+def _bump_tenant(conn: sqlite3.Connection, tenant: str, new_memories: int) -> None:
+    _ensure_tenant(conn, tenant)
+    conn.execute(
+        "UPDATE layer_tenants SET memories_since_l3 = memories_since_l3 + ? WHERE tenant = ?",
+        (new_memories, tenant),
+    )
+
+
+def _write_receipt(
+    conn: sqlite3.Connection,
+    tenant: str,
+    task_id: str,
+    kind: str,
+    now: float,
+    result: dict[str, Any],
+) -> None:
+    try:
+        conn.execute(
+            "INSERT INTO layer_receipts (tenant, task_id, kind, completed_at, result)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (tenant, task_id, kind, now, json.dumps(result, ensure_ascii=False)),
+        )
+    except sqlite3.IntegrityError as exc:
+        raise LayerConflict(f"task {task_id!r} has committed already") from exc
+
+
+def _write_scene(conn: sqlite3.Connection, scene: Scene) -> None:
+    conn.execute(
+        "UPDATE scene_versions SET current = 0 WHERE tenant = ? AND id = ? AND current = 1",
+        (scene.tenant, scene.id),
+    )
+    try:
+        conn.execute(
+            f"INSERT INTO scene_versions ({SCENE_COLUMNS}, current) VALUES ({_SCENE_MARKS}, 1)",
+            scene_params(scene),
+        )
+    except sqlite3.IntegrityError as exc:
+        raise LayerConflict(f"scene {scene.id!r} version {scene.version} exists already") from exc
+
+
+def _write_profile(conn: sqlite3.Connection, profile: Profile) -> None:
+    conn.execute(
+        "UPDATE profile_versions SET current = 0 WHERE tenant = ? AND current = 1",
+        (profile.tenant,),
+    )
+    try:
+        conn.execute(
+            f"INSERT INTO profile_versions ({PROFILE_COLUMNS}, current) VALUES (?, ?, ?, ?, ?, 1)",
+            (profile.tenant, profile.version, profile.body, profile.updated_at,
+             profile.mode.value),
+        )  # fmt: skip
+    except sqlite3.IntegrityError as exc:
+        raise LayerConflict(f"profile version {profile.version} exists already") from exc
+
+
+def _linked_versions(
+    conn: sqlite3.Connection, tenant: str, memory_id: str
+) -> dict[str, MemoryRecord]:
+    """Walk `superseded_by` links both ways from `memory_id` (bounded)."""
+    found: dict[str, MemoryRecord] = {}
+    frontier = [memory_id]
+    while frontier and len(found) < MAX_HISTORY:
+        current = frontier.pop()
+        if current in found:
+            continue
+        rows = conn.execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ?"
+            " AND (id = ? OR superseded_by = ?)",
+            (tenant, current, current),
+        ).fetchall()
+        for row in rows:
+            record = memory_from_row(row)
+            if record.id == current:
+                found[current] = record
+                if record.superseded_by:
+                    frontier.append(record.superseded_by)
+            elif record.id not in found:
+                frontier.append(record.id)
+    return found

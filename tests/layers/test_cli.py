@@ -1,0 +1,75 @@
+"""The layer commands as a user runs them: offline flush, then memories, profile and scenes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from stratamem.cli.main import cli
+
+CONVERSATION = [
+    "I'm a nurse and I live in Lisbon.",
+    "I ran a half marathon yesterday.",
+    "Please always answer me in short bullet points.",
+]
+
+
+def run(data_dir: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["--data-dir", str(data_dir), "--embedder", "none", *args])
+    return result.exit_code, result.stdout + result.stderr
+
+
+@pytest.fixture
+def flushed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("STRATAMEM_LLM_BASE_URL", raising=False)
+    monkeypatch.delenv("STRATAMEM_LLM_MODEL", raising=False)
+    for i, text in enumerate(CONVERSATION):
+        stamp = str(1_715_166_000 + i)
+        code, out = run(tmp_path, "capture", "--tenant", "t1", "--session", "s1",
+                        "--speaker", "Maria", "--timestamp", stamp, "--text", text)  # fmt: skip
+        assert code == 0, out
+    code, out = run(tmp_path, "flush", "--tenant", "t1", "--session", "s1", "--json")
+    assert code == 0, out
+    result = json.loads(out)
+    assert result["l1"][0]["mode"] == "offline" and result["l3"]["changed"]
+    return tmp_path
+
+
+def test_memories_list_show_history(flushed: Path) -> None:
+    code, out = run(flushed, "memories", "list", "--tenant", "t1", "--json")
+    listed = json.loads(out)
+    assert code == 0 and len(listed) == 3
+    first = listed[0]["id"]
+    code, out = run(flushed, "memories", "show", "--tenant", "t1", first, "--json")
+    assert code == 0 and json.loads(out)["id"] == first
+    code, out = run(flushed, "memories", "history", "--tenant", "t1", first, "--json")
+    assert code == 0 and [m["id"] for m in json.loads(out)] == [first]
+    code, out = run(flushed, "memories", "show", "--tenant", "t1", "m_nope")
+    assert code == 3 and "no memory" in out
+
+
+def test_profile_and_scenes(flushed: Path) -> None:
+    code, out = run(flushed, "profile", "show", "--tenant", "t1")
+    assert code == 0 and "bullet points" in out
+    code, out = run(flushed, "scenes", "list", "--tenant", "t1", "--json")
+    listed = json.loads(out)
+    assert code == 0 and {s["title"] for s in listed} == {
+        "Who the user is", "What happened", "Standing instructions",
+    }  # fmt: skip
+    code, out = run(flushed, "scenes", "show", "--tenant", "t1", listed[0]["id"], "--history")
+    assert code == 0 and "v1" in out
+
+
+def test_schedule_once_enqueues_due_sessions(flushed: Path) -> None:
+    code, out = run(flushed, "capture", "--tenant", "t1", "--session", "s2",
+                    "--text", "I adopted a cat.")  # fmt: skip
+    assert code == 0, out
+    code, out = run(flushed, "schedule", "--once")
+    assert code == 0 and out.strip() == "L1 t1 s2 (turns)"
+    code, out = run(flushed, "schedule", "--once")
+    assert code == 0 and out.strip() == ""  # requested already
+    code, out = run(flushed, "pipeline", "status", "--json")
+    assert code == 0 and json.loads(out)["depth"]["ready"] == 1

@@ -1,0 +1,174 @@
+"""Failures of the LLM stages through the scripted server: each one ends in a typed error with
+the raw reply kept, every L0 turn intact and the session cursor where it was; a re-run then
+succeeds. Crashes between the LLM reply and the commit re-run without duplicates."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from stratamem.clock import ManualClock
+from stratamem.config import Settings
+from stratamem.core import AsyncMemory
+from stratamem.domain import Scope
+from stratamem.errors import LayerConflict, StageOutputRejected, StaleFencingToken
+from stratamem.layers.service import Run
+from stratamem.layers.settings import LayerSettings
+from stratamem.llm import LLMClient, LLMEmptyReply, LLMHTTPError, LLMTimeout
+from stratamem.store.base import Fence
+from stratamem.store.layers_base import L1Commit
+from stratamem.store.sqlite import SqliteStore
+from stratamem.testing import RecordedRequest, RecordingSleep, Reply, ScriptedLLM
+from stratamem.testing.layers import install_layer_handlers, l1_reply
+
+from .conftest import llm_settings
+
+TURNS = [
+    {"role": "user", "speaker": "Maria", "text": "I'm a nurse and I live in Lisbon."},
+    {"role": "user", "speaker": "Maria", "text": "I ran a half marathon yesterday."},
+]
+BAD_ID = Reply.json(
+    {"memories": [{"type": "persona", "content": "x", "source_turn_ids": ["T7"]}]}
+)
+FENCE_KEY = "session/acme/s1"
+SCOPE = Scope("acme")
+
+
+@pytest.fixture
+async def memory(
+    tmp_path: Path, clock: ManualClock, scripted_llm: ScriptedLLM, layer_settings: LayerSettings
+) -> AsyncIterator[AsyncMemory]:
+    client = LLMClient(llm_settings(scripted_llm, timeout_s=0.3), sleep=RecordingSleep())
+    settings = Settings(data_dir=tmp_path / "data", embedder="none")
+    core = AsyncMemory.open(settings, clock=clock, llm=client, layer_settings=layer_settings)
+    await core.capture("acme", "s1", TURNS)
+    install_layer_handlers(scripted_llm)
+    yield core
+    await core.aclose()
+    await client.aclose()
+
+
+def assert_untouched(memory: AsyncMemory) -> None:
+    scope = SCOPE
+    assert [t.text for t in memory.store.list_turns(scope, "s1")] == [t["text"] for t in TURNS]
+    assert memory.layers is not None
+    assert memory.layers.session_state(scope, "s1").cursor_seq == 0
+    assert memory.store.list_memories(scope) == []
+
+
+@pytest.mark.parametrize(
+    ("replies", "error", "raws"),
+    [
+        ((Reply.text("{not json"), Reply.text("still [not json")), StageOutputRejected,
+         ("{not json", "still [not json")),
+        ((BAD_ID, BAD_ID), StageOutputRejected, None),
+        ((Reply.empty(), Reply.empty(null=True)), StageOutputRejected, ("", "")),
+        ((Reply.error(500, "boom"), Reply.error(503, "down")), LLMHTTPError, None),
+    ],
+    ids=["malformed-json", "ids-not-shown", "empty", "server-errors"],
+)  # fmt: skip
+async def test_a_failed_extraction_keeps_turns_and_cursor(
+    memory: AsyncMemory,
+    scripted_llm: ScriptedLLM,
+    replies: tuple[Reply, ...],
+    error: type[Exception],
+    raws: tuple[str, ...] | None,
+) -> None:
+    scripted_llm.push_for("L1", *replies)
+    service = memory.layer_service()
+    with pytest.raises(error):
+        await service.run_l1(Run("acme", "task-1", "s1"))
+
+    assert_untouched(memory)
+    assert memory.layers is not None
+    failure = memory.layers.list_failures(SCOPE)[0]
+    assert failure.task_id == "task-1" and failure.stage == "L1"
+    if raws is not None:
+        assert failure.raws == raws
+    assert failure.raws  # the raw reply (or error body) is kept
+    # the server recovers: the same task runs again and moves the cursor
+    again = await service.run_l1(Run("acme", "task-1", "s1"))
+    assert again.changed and len(memory.store.list_memories(SCOPE)) == 2
+
+
+async def test_empty_reply_error_is_chained(memory: AsyncMemory, scripted_llm: ScriptedLLM) -> None:
+    scripted_llm.push_for("L1", Reply.empty(), Reply.empty())
+    with pytest.raises(StageOutputRejected) as caught:
+        await memory.layer_service().run_l1(Run("acme", "task-1", "s1"))
+    assert isinstance(caught.value.__cause__, LLMEmptyReply)
+    assert caught.value.raws == ("", "")
+
+
+async def test_a_timeout_keeps_turns_and_cursor(
+    memory: AsyncMemory, scripted_llm: ScriptedLLM
+) -> None:
+    scripted_llm.push_for("L1", Reply.held(Reply.json({"memories": []})))
+    with pytest.raises(LLMTimeout):
+        await memory.layer_service().run_l1(Run("acme", "task-1", "s1"))
+    assert await scripted_llm.until_disconnected()
+    assert_untouched(memory)
+
+
+async def test_raw_reply_excerpt_is_in_the_error_message(
+    memory: AsyncMemory, scripted_llm: ScriptedLLM
+) -> None:
+    scripted_llm.push_for("L1", Reply.text("I cannot do that"), Reply.text("I cannot do that"))
+    with pytest.raises(StageOutputRejected, match="raw reply begins 'I cannot do that'"):
+        await memory.layer_service().run_l1(Run("acme", "task-1", "s1"))
+
+
+async def test_stale_fence_between_reply_and_commit_writes_nothing(
+    memory: AsyncMemory, scripted_llm: ScriptedLLM
+) -> None:
+    """Another worker takes the lock while the model answers: our commit is refused."""
+
+    def take_over(request: RecordedRequest) -> Reply:
+        assert isinstance(memory.store, SqliteStore)
+        with memory.store.writing(Fence(FENCE_KEY, 2)):
+            pass
+        return l1_reply(request)
+
+    scripted_llm.on("L1", take_over)
+    service = memory.layer_service()
+    with pytest.raises(StaleFencingToken):
+        await service.run_l1(Run("acme", "task-1", "s1", Fence(FENCE_KEY, 1)))
+    assert_untouched(memory)
+
+    scripted_llm.on("L1", l1_reply)
+    result = await service.run_l1(Run("acme", "task-1", "s1", Fence(FENCE_KEY, 3)))
+    assert result.changed and len(memory.store.list_memories(SCOPE)) == 2
+
+
+async def test_a_rerun_after_commit_replays_the_receipt(
+    memory: AsyncMemory, scripted_llm: ScriptedLLM
+) -> None:
+    """The worker died after the commit, before acknowledging: the task is delivered again."""
+    service = memory.layer_service()
+    first = await service.run_l1(Run("acme", "task-1", "s1", Fence(FENCE_KEY, 1)))
+    calls = len(scripted_llm.requests)
+    again = await service.run_l1(Run("acme", "task-1", "s1", Fence(FENCE_KEY, 2)))
+
+    assert again.replayed and again.changed == first.changed and again.counts == first.counts
+    assert len(scripted_llm.requests) == calls  # no model call paid twice
+    assert len(memory.store.list_memories(SCOPE)) == 2
+
+
+async def test_a_cursor_moved_meanwhile_is_a_conflict(
+    memory: AsyncMemory, scripted_llm: ScriptedLLM, clock: ManualClock
+) -> None:
+    """Another run committed the same turns while this one waited for the model."""
+    assert memory.layers is not None
+    layers = memory.layers
+
+    def overtaken(request: RecordedRequest) -> Reply:
+        commit = L1Commit("s1", "other-task", 0, 2, clock.now())
+        layers.commit_l1(SCOPE, commit)
+        return l1_reply(request)
+
+    scripted_llm.on("L1", overtaken)
+    with pytest.raises(LayerConflict):
+        await memory.layer_service().run_l1(Run("acme", "task-1", "s1"))
+    assert memory.store.list_memories(SCOPE) == []
+    assert layers.receipt(SCOPE, "task-1") is None

@@ -1,0 +1,96 @@
+"""`SqliteLayerStore` on a real SQLite file: commits are all or nothing, state is checked, old
+versions stay reachable."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stratamem.domain import MemoryRecord, MemoryType, Mode, Profile, Role, Scope, Turn
+from stratamem.errors import LayerConflict, NotFound, StaleFencingToken
+from stratamem.store.base import Fence
+from stratamem.store.layers_base import L1Commit, L3Commit, Supersede
+from stratamem.store.sqlite import SqliteStore
+from stratamem.store.sqlite.layers import SqliteLayerStore
+
+SCOPE = Scope("acme")
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[tuple[SqliteStore, SqliteLayerStore]]:
+    store = SqliteStore(tmp_path / "db.sqlite")
+    store.add_turns(SCOPE, [Turn(f"t{i}", "acme", "s1", Role.USER, f"turn {i}", 100.0 + i)
+                            for i in range(3)])  # fmt: skip
+    yield store, SqliteLayerStore(store)
+    store.close()
+
+
+def memory(memory_id: str, content: str = "fact", at: float = 10.0) -> MemoryRecord:
+    return MemoryRecord(memory_id, "acme", MemoryType.PERSONA, content, valid_from=at,
+                        created_at=at, updated_at=at, mode=Mode.LLM)  # fmt: skip
+
+
+def test_session_state_counts_turns_past_the_cursor(
+    stores: tuple[SqliteStore, SqliteLayerStore],
+) -> None:
+    _, layers = stores
+    state = layers.session_state(SCOPE, "s1")
+    assert (state.cursor_seq, state.last_seq, state.pending_turns) == (0, 3, 3)
+    layers.commit_l1(SCOPE, L1Commit("s1", "task", 0, 2, 50.0, [memory("m1")]))
+    state = layers.session_state(SCOPE, "s1")
+    assert (state.cursor_seq, state.pending_turns, state.l1_runs) == (2, 1, 1)
+    assert state.last_l1_at == 50.0
+    assert [s.session for s in layers.sessions_with_pending_turns(10)] == ["s1"]
+    assert layers.tenant_state(SCOPE).memories_since_l3 == 1
+    assert layers.session_state(Scope("other"), "s1").pending_turns == 0  # tenants apart
+
+
+def test_a_refused_commit_writes_nothing(stores: tuple[SqliteStore, SqliteLayerStore]) -> None:
+    store, layers = stores
+    layers.commit_l1(SCOPE, L1Commit("s1", "a", 0, 1, 50.0, [memory("m1")]), Fence("k", 5))
+    cases = [
+        (L1Commit("s1", "b", 0, 2, 60.0, [memory("m2")]), None, LayerConflict),  # cursor moved
+        (L1Commit("s1", "c", 1, 2, 60.0, [memory("m3")], [Supersede("gone", "m3")]), None,
+         LayerConflict),
+        (L1Commit("s1", "d", 1, 2, 60.0, [memory("m1")]), None, LayerConflict),  # id exists
+        (L1Commit("s1", "a", 1, 2, 60.0, [memory("m4")]), None, LayerConflict),  # receipt
+        (L1Commit("s1", "e", 1, 2, 60.0, [memory("m5")]), Fence("k", 4), StaleFencingToken),
+    ]
+    for commit, fence, error in cases:
+        with pytest.raises(error):
+            layers.commit_l1(SCOPE, commit, fence)
+    assert [m.id for m in store.list_memories(SCOPE)] == ["m1"]
+    assert layers.session_state(SCOPE, "s1").cursor_seq == 1
+
+
+def test_merge_history_reaches_every_version(
+    stores: tuple[SqliteStore, SqliteLayerStore],
+) -> None:
+    store, layers = stores
+    pair = [memory("m1", "a"), memory("m2", "b")]
+    layers.commit_l1(SCOPE, L1Commit("s1", "a", 0, 1, 10.0, pair))
+    merged = memory("m3", "a and b", at=20.0)
+    links = [Supersede("m1", "m3"), Supersede("m2", "m3")]
+    layers.commit_l1(SCOPE, L1Commit("s1", "b", 1, 2, 20.0, [merged], links))
+
+    assert [m.id for m in layers.memory_history(SCOPE, "m1")] == ["m1", "m2", "m3"]
+    assert [m.id for m in layers.memory_history(SCOPE, "m3")] == ["m1", "m2", "m3"]
+    old = store.get_memory(SCOPE, "m2")
+    assert (old.valid_to, old.superseded_by) == (20.0, "m3")
+    with pytest.raises(NotFound):
+        layers.memory_history(Scope("other"), "m1")
+    changed, mark = layers.changed_memories(SCOPE, 0, 10)
+    assert [m.id for m in changed] == ["m3"] and mark == 3
+
+
+def test_profile_versions(stores: tuple[SqliteStore, SqliteLayerStore]) -> None:
+    _, layers = stores
+    layers.commit_l3(SCOPE, L3Commit("a", 1.0, Profile("acme", "v1 body", 1, 1.0, Mode.LLM)))
+    layers.commit_l3(SCOPE, L3Commit("b", 2.0, Profile("acme", "v2 body", 2, 2.0, Mode.LLM)))
+    current = layers.profile(SCOPE)
+    assert current is not None and current.body == "v2 body"
+    assert [p.version for p in layers.profile_history(SCOPE)] == [1, 2]
+    with pytest.raises(LayerConflict):
+        layers.commit_l3(SCOPE, L3Commit("c", 3.0, Profile("acme", "again", 2, 3.0, Mode.LLM)))

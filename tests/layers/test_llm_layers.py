@@ -1,0 +1,110 @@
+"""The layers through the scripted OpenAI-compatible server (real HTTP): the happy path, updates
+with history and `as_of`, and a repair round that fixes an unknown id."""
+
+from __future__ import annotations
+
+import json
+
+from stratamem.clock import ManualClock
+from stratamem.core import AsyncMemory
+from stratamem.domain import MemoryType, Mode, Scope
+from stratamem.layers.service import Run
+from stratamem.testing import Reply, ScriptedLLM
+from stratamem.testing.layers import install_layer_handlers
+
+from .conftest import START
+
+TURNS = [
+    {"role": "user", "speaker": "Maria", "text": "I'm a nurse and I live in Lisbon."},
+    {"role": "assistant", "text": "Nice to meet you, Maria."},
+    {"role": "user", "speaker": "Maria", "text": "I ran a half marathon yesterday."},
+]
+SCOPE = Scope("acme")
+
+
+async def test_happy_path_end_to_end(llm_memory: AsyncMemory, scripted_llm: ScriptedLLM) -> None:
+    install_layer_handlers(scripted_llm)
+    await llm_memory.capture("acme", "s1", TURNS)
+    result = await llm_memory.flush("acme", "s1")
+
+    assert [r.changed for r in result.l1] == [True, False] and result.l1[-1].skipped
+    assert result.l2 is not None and result.l2.changed
+    assert result.l3 is not None and result.l3.changed
+    memories = llm_memory.store.list_memories(SCOPE)
+    assert sorted(m.content for m in memories) == [
+        "Maria: I ran a half marathon yesterday.",
+        "Maria: I'm a nurse and I live in Lisbon.",
+    ]
+    assert {m.mode for m in memories} == {Mode.LLM}
+    assert {m.metadata["made_by"] for m in memories} == {"l1_extract@v1"}
+    turns = llm_memory.store.list_turns(SCOPE, "s1")
+    race = next(m for m in memories if m.type is MemoryType.EPISODIC)
+    assert race.source_turn_ids == (turns[2].id,)
+    assert race.activity_start == START - START % 86400  # the turn's day, resolved by the model
+    state = llm_memory.layers.session_state(SCOPE, "s1") if llm_memory.layers else None
+    assert state is not None and state.cursor_seq == 3
+
+    recall = await llm_memory.recall("acme", "marathon", include_turns=False)
+    assert "half marathon" in recall.context
+    assert "The user talks about: Life." in recall.stable
+    assert "- Life: What the user shares." in recall.stable
+    usage = scripted_llm.usage()
+    assert {stage: usage[stage]["calls"] for stage in ("L1", "L2", "L3")} == {
+        "L1": 1, "L2": 1, "L3": 1,
+    }  # fmt: skip
+    assert "L1-reconcile" not in usage  # nothing to reconcile against in an empty store
+
+
+async def test_update_keeps_the_old_version_for_history_and_as_of(
+    llm_memory: AsyncMemory, scripted_llm: ScriptedLLM, clock: ManualClock
+) -> None:
+    install_layer_handlers(scripted_llm)
+    await llm_memory.capture("acme", "s1", TURNS[:1])
+    await llm_memory.flush("acme", "s1")
+    before_move = clock.now()
+    clock.advance(86400)
+    old = llm_memory.store.list_memories(SCOPE)[0]
+
+    scripted_llm.push_for(
+        "L1-reconcile",
+        Reply.json({"decisions": [{"memory": "N1", "action": "update", "targets": ["E1"],
+                                   "content": "Maria is a nurse and lives in Porto."}]}),
+    )  # fmt: skip
+    moved = {"role": "user", "speaker": "Maria", "text": "I moved to Porto, still a nurse."}
+    await llm_memory.capture("acme", "s2", [moved])
+    result = await llm_memory.flush("acme", "s2")
+
+    assert result.l1[0].counts["update"] == 1
+    current = llm_memory.store.list_memories(SCOPE)
+    assert [m.content for m in current] == ["Maria is a nurse and lives in Porto."]
+    assert llm_memory.layers is not None
+    history = llm_memory.layers.memory_history(SCOPE, current[0].id)
+    assert [m.id for m in history] == [old.id, current[0].id]
+    assert history[0].valid_to == clock.now() and history[0].superseded_by == current[0].id
+    assert set(current[0].source_turn_ids) > set(old.source_turn_ids)
+
+    then = await llm_memory.search("acme", "nurse", layers=["L1"], as_of=before_move)
+    now = await llm_memory.search("acme", "nurse", layers=["L1"])
+    assert [h.text for h in then] == ["Maria: I'm a nurse and I live in Lisbon."]
+    assert [h.text for h in now] == ["Maria is a nurse and lives in Porto."]
+    shown = scripted_llm.calls("L1-reconcile")[0].messages[-1]["content"]
+    assert "EXISTING [E1]" in shown and old.id not in shown  # aliases, not ids
+
+
+async def test_an_unknown_id_is_repaired_once(
+    llm_memory: AsyncMemory, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    bad = {"memories": [{"type": "persona", "content": "Maria is a nurse.",
+                         "source_turn_ids": ["T9"]}]}  # fmt: skip
+    scripted_llm.push_for("L1", Reply.json(bad))
+    await llm_memory.capture("acme", "s1", TURNS[:1])
+    service = llm_memory.layer_service()
+    result = await service.run_l1(Run("acme", "task-1", "s1"))
+
+    assert result.changed
+    calls = scripted_llm.calls("L1")
+    assert len(calls) == 2
+    repair = calls[1].messages[-1]["content"]
+    assert "T9" in repair and "were not shown" in repair
+    assert json.loads(calls[1].messages[-2]["content"]) == bad

@@ -1,0 +1,254 @@
+"""The layers as pipeline executors: a real worker on the SQLite backend, a manual clock, the
+scripted LLM server. Capture → scheduler → L1 → (L2 timer) → L2 → L3 → recall; failures retry
+and end in a dead letter with the raw reply; a stale fence aborts without writing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from stratamem.clock import ManualClock
+from stratamem.core import AsyncMemory
+from stratamem.domain import Scope
+from stratamem.layers.executors import LayerExecutors, LayerScheduler, register_executors
+from stratamem.layers.service import LayerService
+from stratamem.llm import LLMClient
+from stratamem.pipeline.executors import ExecutionContext, ExecutorRegistry
+from stratamem.pipeline.settings import LockScope, PipelineSettings
+from stratamem.pipeline.sqlite_backend import SqliteBackend
+from stratamem.pipeline.task import Delivery, Task, TaskType
+from stratamem.pipeline.timers import l2_timer_key, lock_key_for
+from stratamem.pipeline.worker import Outcome, Worker
+from stratamem.store.base import Fence
+from stratamem.store.sqlite import SqliteStore
+from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
+from stratamem.testing.layers import install_layer_handlers, l1_reply
+
+from .conftest import llm_settings
+
+SCOPE = Scope("acme")
+LOCK_KEY = lock_key_for(Task(TaskType.L1, "acme", "s1"), LockScope.SESSION)
+TURNS = [
+    {"role": "user", "speaker": "Maria", "text": "I'm a nurse and I live in Lisbon."},
+    {"role": "user", "speaker": "Maria", "text": "I ran a half marathon yesterday."},
+]
+
+
+@dataclass
+class Rig:
+    memory: AsyncMemory
+    backend: SqliteBackend
+    worker: Worker
+    scheduler: LayerScheduler
+    clock: ManualClock
+
+    async def next(self, task_type: TaskType) -> Delivery:
+        """The next ready delivery, which must be of `task_type`."""
+        [delivery] = await self.backend.consume("c", count=1, block_ms=0, now=self.clock.now())
+        assert delivery.task.type is task_type
+        return delivery
+
+    async def run_next(self, task_type: TaskType) -> Outcome:
+        return await self.worker.handle(await self.next(task_type))
+
+
+async def _no_sleep(seconds: float) -> None:
+    await asyncio.sleep(0)
+
+
+@pytest.fixture
+async def rig(
+    llm_memory: AsyncMemory, tmp_path: Path, clock: ManualClock
+) -> AsyncIterator[Rig]:
+    backend = SqliteBackend(tmp_path / "pipeline.db")
+    settings = PipelineSettings(retry_limit=1, l2_delay_s=60)
+    registry = ExecutorRegistry()
+    register_executors(registry, llm_memory.layer_service(), backend)
+    worker = Worker(backend, registry, settings, clock=clock, name="w", sleep=_no_sleep)
+    scheduler = LayerScheduler(llm_memory.layer_service(), backend, clock)
+    yield Rig(llm_memory, backend, worker, scheduler, clock)
+    await backend.close()
+
+
+async def test_capture_to_recall_through_the_worker(rig: Rig, scripted_llm: ScriptedLLM) -> None:
+    install_layer_handlers(scripted_llm)
+    await rig.memory.capture("acme", "s1", TURNS)
+    [l1] = await rig.scheduler.tick()
+    assert l1.type is TaskType.L1 and await rig.scheduler.tick() == []  # requested once
+
+    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+    due_at, _ = await rig.backend.get_timer(l2_timer_key("acme", "s1")) or (None, None)
+    assert due_at == rig.clock.now() + 60
+    rig.clock.advance(60)
+    assert await rig.worker.pump_once() == 1
+    assert await rig.run_next(TaskType.L2) is Outcome.COMPLETED
+    assert await rig.run_next(TaskType.L3) is Outcome.COMPLETED  # the L2 changed scenes
+
+    recall = await rig.memory.recall("acme", "marathon", include_turns=False)
+    assert "half marathon" in recall.context
+    assert "- Life: What the user shares." in recall.stable
+    assert "The user talks about: Life." in recall.stable
+
+
+async def test_an_early_l2_rearms_its_timer(rig: Rig, scripted_llm: ScriptedLLM) -> None:
+    install_layer_handlers(scripted_llm)
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
+    await rig.run_next(TaskType.L1)
+    await rig.backend.enqueue(Task(TaskType.L2, "acme", "s1"), now=rig.clock.now())
+
+    assert await rig.run_next(TaskType.L2) is Outcome.SKIPPED
+    due_at, _ = await rig.backend.get_timer(l2_timer_key("acme", "s1")) or (None, None)
+    assert due_at == rig.clock.now() + rig.memory.layer_settings.l2_delay_s
+    assert "L2" not in scripted_llm.usage()
+
+
+async def test_a_failing_stage_retries_then_dead_letters_with_the_raw_reply(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    scripted_llm.on("L1", lambda request: Reply.text("Sorry, I can't help with that."))
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.scheduler.tick()
+
+    assert await rig.run_next(TaskType.L1) is Outcome.RETRIED
+    rig.clock.advance(PipelineSettings().retry_backoff_base_s)
+    assert await rig.worker.pump_once() == 1
+    assert await rig.run_next(TaskType.L1) is Outcome.DEAD
+
+    [dead] = await rig.backend.list_dead(limit=10)
+    assert "StageOutputRejected" in dead.error and "Sorry, I can't help" in dead.error
+    assert len(rig.memory.store.list_turns(SCOPE, "s1")) == 2
+    assert rig.memory.layers is not None
+    assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == 0
+    assert len(scripted_llm.calls("L1")) == 4  # two attempts, each with its repair round
+
+
+async def test_a_lock_taken_over_during_the_call_aborts_then_redelivery_writes_once(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    store = rig.memory.store
+    assert isinstance(store, SqliteStore)
+    taken = []
+
+    def take_over_once(request: RecordedRequest) -> Reply:
+        if not taken:  # another worker got the session's lock with a newer token
+            taken.append(True)
+            with store.writing(Fence(LOCK_KEY, 10**6)):
+                pass
+        return l1_reply(request)
+
+    install_layer_handlers(scripted_llm)
+    scripted_llm.on("L1", take_over_once)
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
+    delivery = await rig.next(TaskType.L1)
+    assert await rig.worker.handle(delivery) is Outcome.ABORTED
+    assert store.list_memories(SCOPE) == []
+
+    with store.writing(Fence(LOCK_KEY, 2 * 10**6)):
+        pass  # the fence table moves on; our next grant must be newer still
+    executors = LayerExecutors(rig.memory.layer_service())
+    # the task is delivered again (its delivery was never acknowledged) under a newer grant
+    ctx = ExecutionContext(delivery.task, LOCK_KEY, 3 * 10**6, rig.clock, 0.0)
+    assert (await executors.l1(ctx)).changed
+    again = await executors.l1(ctx)  # delivered once more after a crash before the ack
+    assert again.changed  # replayed from the receipt, so the cascade still runs
+    assert len(store.list_memories(SCOPE)) == 2
+
+
+async def test_flush_task_catches_up_then_cascades_to_l2_and_l3(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    rig.memory.layer_settings.max_batch_turns = 1  # two L1 batches inside one flush
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.backend.enqueue(Task(TaskType.FLUSH, "acme", "s1"), now=rig.clock.now())
+
+    assert await rig.run_next(TaskType.FLUSH) is Outcome.COMPLETED
+    assert len(scripted_llm.calls("L1")) == 2
+    assert await rig.run_next(TaskType.L2) is Outcome.COMPLETED  # forced: no delay
+    assert await rig.run_next(TaskType.L3) is Outcome.COMPLETED
+    assert rig.memory.layers is not None and rig.memory.layers.profile(SCOPE) is not None
+    assert await rig.worker.pump_once() == 1  # the cascade's L2 timer, due at once …
+    assert await rig.run_next(TaskType.L2) is Outcome.SKIPPED  # … finds it too soon, re-arms
+    assert len(scripted_llm.calls("L2")) == 1
+
+
+async def test_l3_is_enqueued_every_k_memories(rig: Rig, scripted_llm: ScriptedLLM) -> None:
+    install_layer_handlers(scripted_llm)
+    rig.memory.layer_settings.l3_every_memories = 2
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
+
+    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+    l3 = await rig.next(TaskType.L3)
+    assert l3.task.payload == {"reason": "memories", "session": "s1"}
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        (Reply.error(500, "model overloaded"), "LLMHTTPError"),
+        (Reply.held(Reply.json({"memories": []})), "LLMTimeout"),
+        (Reply.text('{"memories": [{"type": "persona"'), "StageOutputRejected"),
+    ],
+    ids=["http-500", "timeout", "truncated-json"],
+)
+async def test_every_failure_kind_ends_in_a_dead_letter(
+    rig: Rig, scripted_llm: ScriptedLLM, reply: Reply, error: str
+) -> None:
+    scripted_llm.on("L1", lambda request: reply)
+    short = LLMClient(llm_settings(scripted_llm, timeout_s=0.3, max_attempts=1))
+    assert rig.memory.layers is not None
+    service = LayerService(rig.memory.store, rig.memory.layers, llm=short)
+    registry = ExecutorRegistry()
+    register_executors(registry, service, rig.backend)
+    worker = Worker(rig.backend, registry, PipelineSettings(retry_limit=0), clock=rig.clock,
+                    name="w2", sleep=_no_sleep)  # fmt: skip
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
+
+    assert await worker.handle(await rig.next(TaskType.L1)) is Outcome.DEAD
+    [dead] = await rig.backend.list_dead(limit=10)
+    assert dead.error.startswith(error)
+    [failure] = rig.memory.layers.list_failures(SCOPE)
+    assert failure.stage == "L1" and failure.task_id == dead.task.id
+    if error == "LLMHTTPError":
+        assert "model overloaded" in failure.raws[0]
+    if error == "StageOutputRejected":
+        assert dead.error.endswith("""raw reply begins '{"memories": [{"type": "persona"'""")
+        assert failure.raws == ('{"memories": [{"type": "persona"',) * 2
+    assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == 0
+    assert len(rig.memory.store.list_turns(SCOPE, "s1")) == 2
+    await short.aclose()
+
+
+async def test_a_backlog_longer_than_a_batch_is_requested_again(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    rig.memory.layer_settings.max_batch_turns = 2
+    turns = [{"role": "user", "speaker": "Maria", "text": f"I visited city number {i}."}
+             for i in range(5)]  # fmt: skip
+    await rig.memory.capture("acme", "s1", turns)
+    for cursor, wait_s in ((2, 0.0), (4, 0.0), (5, 300.0)):
+        rig.clock.advance(wait_s)  # the last turn waits for the idle timeout (warm-up: 4 turns)
+        assert len(await rig.scheduler.tick()) == 1
+        assert await rig.scheduler.tick() == []  # in flight, nothing new
+        assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+        assert rig.memory.layers is not None
+        assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == cursor
+    assert await rig.scheduler.tick() == []
+
+
+async def test_a_request_left_unprocessed_is_made_again_when_stale(rig: Rig) -> None:
+    await rig.memory.capture("acme", "s1", TURNS)
+    assert len(await rig.scheduler.tick()) == 1
+    rig.clock.advance(3599)
+    assert await rig.scheduler.tick() == []  # still in flight
+    rig.clock.advance(2)
+    assert len(await rig.scheduler.tick()) == 1  # e.g. dead-lettered: asked for again

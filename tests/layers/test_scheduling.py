@@ -1,0 +1,52 @@
+"""Scheduling decisions: warm-up, idle timeout, idle window, L2 earliest time, L3 by count."""
+
+from __future__ import annotations
+
+from stratamem.layers import scheduling
+from stratamem.layers.scheduling import Trigger
+from stratamem.layers.settings import LayerSettings
+from stratamem.store.layers_base import SessionState, TenantState
+
+SETTINGS = LayerSettings(l1_every_turns=8, idle_timeout_s=300, idle_window_s=86400)
+NOW = 1_000_000.0
+
+
+def state(pending: int, runs: int = 0, quiet_s: float = 0.0) -> SessionState:
+    return SessionState("t", "s", cursor_seq=10, last_seq=10 + pending,
+                        last_turn_at=NOW - quiet_s, l1_runs=runs)  # fmt: skip
+
+
+def test_warm_up_doubles_to_the_cap() -> None:
+    assert [scheduling.l1_threshold(r, SETTINGS) for r in range(6)] == [1, 2, 4, 8, 8, 8]
+
+
+def test_l1_trigger_by_turns_idle_and_window() -> None:
+    assert scheduling.l1_trigger(state(1, runs=0), NOW, SETTINGS) is Trigger.TURNS
+    assert scheduling.l1_trigger(state(3, runs=2), NOW, SETTINGS) is None  # needs 4
+    assert scheduling.l1_trigger(state(4, runs=2), NOW, SETTINGS) is Trigger.TURNS
+    assert scheduling.l1_trigger(state(3, runs=2, quiet_s=300), NOW, SETTINGS) is Trigger.IDLE
+    assert scheduling.l1_trigger(state(30, runs=5, quiet_s=86401), NOW, SETTINGS) is None
+    assert scheduling.l1_trigger(state(0), NOW, SETTINGS) is None
+
+
+def test_l2_earliest_is_the_later_of_delay_and_min_interval() -> None:
+    settings = LayerSettings(l2_delay_s=60, l2_min_interval_s=300)
+    fresh = SessionState("t", "s", last_l1_at=NOW)
+    assert scheduling.l2_earliest(fresh, TenantState("t"), settings) == NOW + 60
+    recent_l2 = TenantState("t", last_l2_at=NOW - 100)
+    assert scheduling.l2_earliest(fresh, recent_l2, settings) == NOW + 200
+    old_l2 = TenantState("t", last_l2_at=NOW - 1000)
+    assert scheduling.l2_earliest(fresh, old_l2, settings) == NOW + 60
+
+
+def test_l3_every_k_memories() -> None:
+    settings = LayerSettings(l3_every_memories=5)
+    assert not scheduling.l3_due_by_count(TenantState("t", memories_since_l3=4), settings)
+    assert scheduling.l3_due_by_count(TenantState("t", memories_since_l3=5), settings)
+
+
+def test_due_l1_lists_sessions_with_their_trigger() -> None:
+    due = scheduling.due_l1([state(1), state(3, runs=2)], NOW, SETTINGS)
+    assert [(d.session, d.trigger, d.cursor_seq, d.upto_seq) for d in due] == [
+        ("s", Trigger.TURNS, 10, 11)
+    ]

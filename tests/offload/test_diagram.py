@@ -1,0 +1,160 @@
+"""offload-l2: validated Mermaid, line-range edits, ids checked, orphans, fencing, size bounds."""
+
+from __future__ import annotations
+
+import pytest
+
+from stratamem.domain import Scope
+from stratamem.errors import StaleFencingToken
+from stratamem.llm import LLMOutputInvalid
+from stratamem.offload import ToolPair
+from stratamem.offload.l1_summaries import run_l1
+from stratamem.offload.l2_diagram import ORPHAN_NODE, run_l2
+from stratamem.offload.mermaid import Edit, InvalidDiagram, apply_edits, validate
+from stratamem.offload.schedule import l2_timer_key
+from stratamem.store.base import Fence
+from stratamem.testing import Reply, ScriptedLLM
+
+from . import model
+from .conftest import Rig
+
+T, S = "acme", "sess-1"
+FLOW = 'flowchart TD\n    a["Read code"] --> b["Change code"]'
+
+
+async def session_with_entries(rig: Rig, scripted_llm: ScriptedLLM, count: int = 2) -> str:
+    scripted_llm.on("offload-l1", model.summaries)
+    t0 = rig.clock.now()
+    mark = await rig.offload.user_message(T, S, "Fix the parser", timestamp=t0)
+    scripted_llm.push_for("offload-l15", model.judgment("Fix the parser"))
+    await rig.run()
+    pairs = [ToolPair(f"c{i}", "grep", {}, f"hit {i}", t0 + 1 + i) for i in range(count)]
+    await rig.offload.ingest(T, S, pairs)
+    await run_l1(rig.offload.deps, T, S)
+    task_id = rig.store.get_mark(Scope(T), S, mark).task_id
+    assert task_id is not None
+    return task_id
+
+
+def reply(rewrite: str | None, mapping: dict[str, str], edits: list[dict[str, object]]) -> Reply:
+    items = [{"call_id": c, "node": n} for c, n in mapping.items()]
+    return Reply.json({"rewrite": rewrite, "edits": edits, "mapping": items})
+
+
+async def test_rewrite_then_line_range_edits(rig: Rig, scripted_llm: ScriptedLLM) -> None:
+    await session_with_entries(rig, scripted_llm, 1)
+    scripted_llm.push_for("offload-l2", reply(FLOW, {"c0": "a"}, []))
+    assert (await run_l2(rig.offload.deps, T, S)).mapped == 1
+    pair = ToolPair("c5", "pytest", {}, "2 failed", rig.clock.now() + 5)
+    await rig.offload.ingest(T, S, [pair])
+    await run_l1(rig.offload.deps, T, S)
+    edit = {"start": 3, "end": 2, "lines": ['b --> c["Run tests"]']}
+    scripted_llm.push_for("offload-l2", reply(None, {"c5": "c"}, [edit]))
+    outcome = await run_l2(rig.offload.deps, T, S)
+    assert outcome.mapped == 1 and outcome.leftover == 0
+    [diagram] = (await rig.offload.diagrams(T, S)).diagrams
+    assert diagram.mermaid == FLOW + '\n    b --> c["Run tests"]' and diagram.version == 2
+    numbered = scripted_llm.calls("offload-l2")[1].messages[1]["content"]
+    assert '  2 |     a["Read code"] --> b["Change code"]' in numbered
+    assert {e.call_id: e.node_id for e in await rig.offload.entries(T, S)} == {
+        "c0": "a",
+        "c5": "c",
+    }
+
+
+async def test_invalid_diagrams_and_unknown_ids_are_repaired_once(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    await session_with_entries(rig, scripted_llm, 2)
+    scripted_llm.push_for(
+        "offload-l2",
+        reply('flowchart TD\n  a["x"] --> b\n  click a "javascript:alert(1)"', {"c0": "a"}, []),
+        reply(FLOW, {"c0": "a", "c1": "b"}, []),
+    )
+    assert (await run_l2(rig.offload.deps, T, S)).mapped == 2
+    repair = scripted_llm.calls("offload-l2")[1].messages[-1]["content"]
+    assert "line 3 is not a node or edge statement" in repair
+
+    pair = ToolPair("c7", "ls", {}, "files", rig.clock.now() + 9)
+    await rig.offload.ingest(T, S, [pair])
+    await run_l1(rig.offload.deps, T, S)
+    bad_node = reply(FLOW, {"c7": "zzz"}, [])
+    bad_call = reply(FLOW, {"c0": "a", "c7": "a"}, [])  # c0 was not among the new calls
+    scripted_llm.push_for("offload-l2", bad_node, bad_call)
+    with pytest.raises(LLMOutputInvalid):
+        await run_l2(rig.offload.deps, T, S)
+    [diagram] = (await rig.offload.diagrams(T, S)).diagrams
+    assert diagram.version == 1  # nothing written
+    assert [e.call_id for e in rig.store.unmapped_entries(Scope(T), S)] == ["c7"]
+
+
+async def test_unmapped_leftovers_rearm_then_become_orphans(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    await session_with_entries(rig, scripted_llm, 2)
+    scripted_llm.on("offload-l2", lambda request: reply(FLOW, {"c0": "a"}, []))
+    outcome = await run_l2(rig.offload.deps, T, S)
+    assert outcome.leftover == 1
+    assert rig.runner.timers()[l2_timer_key(T, S)] == rig.clock.now() + 120
+
+    rig.clock.advance(rig.offload.deps.settings.orphan_max_age_s)
+    outcome = await run_l2(rig.offload.deps, T, S)
+    assert outcome.orphaned == 1 and outcome.leftover == 0
+    entries = {e.call_id: e.node_id for e in await rig.offload.entries(T, S)}
+    assert entries == {"c0": "a", "c1": ORPHAN_NODE}
+    [diagram] = (await rig.offload.diagrams(T, S)).diagrams
+    validate(diagram.mermaid, 120, 6000)
+    assert diagram.mermaid.count(ORPHAN_NODE) == 1
+
+
+async def test_a_stale_fence_cannot_write_a_diagram(rig: Rig, scripted_llm: ScriptedLLM) -> None:
+    await session_with_entries(rig, scripted_llm, 1)
+    scripted_llm.on("offload-l2", model.diagram)
+    key = f"diagram/{T}/{S}"
+    await run_l2(rig.offload.deps, T, S, Fence(key, 7))
+    pair = ToolPair("c3", "ls", {}, "x", rig.clock.now() + 3)
+    await rig.offload.ingest(T, S, [pair])
+    await run_l1(rig.offload.deps, T, S)
+    with pytest.raises(StaleFencingToken):
+        await run_l2(rig.offload.deps, T, S, Fence(key, 6))
+    assert [e.call_id for e in rig.store.unmapped_entries(Scope(T), S)] == ["c3"]
+
+
+async def test_offline_diagrams_say_they_need_the_llm(offline_rig: Rig) -> None:
+    outcome = await run_l2(offline_rig.offload.deps, T, S)
+    assert outcome.note is not None and "STRATAMEM_LLM_BASE_URL" in outcome.note
+
+
+def test_mermaid_bounds_and_edits() -> None:
+    long = "flowchart TD\n" + "\n".join(f"n{i} --> n{i + 1}" for i in range(30))
+    with pytest.raises(InvalidDiagram, match="at most 10 lines"):
+        validate(long, 10, 6000)
+    with pytest.raises(InvalidDiagram, match="200 characters are kept"):
+        validate(long, 100, 200)
+    for bad in ("graph XY\na", "flowchart TD\na[<b>x</b>]", "flowchart TD\nend", "a --> b"):
+        with pytest.raises(InvalidDiagram):
+            validate(bad, 50, 5000)
+    text, nodes = validate("graph LR\n a -->|why| b((B)) -.-> c{C}\n subgraph s\n d\n end", 9, 999)
+    assert nodes == {"a", "b", "c", "d"} and text.startswith("graph LR\n    a -->|why|")
+    assert apply_edits("a\nb\nc", [Edit(2, 3, ("x",)), Edit(1, 0, ("h",))]) == "h\na\nx"
+    with pytest.raises(InvalidDiagram, match="outside"):
+        apply_edits("a", [Edit(3, 3, ())])
+    with pytest.raises(InvalidDiagram, match="overlaps"):
+        apply_edits("a\nb\nc", [Edit(1, 2, ()), Edit(2, 3, ())])
+
+
+async def test_a_rewrite_may_not_drop_nodes_in_use(rig: Rig, scripted_llm: ScriptedLLM) -> None:
+    await session_with_entries(rig, scripted_llm, 1)
+    scripted_llm.push_for("offload-l2", reply(FLOW, {"c0": "a"}, []))
+    await run_l2(rig.offload.deps, T, S)
+    await rig.offload.ingest(T, S, [ToolPair("c4", "ls", {}, "x", rig.clock.now() + 4)])
+    await run_l1(rig.offload.deps, T, S)
+    scripted_llm.push_for(
+        "offload-l2",
+        reply('flowchart TD\n    b["Change code"]', {"c4": "b"}, []),
+        reply(FLOW, {"c4": "b"}, []),
+    )
+    assert (await run_l2(rig.offload.deps, T, S)).mapped == 1
+    first, repair = scripted_llm.calls("offload-l2")[1:]
+    assert "MUST STAY (earlier calls are mapped to them): a" in first.messages[1]["content"]
+    assert "mapped to nodes it removed: ['a']" in repair.messages[-1]["content"]

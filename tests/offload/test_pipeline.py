@@ -1,0 +1,180 @@
+"""The offload stages as pipeline executors on both backends (SQLite, the local Redis): retries,
+dead letters and requeues lose nothing; offload-l2 writes under its lock's fencing token."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from stratamem.clock import ManualClock
+from stratamem.domain import Scope
+from stratamem.llm import LLMClient
+from stratamem.offload import Offload, ToolPair
+from stratamem.offload.executors import PipelineScheduler, register_executors
+from stratamem.pipeline.backend import PipelineBackend
+from stratamem.pipeline.executors import ExecutorRegistry
+from stratamem.pipeline.redis_backend import RedisBackend
+from stratamem.pipeline.runner import load_registry
+from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.sqlite_backend import SqliteBackend
+from stratamem.pipeline.task import TaskType
+from stratamem.pipeline.timers import offload_l2_timer_key
+from stratamem.pipeline.worker import Outcome, Worker
+from stratamem.store.sqlite import SqliteStore
+from stratamem.store.sqlite.offload import SqliteOffloadStore
+from stratamem.testing import Reply, ScriptedLLM
+
+from . import model
+
+T, S = "acme", "sess-1"
+
+
+async def never(_seconds: float) -> None:
+    """The worker's keeper waits here; executors finish first, then it is cancelled."""
+    await asyncio.Event().wait()
+
+
+@dataclass
+class Pipe:
+    offload: Offload
+    worker: Worker
+    backend: PipelineBackend
+    store: SqliteOffloadStore
+    clock: ManualClock
+
+    async def step(self) -> Outcome | None:
+        """Fire due timers, then handle one ready task (None when the queue is empty)."""
+        await self.worker.pump_once()
+        now = self.clock.now()
+        got = await self.backend.consume("test", count=1, block_ms=0, now=now)
+        return await self.worker.handle(got[0]) if got else None
+
+    def entries(self) -> int:
+        return len(self.store.list_entries(Scope(T), S))
+
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def open_backend(kind: str, tmp_path: Path) -> PipelineBackend:
+    if kind == "sqlite":
+        return SqliteBackend(tmp_path / "pipeline.db")
+    return RedisBackend(REDIS_URL, prefix=f"test-offload:{uuid.uuid4().hex}:")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+async def pipe(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    sqlite_store: SqliteStore,
+    llm: LLMClient,
+    clock: ManualClock,
+) -> AsyncIterator[Pipe]:
+    backend = open_backend(request.param, tmp_path)
+    store = SqliteOffloadStore(sqlite_store)
+    offload = Offload(store, PipelineScheduler(backend, clock), llm=llm, clock=clock)
+    registry = ExecutorRegistry()
+    register_executors(registry, offload)
+    settings = PipelineSettings(retry_limit=1)
+    worker = Worker(backend, registry, settings, clock=clock, name="w", sleep=never)
+    yield Pipe(offload, worker, backend, store, clock)
+    if isinstance(backend, RedisBackend):
+        await backend.drop_all()
+    await backend.close()
+
+
+def batch(t0: float, count: int = 8) -> list[ToolPair]:
+    return [ToolPair(f"c{i}", "grep", {}, f"hit {i}\n" * 40, t0 + i) for i in range(count)]
+
+
+async def test_a_failed_summary_call_is_retried_and_loses_nothing(
+    pipe: Pipe, scripted_llm: ScriptedLLM
+) -> None:
+    scripted_llm.push_for("offload-l1", Reply.error(500, "overloaded"))
+    scripted_llm.on("offload-l1", model.summaries)
+    assert (await pipe.offload.ingest(T, S, batch(pipe.clock.now()))).enqueued
+    assert await pipe.step() is Outcome.RETRIED
+    assert pipe.entries() == 0
+    assert await pipe.step() is None  # the retry waits for its backoff
+    pipe.clock.advance(5)
+    assert await pipe.step() is Outcome.COMPLETED
+    assert pipe.entries() == 8
+
+
+async def test_a_dead_lettered_task_is_requeued_and_loses_nothing(
+    pipe: Pipe, scripted_llm: ScriptedLLM
+) -> None:
+    scripted_llm.push_for("offload-l1", Reply.error(500), Reply.error(503))
+    scripted_llm.on("offload-l1", model.summaries)
+    await pipe.offload.ingest(T, S, batch(pipe.clock.now()))
+    assert await pipe.step() is Outcome.RETRIED
+    pipe.clock.advance(5)
+    assert await pipe.step() is Outcome.DEAD
+    [dead] = await pipe.backend.list_dead(limit=10)
+    assert dead.task.type is TaskType.OFFLOAD_L1 and "503" in dead.error
+    assert pipe.entries() == 0  # the pairs wait in the store, unclaimed
+    await pipe.backend.requeue_dead(dead.id, now=pipe.clock.now())
+    assert await pipe.step() is Outcome.COMPLETED
+    assert pipe.entries() == 8
+
+
+async def test_the_whole_flow_on_the_pipeline_with_a_fenced_diagram(
+    pipe: Pipe, scripted_llm: ScriptedLLM, sqlite_store: SqliteStore
+) -> None:
+    scripted_llm.on("offload-l1", model.summaries)
+    scripted_llm.on("offload-l2", model.diagram)
+    scripted_llm.push_for("offload-l15", model.judgment("Find the bug"))
+    t0 = pipe.clock.now()
+    await pipe.offload.user_message(T, S, "Find the bug", timestamp=t0)
+    await pipe.offload.ingest(T, S, batch(t0 + 1))
+    outcomes = [await pipe.step(), await pipe.step()]
+    assert outcomes == [Outcome.COMPLETED, Outcome.COMPLETED]
+    assert (await pipe.backend.get_timer(offload_l2_timer_key(T, S))) is not None
+    pipe.clock.advance(1)
+    assert await pipe.step() is Outcome.COMPLETED  # offload-l2, fired by its timer
+    [diagram] = (await pipe.offload.diagrams(T, S)).diagrams
+    assert diagram.version == 1 and all(e.node_id for e in await pipe.offload.entries(T, S))
+    key = f"diagram/{T}/{S}"
+    assert sqlite_store.newest_fence(key) == await pipe.backend.fence_token(key) > 0
+
+
+def test_the_worker_factory_registers_the_offload_executors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRATAMEM_DATA_DIR", str(tmp_path))
+    for name in ("STRATAMEM_LLM_BASE_URL", "STRATAMEM_LLM_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    registry = load_registry("stratamem.offload.executors:worker_registry")
+    assert {TaskType.OFFLOAD_L1, TaskType.OFFLOAD_L15, TaskType.OFFLOAD_L2} <= set(
+        registry.types()
+    )
+    assert (tmp_path / "stratamem.db").exists()
+
+
+async def test_purged_dead_letters_lose_nothing_either(
+    pipe: Pipe, scripted_llm: ScriptedLLM
+) -> None:
+    scripted_llm.push_for("offload-l1", Reply.error(500), Reply.error(500))
+    scripted_llm.push_for("offload-l15", Reply.error(500), Reply.error(500))
+    scripted_llm.on("offload-l1", model.summaries)
+    scripted_llm.on("offload-l15", lambda request: model.judgment("Search"))
+    mark = await pipe.offload.user_message(T, S, "Search the logs", timestamp=pipe.clock.now())
+    await pipe.offload.ingest(T, S, batch(pipe.clock.now() + 1))
+    outcomes = [await pipe.step(), await pipe.step()]
+    pipe.clock.advance(5)
+    outcomes += [await pipe.step(), await pipe.step()]
+    assert outcomes.count(Outcome.DEAD) == 2
+    assert await pipe.backend.purge_dead() == 2
+
+    again = await pipe.offload.resubmit(T, S)
+    assert again.pending_pairs == 8 and again.unjudged == (mark,)
+    while await pipe.step() is not None:
+        pass
+    assert pipe.entries() == 8
+    assert pipe.store.get_mark(Scope(T), S, mark).judged
+    assert (await pipe.offload.resubmit(T, S)).pending_pairs == 0
