@@ -120,11 +120,22 @@ def test_out_writes_markdown_and_chart(tmp_path: Path) -> None:
     assert "R@10" in result.output
 
 
-@pytest.mark.parametrize("mode", ["offline", "llm"])
-def test_layer_modes_fail_clearly_until_the_layers_exist(mode: str) -> None:
-    result = run_cli("--mode", mode)
+def test_offline_mode_runs_the_layers_and_counts_memories_by_provenance() -> None:
+    result = run_cli("--mode", "offline", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["mode"] == "offline"
+    assert report["layers_s"] >= 0.0
+    assert report["questions"] == 9
+    assert report["per_category"]["4"]["recall_at_k"]["20"] == 1.0
+
+
+def test_llm_mode_without_an_endpoint_says_what_to_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STRATAMEM_LLM_BASE_URL", raising=False)
+    monkeypatch.delenv("STRATAMEM_LLM_MODEL", raising=False)
+    result = run_cli("--mode", "llm")
     assert result.exit_code == 5
-    assert "memory layers" in result.output
+    assert "STRATAMEM_LLM_BASE_URL" in result.output
 
 
 def test_bad_k_is_refused() -> None:

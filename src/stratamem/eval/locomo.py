@@ -50,7 +50,8 @@ async def evaluate_locomo(request: LocomoRequest) -> dict[str, Any]:
     check(request)
     samples = locomo.load(request.data)[: request.limit_samples]
     selection = select(samples)
-    llm = LLMClient(LLMSettings()) if request.qa else None
+    wants_llm = request.qa or request.options.mode == "llm"
+    llm = LLMClient(LLMSettings()) if wants_llm else None
     try:
         run = await run_stratamem(samples, selection.probes, request.options, llm=llm)
     finally:

@@ -56,7 +56,7 @@ def _footer(summary: dict[str, Any]) -> str:
         f" p95 {summary['query_embed_p95_ms']:.1f} ms; retrieval alone p50"
         f" {summary['retrieval_p50_ms']:.1f} ms, p95 {summary['retrieval_p95_ms']:.1f} ms);"
         f" ingest {summary['ingest_s']:.1f} s (capture {summary['capture_s']:.1f} s,"
-        f" embed {summary['embed_s']:.1f} s)"
+        f" embed {summary['embed_s']:.1f} s, layers {summary.get('layers_s', 0.0):.1f} s)"
     )
 
 

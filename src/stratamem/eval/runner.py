@@ -22,7 +22,7 @@ from stratamem.eval.ingest import Ingested, Timer, ingest_sample
 from stratamem.eval.metrics import QuestionResult, summarise
 from stratamem.eval.qa import QAResult, answer_and_judge, qa_summary
 from stratamem.eval.questions import Probe
-from stratamem.llm import LLM
+from stratamem.llm import LLM, LLMSettings
 
 #: `raw`: search the captured turns. `offline` / `llm`: run the memory layers first.
 MODES = ("raw", "offline", "llm")
@@ -46,6 +46,7 @@ class SystemRun:
     turns: int = 0
     capture_s: float = 0.0
     embed_s: float = 0.0
+    layers_s: float = 0.0
     qa: list[QAResult] = field(default_factory=list)
     qa_usage: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -56,21 +57,22 @@ class SystemRun:
         summary.update(
             system=self.name,
             turns=self.turns,
-            ingest_s=round(self.capture_s + self.embed_s, 3),
+            ingest_s=round(self.capture_s + self.embed_s + self.layers_s, 3),
             capture_s=round(self.capture_s, 3),
             embed_s=round(self.embed_s, 3),
+            layers_s=round(self.layers_s, 3),
         )
         return summary
 
 
 def require_mode(mode: str) -> None:
-    """Fail clearly for a mode this build cannot run."""
+    """Fail clearly for a mode this configuration cannot run."""
     if mode not in MODES:
         raise InvalidInput(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
-    if mode != "raw":
+    if mode == "llm" and not LLMSettings().configured:
         raise Unavailable(
-            f"mode {mode!r} needs the memory layers (L1 extraction), which are not available"
-            " in this build yet: use --mode raw"
+            "mode 'llm' runs the memory layers with an LLM: set STRATAMEM_LLM_BASE_URL and"
+            " STRATAMEM_LLM_MODEL (any OpenAI-compatible chat API), or use --mode offline"
         )
 
 
@@ -132,17 +134,30 @@ async def _run_sample(
         settings = asker.options.settings.model_copy(
             update={"data_dir": Path(tmp), "background_embedding": False}
         )
-        memory = AsyncMemory.open(settings, embedder=asker.embedder)
+        layers_llm = asker.llm if asker.options.mode == "llm" else None
+        memory = AsyncMemory.open(settings, embedder=asker.embedder, llm=layers_llm)
         try:
             ingested = await ingest_sample(memory, sample, asker.timer)
             run.turns += ingested.turns
             run.capture_s += ingested.capture_s
             run.embed_s += ingested.embed_s
+            if asker.options.mode != "raw":
+                run.layers_s += await run_layers(memory, sample, asker.timer)
             context = _Sample(memory, ingested, " and ".join(sample.speakers))
             for probe in probes:
                 await asker.ask(context, probe, run)
         finally:
             await memory.aclose()
+
+
+async def run_layers(memory: AsyncMemory, sample: Sample, timer: Timer) -> float:
+    """Flush every session through the memory layers (L1, L2, L3), embed what they made, and
+    return the seconds it took."""
+    started = timer()
+    for session in sample.sessions:
+        await memory.flush(sample.sample_id, session)
+    await memory.embed_pending()
+    return timer() - started
 
 
 @dataclass(slots=True)

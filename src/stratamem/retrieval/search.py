@@ -103,7 +103,21 @@ def _fused_hits(
         for f in fused
         if (f.layer, f.id) in loaded  # else deleted between search and load
     ]
-    return prefer_named_speaker(request.query, hits)[: request.k]
+    return without_repeats(prefer_named_speaker(request.query, hits))[: request.k]
+
+
+def without_repeats(hits: Sequence[Hit]) -> list[Hit]:
+    """Drop a hit whose turns are all covered by better hits: a turn already in the list, or a
+    memory drawn only from turns already in it (the offline L1 makes one per sentence)."""
+    kept: list[Hit] = []
+    covered: set[str] = set()
+    for hit in hits:
+        turns = {hit.id} if hit.layer is Layer.L0 else set(hit.source_turn_ids)
+        if turns and turns <= covered:
+            continue
+        kept.append(hit)
+        covered |= turns
+    return kept
 
 
 def _candidate_lists(
