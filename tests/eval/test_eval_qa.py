@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from stratamem.cli.main import cli
 from stratamem.eval.qa import ANSWER_STAGE, JUDGE_STAGE, locomo_f1, token_f1
 from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
+from stratamem.testing.layers import install_layer_handlers
 
 SAMPLE = Path(__file__).parent.parent / "data" / "locomo_sample.json"
 
@@ -72,3 +73,21 @@ def test_locomo_f1_scores_lists_part_by_part_and_keeps_the_first_open_domain_par
     assert locomo_f1("turtles, a dog", "a dog, turtles", 1) == 1.0
     assert locomo_f1("turtles", "a dog, turtles", 1) == 0.5
     assert locomo_f1("likely yes", "likely yes; because he rows", 3) == 1.0
+
+
+def test_llm_mode_runs_the_layers_through_the_endpoint(
+    scripted_llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRATAMEM_LLM_BASE_URL", scripted_llm.base_url)
+    monkeypatch.setenv("STRATAMEM_LLM_MODEL", "scripted")
+    install_layer_handlers(scripted_llm)
+    result = CliRunner().invoke(
+        cli,
+        ["--embedder", "none", "eval", "locomo", "--data", str(SAMPLE), "--mode", "llm", "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["mode"] == "llm" and report["questions"] == 9
+    assert scripted_llm.calls("L1")
+    assert "qa" not in report  # no --qa: nothing answered
+    assert report["llm_usage"]["L1"]["calls"] >= 1

@@ -53,7 +53,9 @@ async def evaluate_locomo(request: LocomoRequest) -> dict[str, Any]:
     wants_llm = request.qa or request.options.mode == "llm"
     llm = LLMClient(LLMSettings()) if wants_llm else None
     try:
-        run = await run_stratamem(samples, selection.probes, request.options, llm=llm)
+        run = await run_stratamem(
+            samples, selection.probes, request.options, llm=llm, answer=request.qa
+        )
     finally:
         if llm is not None:
             await llm.aclose()

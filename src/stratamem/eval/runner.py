@@ -48,12 +48,14 @@ class SystemRun:
     embed_s: float = 0.0
     layers_s: float = 0.0
     qa: list[QAResult] = field(default_factory=list)
-    qa_usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    llm_usage: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def summary(self, ks: Sequence[int]) -> dict[str, Any]:
         summary = summarise(self.results, ks)
         if self.qa:
-            summary["qa"] = qa_summary(self.qa, self.qa_usage)
+            summary["qa"] = qa_summary(self.qa, self.llm_usage)
+        if self.llm_usage:
+            summary["llm_usage"] = self.llm_usage
         summary.update(
             system=self.name,
             turns=self.turns,
@@ -108,9 +110,11 @@ async def run_stratamem(
     options: EvalOptions,
     timer: Timer = time.perf_counter,
     llm: LLM | None = None,
+    answer: bool = False,
 ) -> SystemRun:
-    """Ingest each sample into its own temporary store and search every probe of it; with
-    `llm`, also answer each probe from its hits and judge the answer."""
+    """Ingest each sample into its own temporary store and search every probe of it. `llm`
+    runs the layers in mode `llm`; with `answer`, it also answers each probe from its hits and
+    judges the answer."""
     require_mode(options.mode)
     embedder = open_embedder(options.embedder, options.settings)
     shared = None if embedder is None else _Shared(embedder, timer)
@@ -118,12 +122,13 @@ async def run_stratamem(
     try:
         for sample in samples:
             mine = [p for p in probes if p.sample_id == sample.sample_id]
-            await _run_sample(sample, mine, _Asker(options, timer, shared, llm), run)
+            asker = _Asker(options, timer, shared, llm, answer and llm is not None)
+            await _run_sample(sample, mine, asker, run)
     finally:
         if embedder is not None:
             await embedder.aclose()
     if llm is not None:
-        run.qa_usage = llm.usage.snapshot()
+        run.llm_usage = llm.usage.snapshot()
     return run
 
 
@@ -177,6 +182,7 @@ class _Asker:
     timer: Timer
     embedder: _Shared | None
     llm: LLM | None
+    answer: bool
 
     async def ask(self, sample: _Sample, probe: Probe, run: SystemRun) -> None:
         """Search `probe` (timed, the query embedding apart), score it, and answer it."""
@@ -189,7 +195,7 @@ class _Asker:
         latency_ms = (self.timer() - started) * 1000.0
         embed_ms = 0.0 if self.embedder is None else (self.embedder.spent_s - embedded_s) * 1e3
         run.results.append(_result(probe, hits, sample.dialogue, latency_ms, embed_ms))
-        if self.llm is not None:
+        if self.answer and self.llm is not None:
             run.qa.append(
                 await answer_and_judge(
                     self.llm, question.question, question.answer, question.category, hits,
