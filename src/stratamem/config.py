@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     max_turn_chars: int = Field(
         100_000, ge=1, description="Longest message text accepted by capture."
     )
-    rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant.")
+    rrf_k: int = Field(30, ge=1, description="Reciprocal rank fusion constant.")
     candidates_per_retriever: int = Field(
         50, ge=1, le=1000, description="Candidates each retriever contributes before fusion."
     )

@@ -67,6 +67,10 @@ class StageOutputRejected(LayerError):
         self.raws = raws
 
 
+class Unavailable(ConfigError):
+    """A feature that was asked for is not available in this build or configuration."""
+
+
 class AlreadyExists(InvalidInput):
     """The caller asked to create something that exists already; nothing was changed."""
 

@@ -89,7 +89,8 @@ def test_rare_and_common_words_both_stay_in_tenant(store: Store) -> None:
         store.add_turns(
             scope,
             [turn(f"t{i}", f"common words number {i}", tenant=scope.tenant) for i in range(30)]
-            + [turn("rare", f"an okapi at {scope.tenant}", tenant=scope.tenant)],
+            # In a session of its own: a turn is also found by its neighbours' words.
+            + [turn("rare", f"an okapi at {scope.tenant}", session="s2", tenant=scope.tenant)],
         )
     common = store.search_text(A, Layer.L0, "common words", Filters(), 100)
     assert len(common) == 30

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stratamem.cli import memory_cmds, offload_cmds, service_cmds
+from stratamem.cli import eval_cmds, memory_cmds, offload_cmds, service_cmds
 from stratamem.cli.layers_cmds import LAYER_COMMANDS
 from stratamem.cli.pipeline_cmds import bench, pipeline, worker
 
@@ -45,6 +45,7 @@ for command in (
     bench,
 ):
     cli.add_command(command)
+cli.add_command(eval_cmds.eval_group)
 
 
 for command in LAYER_COMMANDS:

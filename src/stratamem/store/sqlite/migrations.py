@@ -8,6 +8,7 @@ import time
 from stratamem.errors import StoreError
 from stratamem.store.sqlite.layer_schema import LAYER_MIGRATIONS
 from stratamem.store.sqlite.migration import Migration
+from stratamem.store.sqlite.turn_context import turn_context_sql
 
 _FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 # The full-text tables index a scope column too: the tenant's token (`scope.py`) and, for
@@ -214,6 +215,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "turns with full-text index", M001_TURNS),
     Migration(2, "memories with full-text index", M002_MEMORIES),
     Migration(3, "meta and fencing tokens", M003_META),
+    Migration(4, "turns indexed with neighbours and date", turn_context_sql(_FTS_TOKENIZER)),
     *LAYER_MIGRATIONS,
     Migration(20, "context offload: tool pairs, entries, refs, boundaries, tasks", M020_OFFLOAD),
     Migration(30, "service tenants and hashed API keys", M030_TENANTS),

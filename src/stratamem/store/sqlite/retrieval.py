@@ -10,6 +10,7 @@ import numpy as np
 from stratamem.domain import Layer
 from stratamem.retrieval.fts_query import match_expression
 from stratamem.store.base import Candidate, Filters
+from stratamem.store.sqlite import turn_context
 from stratamem.store.sqlite.filters import filter_sql
 from stratamem.store.sqlite.scope import scope_match
 from stratamem.store.vectors import VectorCache
@@ -17,8 +18,8 @@ from stratamem.store.vectors import VectorCache
 TABLES = {Layer.L0: "turns", Layer.L1: "memories"}
 # Columns a query's words are matched against, and the BM25 weights of every column (the scope
 # column last, weighted 0: it only selects).
-TEXT_COLUMNS = {Layer.L0: "text speaker", Layer.L1: "content"}
-RANKING = {Layer.L0: "bm25(1.0, 0.5, 0.0)", Layer.L1: "bm25(1.0, 0.0)"}
+TEXT_COLUMNS = {Layer.L0: turn_context.TEXT_COLUMNS, Layer.L1: "content"}
+RANKING = {Layer.L0: turn_context.RANKING, Layer.L1: "bm25(1.0, 0.0)"}
 # How many vector neighbours to take before filtering, per wanted result.
 _OVERFETCH = 4
 
