@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -11,10 +14,12 @@ import httpx
 import pytest
 
 from stratamem.domain import Scope
+from stratamem.pipeline.redis_backend import RedisBackend
 from stratamem.store.sqlite import SqliteStore
 from tests.api.process import READY_TIMEOUT_S, serving, stratamem, wait_for
 
 pytestmark = pytest.mark.slow
+REDIS_URL = "redis://127.0.0.1:6379/0"
 
 WRITERS = 4
 KILL_AFTER_ACKS = 40
@@ -61,14 +66,31 @@ CATCH_UP = {
 }
 
 
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def pipeline_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """The pipeline backend of both runs of `serve`: its SQLite file, or the local Redis."""
+    if request.param == "sqlite":
+        yield {}
+        return
+    prefix = f"test:{uuid.uuid4().hex}:"
+    yield {"STRATAMEM_PIPELINE_BACKEND": "redis", "STRATAMEM_PIPELINE_REDIS_PREFIX": prefix}
+    backend = RedisBackend(REDIS_URL, prefix=prefix)
+    asyncio.run(_drop(backend))
+
+
+async def _drop(backend: RedisBackend) -> None:
+    await backend.drop_all()
+    await backend.close()
+
+
 def test_acknowledged_captures_survive_sigkill_and_the_pipeline_catches_up(
-    tmp_path: Path,
+    tmp_path: Path, pipeline_env: dict[str, str]
 ) -> None:
     data = tmp_path / "data"
     stratamem(data, "tenants", "create", "alice")
     token = stratamem(data, "keys", "create", "alice").stdout.strip()
     log = tmp_path / "serve.log"
-    no_embedding = {"STRATAMEM_BACKGROUND_EMBEDDING": "false"}
+    no_embedding = {"STRATAMEM_BACKGROUND_EMBEDDING": "false", **pipeline_env}
     with serving(data, log, env=no_embedding) as server:
         stream = Stream(server.url, token)
         with ThreadPoolExecutor(WRITERS) as pool:
@@ -79,7 +101,7 @@ def test_acknowledged_captures_survive_sigkill_and_the_pipeline_catches_up(
     acked = list(stream.acked)
     assert len(acked) >= KILL_AFTER_ACKS
     assert _pending(data) > 0
-    with serving(data, log, env=CATCH_UP) as server:
+    with serving(data, log, env={**CATCH_UP, **pipeline_env}) as server:
         _wait_until_caught_up(server.url, token)
     store = SqliteStore(data / "stratamem.db")
     try:
