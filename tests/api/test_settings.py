@@ -81,3 +81,18 @@ def test_a_bad_llm_or_layer_variable_stops_the_start(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("STRATAMEM_LAYERS_MAX_SCENES", "0")
     with pytest.raises(ConfigError, match="STRATAMEM_LAYERS_MAX_SCENES"):
         load_settings()
+
+
+def test_the_readme_config_file_example_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("STRATAMEM_DATA_DIR", "STRATAMEM_SERVER_HOST", "STRATAMEM_SERVER_WORKERS",
+                 "STRATAMEM_PIPELINE_BACKEND"):
+        monkeypatch.delenv(name, raising=False)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    example = readme.split("```toml\n", 1)[1].split("```", 1)[0]
+    config = tmp_path / "stratamem.toml"
+    config.write_text(example)
+    core, server, pipeline = load_settings(config)
+    assert (str(core.data_dir), server.host, server.workers) == ("/var/lib/stratamem", "0.0.0.0", 4)
+    assert pipeline.backend == "redis"
