@@ -123,6 +123,7 @@ async def test_health_and_metrics_need_no_key_and_name_no_tenant(
     assert "stratamem_turns 1" in text
     assert "stratamem_tenants 1" in text
     assert "stratamem_captured_messages_total 1" in text
+    assert "stratamem_pipeline_dead 0" in text
     assert "alice" not in text
     assert "secret-session" not in text
 

@@ -40,4 +40,8 @@ async def metrics(services: ServicesDep) -> PlainTextResponse:
 async def _gauges(services: Services) -> dict[str, float]:
     stats = await services.memory.stats()
     tenants = await asyncio.to_thread(services.tenants.count_tenants)
-    return store_gauges(stats, tenants)
+    gauges = store_gauges(stats, tenants)
+    if services.pipeline is not None:
+        depth = (await services.pipeline.depth()).as_dict()
+        gauges.update({f"pipeline_{name}": float(n) for name, n in depth.items()})
+    return gauges
