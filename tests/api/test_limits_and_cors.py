@@ -69,3 +69,15 @@ async def test_cors_allows_only_the_configured_origins(tmp_path: Path) -> None:
         evil = {**PREFLIGHT, "Origin": "https://evil.example"}
         other = await client.options("/v1/recall", headers=evil)
         assert "access-control-allow-origin" not in other.headers
+
+
+async def test_the_mcp_endpoint_has_the_same_limit_and_needs_a_key(tmp_path: Path) -> None:
+    async for client in _client(tmp_path, max_body_bytes=LIMIT):
+        alice = await new_caller(client, "alice")
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "pad": "x" * LIMIT}
+        big = await client.post("/mcp", json=call, headers=alice.headers)
+        assert big.status_code == 413
+        anonymous = await client.post("/mcp", json={"jsonrpc": "2.0", "id": 1,
+                                                    "method": "tools/list"})  # fmt: skip
+        assert anonymous.status_code == 401
+        assert anonymous.json()["error"]["type"] == "unauthenticated"
