@@ -166,7 +166,11 @@ def query_terms(text: str, max_terms: int = 32) -> list[str]:
 
 def match_expression(text: str) -> str | None:
     """An FTS5 expression matching any term of `text`, or None when it has no words."""
-    terms = query_terms(text)
+    return terms_expression(query_terms(text))
+
+
+def terms_expression(terms: list[str]) -> str | None:
+    """Quoted terms OR-joined (FTS5 syntax in the words is never interpreted), or None."""
     if not terms:
         return None
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)

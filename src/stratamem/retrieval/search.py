@@ -20,6 +20,9 @@ MAX_QUERY_CHARS = 4000
 #: Weight of each retriever's ranks in the fusion. On conversations (LoCoMo) the words of a turn
 #: and its neighbours find evidence better than a sentence embedding of the turn alone; the
 #: vector ranks break ties and add what has no word in common with the query.
+#: Feedback words found in more than this share of a tenant's rows are left out: they say
+#: little about the topic and would make the second query walk most of the tenant's rows.
+FEEDBACK_MAX_SHARE = 0.05
 RETRIEVER_WEIGHTS = {"bm25": 1.0, "vector": 0.3, "feedback": 0.3}
 #: Fused candidates loaded per wanted hit, so the speaker preference can reorder them; and
 #: how many are loaded in the first pass, whose best hits give the feedback words.
@@ -79,7 +82,7 @@ def _search(
     feedback = " ".join(terms)
     for layer in request.layers:
         lists[(layer, "feedback")] = store.search_text(
-            scope, layer, feedback, request.filters, limit
+            scope, layer, feedback, request.filters, limit, max_share=FEEDBACK_MAX_SHARE
         )
     hits = _fused_hits(store, scope, request, lists, rrf_k, request.k * POOL_FACTOR, loaded)
     return hits[: request.k]

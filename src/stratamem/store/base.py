@@ -129,9 +129,19 @@ class Store(Protocol):
 
     # -- retrieval ---------------------------------------------------------------------------
     def search_text(
-        self, scope: Scope, layer: Layer, query: str, filters: Filters, limit: int
+        self,
+        scope: Scope,
+        layer: Layer,
+        query: str,
+        filters: Filters,
+        limit: int,
+        max_share: float | None = None,
     ) -> list[Candidate]:
-        """BM25 candidates, best first (higher score is better)."""
+        """BM25 candidates, best first (higher score is better).
+
+        With `max_share`, query words found in more than that share of the tenant's rows are
+        left out (for machine-made queries, such as feedback words, that may hold common ones).
+        """
 
     def search_vector(
         self, scope: Scope, layer: Layer, vector: np.ndarray, filters: Filters, limit: int

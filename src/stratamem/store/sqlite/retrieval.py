@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from stratamem.domain import Layer
-from stratamem.retrieval.fts_query import match_expression
+from stratamem.retrieval.fts_query import query_terms, terms_expression
 from stratamem.store.base import Candidate, Filters
 from stratamem.store.sqlite import turn_context
 from stratamem.store.sqlite.filters import filter_sql
@@ -20,6 +20,9 @@ TABLES = {Layer.L0: "turns", Layer.L1: "memories"}
 # column last, weighted 0: it only selects).
 TEXT_COLUMNS = {Layer.L0: turn_context.TEXT_COLUMNS, Layer.L1: "content"}
 RANKING = {Layer.L0: turn_context.RANKING, Layer.L1: "bm25(1.0, 0.0)"}
+# With `max_share`, a word is only ever left out when it is in at least this many rows: below
+# that it is cheap whatever the share, and small tenants keep all their words.
+COMMON_FLOOR_ROWS = 50
 # How many vector neighbours to take before filtering, per wanted result.
 _OVERFETCH = 4
 
@@ -32,15 +35,21 @@ def search_text(
     filters: Filters,
     limit: int,
     tenant_rows: int,
+    max_share: float | None = None,
 ) -> list[Candidate]:
     """BM25 over the tenant's rows, by whichever of two plans walks fewer postings.
 
     Restricting by the tenant's scope token inside FTS5 costs a walk over all the tenant's rows;
     matching the words in the whole index and joining to check the tenant costs a walk over the
     rows that match anywhere. A capped count of the latter picks the cheaper plan; both give the
-    same answer.
+    same answer. With `max_share`, words found in more than that share of the tenant's rows are
+    left out first (they rank little and cost a walk over most rows).
     """
-    expression = match_expression(query)
+    terms = query_terms(query)
+    if max_share is not None:
+        cap = max(COMMON_FLOOR_ROWS, int(tenant_rows * max_share))
+        terms = _discriminative(conn, layer, terms, cap)
+    expression = terms_expression(terms)
     if expression is None or limit <= 0:
         return []
     words = f"{{{TEXT_COLUMNS[layer]}}} : ({expression})"
@@ -48,6 +57,21 @@ def search_text(
         return _ranked(conn, tenant, layer, words, filters, limit, current_checked=False)
     scoped = f"({scope_match(layer, tenant, filters)}) AND {words}"
     return _ranked(conn, tenant, layer, scoped, filters, limit, current_checked=True)
+
+
+def _discriminative(
+    conn: sqlite3.Connection, layer: Layer, terms: list[str], cap: int
+) -> list[str]:
+    """The terms matching fewer than `cap` rows of the index (counting stops at the cap)."""
+    table = TABLES[layer]
+    return [
+        term
+        for term in terms
+        if _match_count(
+            conn, table, f"{{{TEXT_COLUMNS[layer]}}} : ({terms_expression([term])})", cap
+        )
+        < cap
+    ]
 
 
 def _match_count(conn: sqlite3.Connection, table: str, match: str, cap: int) -> int:
@@ -79,9 +103,7 @@ def _ranked(
     return [Candidate(id=row[0], score=-float(row[1])) for row in rows]
 
 
-def refresh_cache(
-    conn: sqlite3.Connection, cache: VectorCache, tenant: str, layer: Layer
-) -> None:
+def refresh_cache(conn: sqlite3.Connection, cache: VectorCache, tenant: str, layer: Layer) -> None:
     """Load the vectors written since the cache last looked."""
     table = TABLES[layer]
     rows = conn.execute(

@@ -282,7 +282,13 @@ class SqliteStore:
 
     # -- retrieval ---------------------------------------------------------------------------
     def search_text(
-        self, scope: Scope, layer: Layer, query: str, filters: Filters, limit: int
+        self,
+        scope: Scope,
+        layer: Layer,
+        query: str,
+        filters: Filters,
+        limit: int,
+        max_share: float | None = None,
     ) -> list[Candidate]:
         with self._lock:
             try:
@@ -294,6 +300,7 @@ class SqliteStore:
                     filters,
                     limit,
                     self._tenant_rows(scope.tenant, layer),
+                    max_share,
                 )
             except sqlite3.OperationalError as exc:
                 raise StoreError(f"full-text search failed: {exc}") from exc
