@@ -81,3 +81,9 @@ async def test_the_mcp_endpoint_has_the_same_limit_and_needs_a_key(tmp_path: Pat
                                                     "method": "tools/list"})  # fmt: skip
         assert anonymous.status_code == 401
         assert anonymous.json()["error"]["type"] == "unauthenticated"
+
+
+async def test_no_page_that_loads_third_party_scripts(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/docs")).status_code == 404
+    assert (await client.get("/redoc")).status_code == 404
+    assert (await client.get("/openapi.json")).json()["info"]["title"] == "stratamem"

@@ -48,6 +48,8 @@ def create_app(
         version="1",
         lifespan=_lifespan(services, close_on_shutdown, background, mcp),
         telemetry=NO_TELEMETRY,
+        docs_url=None,  # the Swagger and ReDoc pages load their scripts from a CDN
+        redoc_url=None,
         dependencies=[Depends(reject_unknown_query)],
     )
     app.state.services = services

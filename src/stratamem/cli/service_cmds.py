@@ -23,7 +23,8 @@ from stratamem.store.sqlite.tenants import TenantStore
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="STRATAMEM_CONFIG",
     default=None,
-    help="TOML file: core settings on top, service settings in [server] [env STRATAMEM_CONFIG].",
+    help="TOML file: core settings on top, then [server] and [pipeline] tables"
+    " [env STRATAMEM_CONFIG].",
 )
 @click.option("--host", default=None, help="Interface [env STRATAMEM_SERVER_HOST; 127.0.0.1].")
 @click.option("--port", type=int, default=None, help="Port [env STRATAMEM_SERVER_PORT; 8420].")
