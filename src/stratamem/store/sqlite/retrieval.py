@@ -22,7 +22,7 @@ TEXT_COLUMNS = {Layer.L0: turn_context.TEXT_COLUMNS, Layer.L1: "content"}
 RANKING = {Layer.L0: turn_context.RANKING, Layer.L1: "bm25(1.0, 0.0)"}
 # With `max_share`, a word is only ever left out when it is in at least this many rows: below
 # that it is cheap whatever the share, and small tenants keep all their words.
-COMMON_FLOOR_ROWS = 50
+COMMON_FLOOR_ROWS = 200
 # How many vector neighbours to take before filtering, per wanted result.
 _OVERFETCH = 4
 
