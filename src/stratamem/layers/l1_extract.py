@@ -7,10 +7,10 @@ from typing import Any
 
 from stratamem.domain import MemoryType, Turn
 from stratamem.layers.model import NewMemory
-from stratamem.layers.prompts import Prompt
 from stratamem.layers.schemas import ExtractedMemory, Extraction, parse_activity_date
 from stratamem.layers.settings import LayerSettings
 from stratamem.layers.views import Aliases, turn_line
+from stratamem.llm.prompts import Prompt
 
 STAGE = "L1"
 

@@ -17,9 +17,9 @@ import numpy as np
 from stratamem.domain import Layer, MemoryRecord, Mode, Scope
 from stratamem.embed.base import Embedder
 from stratamem.layers.model import Action, NewMemory, Reconciled, stable_id
-from stratamem.layers.prompts import Prompt
 from stratamem.layers.schemas import Reconciliation
 from stratamem.layers.views import Aliases, clip, memory_line
+from stratamem.llm.prompts import Prompt
 from stratamem.retrieval.search import SearchRequest, hybrid_search
 from stratamem.store.base import Filters, Store
 from stratamem.store.layers_base import Supersede

@@ -15,10 +15,10 @@ from typing import Any
 from stratamem.domain import MemoryRecord, MemoryType, Mode, Scene, Scope
 from stratamem.layers import offline
 from stratamem.layers.model import stable_id
-from stratamem.layers.prompts import Prompt
 from stratamem.layers.schemas import SceneOp, SceneOps
 from stratamem.layers.settings import LayerSettings
 from stratamem.layers.views import Aliases, clip, memory_line
+from stratamem.llm.prompts import Prompt
 
 STAGE = "L2"
 

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from stratamem.domain import Profile, Scene
-from stratamem.layers.prompts import Prompt
 from stratamem.layers.settings import LayerSettings
 from stratamem.layers.views import clip
+from stratamem.llm.prompts import Prompt
 
 STAGE = "L3"
 

@@ -31,10 +31,10 @@ from stratamem.errors import (
 )
 from stratamem.layers import l1_extract, l1_reconcile, l2_scenes, l3_profile, offline
 from stratamem.layers.model import NewMemory, Reconciled, StageResult
-from stratamem.layers.prompts import load_prompt
 from stratamem.layers.schemas import ProfileDoc
 from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLM, LLMHTTPError, LLMOutputInvalid
+from stratamem.llm.prompts import load_prompt
 from stratamem.store.base import Fence, Filters, Store
 from stratamem.store.layers_base import Failure, L1Commit, L2Commit, L3Commit, LayerStore
 

@@ -16,10 +16,10 @@ from pydantic import BaseModel
 
 from stratamem.domain import Mode, Scope
 from stratamem.errors import StoreError
+from stratamem.llm.prompts import load_prompt
 from stratamem.offload.checked import complete_checked
 from stratamem.offload.models import Boundary, Decision, Diagram, Entry, Mark
 from stratamem.offload.offline import shorten, squash
-from stratamem.offload.prompts import load_prompt
 from stratamem.offload.schedule import Stage
 from stratamem.offload.stage import StageDeps, arm_diagram_timer, derived_id
 from stratamem.offload.store import VersionConflict

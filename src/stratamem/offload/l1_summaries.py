@@ -19,9 +19,9 @@ from pydantic import BaseModel, Field
 
 from stratamem.domain import Mode, Scope
 from stratamem.errors import LLMError
+from stratamem.llm.prompts import load_prompt
 from stratamem.offload.models import Claim, Entry, NewEntry, ToolPair
 from stratamem.offload.offline import offline_entry, shorten, squash
-from stratamem.offload.prompts import load_prompt
 from stratamem.offload.schedule import Stage, StageTask, l1_timer_key
 from stratamem.offload.stage import StageDeps, arm_diagram_timer, ref_id_for
 

@@ -18,11 +18,11 @@ from pydantic import BaseModel, Field
 
 from stratamem.domain import Scope
 from stratamem.llm.base import LLM
+from stratamem.llm.prompts import load_prompt
 from stratamem.offload import mermaid
 from stratamem.offload.checked import complete_checked
 from stratamem.offload.models import Diagram, Entry
 from stratamem.offload.offline import NEEDS_LLM, shorten
-from stratamem.offload.prompts import load_prompt
 from stratamem.offload.schedule import Stage, StageTask, l2_timer_key
 from stratamem.offload.stage import StageDeps
 from stratamem.offload.store import DiagramWrite

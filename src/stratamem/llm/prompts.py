@@ -1,7 +1,8 @@
-"""The offload prompt files (`stratamem/prompts/offload_*.md`), versioned in their front line.
+"""Prompt files (`stratamem/prompts/*.md`), each versioned in its front line.
 
-Same convention as the memory layers' prompts: the first line reads `<!-- prompt: NAME vN -->`,
-the rest is the system message. (When the layers' loader is on main, this module can use it.)
+The front line reads `<!-- prompt: NAME vN -->`; the rest is the system message. Prompts are
+English; the memory layers' prompts tell the model to write memories in the language the user
+writes in. Shared by the memory layers and context offload.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ class Prompt:
 
     @property
     def tag(self) -> str:
+        """`name@vN`, recorded with what the prompt produced."""
         return f"{self.name}@v{self.version}"
 
 
 @cache
 def load_prompt(name: str) -> Prompt:
-    """The prompt `name`; `ConfigError` if the file is missing or has no version line."""
+    """The prompt `name` shipped with stratamem; `ConfigError` if missing or unversioned."""
     path = resources.files("stratamem") / "prompts" / f"{name}.md"
     try:
         raw = path.read_text(encoding="utf-8")
