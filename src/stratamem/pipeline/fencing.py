@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from stratamem.errors import StaleFencingToken
+from stratamem.store.base import Fence
+from stratamem.store.sqlite.fencing import check_and_record
 
 FENCES_DDL = "CREATE TABLE IF NOT EXISTS fences (key TEXT PRIMARY KEY, token INTEGER NOT NULL)"
 
@@ -26,15 +27,7 @@ def fence_check(conn: sqlite3.Connection, key: str, token: int) -> None:
     """Record `token` for `key`, or raise `StaleFencingToken` if a newer one was recorded.
 
     Call inside the write transaction (after `BEGIN IMMEDIATE`); when it raises, roll back.
-    Equal tokens pass: one lock holder may write many times.
+    Equal tokens pass: one lock holder may write many times. The rule lives with the store
+    (`stratamem.store.sqlite.fencing`); this is its form for pipeline executors.
     """
-    row = conn.execute("SELECT token FROM fences WHERE key = ?", (key,)).fetchone()
-    if row is not None and int(row[0]) > token:
-        raise StaleFencingToken(
-            f"write under fencing token {token} for {key!r} refused: token {row[0]} is newer"
-        )
-    conn.execute(
-        "INSERT INTO fences (key, token) VALUES (?, ?)"
-        " ON CONFLICT (key) DO UPDATE SET token = excluded.token",
-        (key, token),
-    )
+    check_and_record(conn, Fence(key, token))
