@@ -5,6 +5,7 @@ and end in a dead letter with the raw reply; a stale fence aborts without writin
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from stratamem.pipeline.settings import LockScope, PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Delivery, Task, TaskType
 from stratamem.pipeline.timers import l2_timer_key, lock_key_for
-from stratamem.pipeline.worker import Outcome, Worker
+from stratamem.pipeline.worker import WORKERS_SCOPE, Outcome, Worker
 from stratamem.store.base import Fence
 from stratamem.store.sqlite import SqliteStore
 from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
@@ -252,3 +253,17 @@ async def test_a_request_left_unprocessed_is_made_again_when_stale(rig: Rig) -> 
     assert await rig.scheduler.tick() == []  # still in flight
     rig.clock.advance(2)
     assert len(await rig.scheduler.tick()) == 1  # e.g. dead-lettered: asked for again
+
+
+async def test_the_worker_publishes_llm_usage_per_stage(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.scheduler.tick()
+    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+    await rig.worker.publish_status()
+    status = json.loads((await rig.backend.state_get(WORKERS_SCOPE))["w"])
+    served = scripted_llm.usage()
+    assert status["llm_usage"]["L1"] == served["L1"]
+    assert status["llm_usage"]["L1"]["calls"] >= 1

@@ -102,6 +102,8 @@ class LayerExecutors:
     def registry(self, into: ExecutorRegistry | None = None) -> ExecutorRegistry:
         """Register the four executors (into an existing registry, or a new one)."""
         registry = into or ExecutorRegistry()
+        if self.service.llm is not None:
+            registry.add_usage_source(self.service.llm.usage.snapshot)
         registry.register(TaskType.L1, self.l1)
         registry.register(TaskType.L2, self.l2)
         registry.register(TaskType.L3, self.l3)

@@ -62,6 +62,8 @@ def _where(ctx: ExecutionContext) -> tuple[str, str]:
 
 def register_executors(registry: ExecutorRegistry, offload: Offload) -> None:
     """Register the three offload executors with the pipeline's registry."""
+    if offload.deps.llm is not None:
+        registry.add_usage_source(offload.deps.llm.usage.snapshot)
 
     async def offload_l1(ctx: ExecutionContext) -> ExecResult:
         outcome = await offload.run_l1(*_where(ctx))

@@ -26,7 +26,7 @@ The result drives the cascade: `skipped=True` means nothing was done (no cascade
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -59,13 +59,32 @@ class Executor(Protocol):
     async def __call__(self, ctx: ExecutionContext, /) -> ExecResult: ...
 
 
+UsageSource = Callable[[], Mapping[str, Mapping[str, int]]]
+
+
 class ExecutorRegistry:
     """Task type -> executor. Other parts register theirs at start-up."""
 
     def __init__(self, executors: Iterable[tuple[TaskType, Executor]] = ()) -> None:
         self._executors: dict[TaskType, Executor] = {}
+        self._usage_sources: list[UsageSource] = []
         for task_type, executor in executors:
             self.register(task_type, executor)
+
+    def add_usage_source(self, source: UsageSource) -> None:
+        """A function giving `{stage: {counter: n}}` (an LLM client's token usage per stage);
+        the worker publishes the sum of all sources with its metrics."""
+        self._usage_sources.append(source)
+
+    def usage(self) -> dict[str, dict[str, int]]:
+        """The usage of every source, summed per stage and counter."""
+        total: dict[str, dict[str, int]] = {}
+        for source in self._usage_sources:
+            for stage, counters in source().items():
+                into = total.setdefault(stage, {})
+                for name, value in counters.items():
+                    into[name] = into.get(name, 0) + value
+        return total
 
     def register(self, task_type: TaskType | str, executor: Executor) -> None:
         self._executors[TaskType(task_type)] = executor

@@ -297,7 +297,12 @@ class Worker:
         return len(got)
 
     async def publish_status(self) -> None:
-        status = {"name": self.name, "updated_at": self.clock.now(), **self.metrics.snapshot()}
+        status = {
+            "name": self.name,
+            "updated_at": self.clock.now(),
+            **self.metrics.snapshot(),
+            "llm_usage": self.executors.usage(),
+        }
         await self.backend.state_set(WORKERS_SCOPE, self.name, json.dumps(status))
 
     # -- the loop ---------------------------------------------------------------------------
