@@ -66,9 +66,11 @@ backend_option = click.option(
 @click.option(
     "--executors",
     envvar="STRATAMEM_PIPELINE_EXECUTORS",
-    required=True,
-    help="module:factory returning the ExecutorRegistry (noop: "
-    "stratamem.pipeline.executors:noop_registry).",
+    default="stratamem.api.background:worker_registry",
+    show_default=True,
+    help="module:factory returning the ExecutorRegistry; the default runs every task type "
+    "`serve` runs (memory layers, context offload); no-op: "
+    "stratamem.pipeline.executors:noop_registry.",
 )
 @click.option("--name", default=None, help="Worker name (default: random).")
 @click.pass_context
