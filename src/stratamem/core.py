@@ -11,7 +11,7 @@ from stratamem import backfill
 from stratamem.capture import CaptureResult, build_turns
 from stratamem.clock import Clock, SystemClock
 from stratamem.config import Settings
-from stratamem.domain import Hit, Layer, MemoryType, Message, Scope
+from stratamem.domain import Hit, Layer, MemoryType, Message, Scope, Turn
 from stratamem.embed import make_embedder
 from stratamem.embed.base import Embedder
 from stratamem.errors import ConfigError
@@ -125,6 +125,9 @@ class AsyncMemory:
         turns, skipped = build_turns(
             tenant, session, messages, self.clock.now(), self.settings.max_turn_chars
         )
+        return await self._store_turns(tenant, turns, skipped)
+
+    async def _store_turns(self, tenant: str, turns: list[Turn], skipped: int) -> CaptureResult:
         stored = await asyncio.to_thread(self.store.add_turns, Scope(tenant), turns)
         stored_ids = {t.id for t in stored}
         if stored and self._backfill is not None and self.settings.background_embedding:
@@ -144,11 +147,13 @@ class AsyncMemory:
     ) -> CaptureResult:
         """Capture many sessions; every message is validated before the first is stored."""
         now = self.clock.now()
-        for session, messages in batches:
-            build_turns(tenant, session, messages, now, self.settings.max_turn_chars)
+        built = [
+            (build_turns(tenant, session, messages, now, self.settings.max_turn_chars), messages)
+            for session, messages in batches
+        ]
         results = []
-        for session, messages in batches:
-            results.append(await self.capture(tenant, session, messages))
+        for (turns, skipped), messages in built:
+            results.append(await self._store_turns(tenant, turns, skipped))
             if progress is not None:
                 progress(len(messages))
         return CaptureResult(
