@@ -19,7 +19,8 @@ RETRY_DELAY_S = 5.0
 async def embed_pending(
     store: Store, embedder: Embedder, batch_size: int, max_records: int | None = None
 ) -> int:
-    """Embed records that have no vector yet, L1 first; return how many were embedded."""
+    """Embed records that have no vector yet, L1 first, each as its pieces (a turn: one vector
+    per sentence); return how many records were embedded."""
     done = 0
     for layer in (Layer.L1, Layer.L0):
         while max_records is None or done < max_records:
@@ -27,16 +28,22 @@ async def embed_pending(
             pending = await asyncio.to_thread(store.pending_embeddings, layer, limit)
             if not pending:
                 break
-            vectors = await embedder.embed([p.text for p in pending])
-            if vectors.ndim != 2 or vectors.shape[0] != len(pending):
+            counts = [len(p.texts) for p in pending]
+            texts = [text for p in pending for text in p.texts]
+            vectors = await embedder.embed(texts)
+            if vectors.ndim != 2 or vectors.shape[0] != len(texts):
                 raise EmbeddingError(
                     f"embedder {embedder.model} returned shape {vectors.shape}"
-                    f" for {len(pending)} texts"
+                    f" for {len(texts)} texts"
                 )
             info = EmbeddingInfo(model=embedder.model, dim=int(vectors.shape[1]))
             await asyncio.to_thread(store.bind_embedding, info)
             await asyncio.to_thread(
-                store.store_embeddings, layer, [(p.tenant, p.id) for p in pending], vectors
+                store.store_embeddings,
+                layer,
+                [(p.tenant, p.id) for p in pending],
+                vectors,
+                counts,
             )
             done += len(pending)
     return done

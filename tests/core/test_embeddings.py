@@ -9,9 +9,10 @@ import pytest
 
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
-from stratamem.domain import Layer
+from stratamem.domain import Layer, Scope
 from stratamem.embed import HashingEmbedder, LocalEmbedder
 from stratamem.errors import EmbeddingMismatch
+from stratamem.store.base import Filters
 
 
 def settings(tmp_path: Path) -> Settings:
@@ -78,3 +79,34 @@ async def test_vector_search_finds_paraphrases_bm25_cannot(
     assert "L0:bm25" not in hits[0].ranks
     await memory.aclose()
     assert (await local_embedder.embed(["still usable: the caller owns it"])).shape == (1, 384)
+
+
+async def test_a_long_turn_is_found_by_the_sentence_that_matches(
+    tmp_path: Path, local_embedder: LocalEmbedder
+) -> None:
+    """One vector per sentence: a turn that talks about several things is found by the vector
+    of the one the query is about, not by a blur of all of them."""
+    memory = AsyncMemory.open(settings(tmp_path), embedder=local_embedder)
+    long_turn = (
+        "Work has been hectic with the quarterly budget review and the audit. My sister visited"
+        " and we repainted the kitchen together. Oh, and I adopted a small puppy last weekend."
+        " The weather was awful all week."
+    )
+    await memory.capture(
+        "acme",
+        "s1",
+        [
+            {"role": "user", "content": long_turn},
+            {"role": "user", "content": "We talked about animals at the zoo for a school trip"},
+        ],
+    )
+    assert await memory.embed_pending() == 2
+    vector = (await local_embedder.embed(["user: new dog"]))[0]
+    found = await asyncio.to_thread(
+        memory.store.search_vector, Scope("acme"), Layer.L0, vector, Filters(), 2
+    )
+    assert found[0].id == (await memory.search("acme", "adopted puppy", k=1))[0].id
+    whole = (await local_embedder.embed([f"user: {long_turn}"]))[0]
+    best_sentence = found[0].score
+    assert best_sentence > float(whole @ vector) + 0.1
+    await memory.aclose()

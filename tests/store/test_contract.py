@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from stratamem.domain import Layer, MemoryType, Scope
-from stratamem.errors import EmbeddingMismatch, NotFound, StaleFencingToken
+from stratamem.errors import EmbeddingMismatch, NotFound, StaleFencingToken, StoreError
 from stratamem.store.base import EmbeddingInfo, Fence, Filters, Store
 from tests.store.conftest import StoreFactory
 from tests.store.helpers import T0, memory, turn, unit
@@ -209,3 +209,50 @@ def test_stats_count_records_and_pending_embeddings(store: Store) -> None:
     assert stats["L0"] == {"records": 2, "pending_embeddings": 2}
     assert stats["L1"] == {"records": 1, "pending_embeddings": 1}
     assert stats["sessions"] == 2
+
+
+def test_a_turn_is_embedded_as_its_sentences_each_with_the_speaker(store: Store) -> None:
+    store.add_turns(ACME, [turn("t1", "We hiked the coast. The views were stunning!")])
+    store.add_turns(ACME, [turn("t2", "Just one sentence here.")])
+    pending = {p.id: p.texts for p in store.pending_embeddings(Layer.L0, 10)}
+    assert pending == {
+        "t1": ("Ann: We hiked the coast.", "Ann: The views were stunning!"),
+        "t2": ("Ann: Just one sentence here.",),
+    }
+
+
+def test_a_record_with_several_vectors_scores_as_its_best_one(store: Store) -> None:
+    store.add_turns(ACME, [turn("t1", "a. b."), turn("t2", "c")])
+    vectors = np.stack([unit(1), unit(2), unit(3)])
+    store.store_embeddings(Layer.L0, [("acme", "t1"), ("acme", "t2")], vectors, counts=[2, 1])
+    assert store.pending_embeddings(Layer.L0, 10) == []
+    hits = store.search_vector(ACME, Layer.L0, unit(2), Filters(), 5)
+    assert [h.id for h in hits] == ["t1", "t2"]  # each record once, at its best vector
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_vector_counts_that_do_not_add_up_are_refused_and_nothing_is_written(
+    store: Store,
+) -> None:
+    store.add_turns(ACME, [turn("t1", "a"), turn("t2", "b")])
+    vectors = np.stack([unit(1), unit(2), unit(3)])
+    for counts in ([1, 1], [3, 0], [1]):
+        with pytest.raises(StoreError):
+            store.store_embeddings(Layer.L0, [("acme", "t1"), ("acme", "t2")], vectors, counts)
+    assert len(store.pending_embeddings(Layer.L0, 10)) == 2
+
+
+def test_search_text_ranks_adjacent_words_above_scattered_ones(store: Store) -> None:
+    store.add_turns(
+        ACME,
+        [
+            turn("scattered", "An opening in cream, a grand act.", session="s1"),
+            turn("together", "We will all be at the grand opening with cream, see.", session="s2"),
+            *(turn(f"f{i}", f"other words {i}", session=f"f{i}") for i in range(8)),
+        ],
+    )
+    query = "grand opening cream"
+    with_phrases = store.search_text(ACME, Layer.L0, query, Filters(), 5)
+    assert [h.id for h in with_phrases] == ["together", "scattered"]
+    words_only = store.search_text(ACME, Layer.L0, query, Filters(), 5, phrases=False)
+    assert [h.id for h in words_only] == ["scattered", "together"]  # the shorter text

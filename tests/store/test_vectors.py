@@ -55,3 +55,34 @@ def test_overwriting_a_row_replaces_its_vector() -> None:
     cache.add([1], [vectors[1].tobytes()], 3)
     assert cache.size == 2
     assert cache.top(vectors[1], 2)[0][1] > 0.999
+
+
+def test_a_record_with_several_vectors_is_listed_once_at_its_best() -> None:
+    vectors = unit_rows(60, 16, seed=6)
+    for exact_max in (0, 10**9):
+        cache = VectorCache(dim=16, exact_max=exact_max)
+        # record r owns vectors 3(r-1) .. 3(r-1)+2: twenty records of three vectors each
+        cache.add(
+            list(range(1, 21)),
+            [vectors[i : i + 3].tobytes() for i in range(0, 60, 3)],
+            20,
+        )
+        found = cache.top(vectors[31], 5)
+        assert found[0][0] == 11  # vector 31 belongs to record 11
+        assert abs(found[0][1] - 1.0) < 1e-5
+        assert len({rid for rid, _ in found}) == len(found) == 5
+
+
+def test_rewriting_a_record_with_fewer_vectors_forgets_the_old_ones() -> None:
+    vectors = unit_rows(3, 8, seed=7)
+    cache = VectorCache(dim=8, exact_max=10)
+    cache.add([1, 2], [vectors[:2].tobytes(), vectors[2].tobytes()], 2)
+    cache.add([1], [vectors[2].tobytes()], 3)
+    assert [rid for rid, _ in cache.top(vectors[0], 2) if _ > 0.999] == []
+    assert {rid for rid, score in cache.top(vectors[2], 2) if score > 0.999} == {1, 2}
+
+
+def test_a_blob_that_is_not_whole_vectors_of_the_cache_width_is_skipped() -> None:
+    cache = VectorCache(dim=8)
+    cache.add([1, 2], [unit_rows(1, 12, seed=8).tobytes(), b""], 1)
+    assert cache.size == 0

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+_ADJACENT = re.compile(r"[ \t]+|[ \t]*-[ \t]*")
 
 # Function words that only add cost to an OR query; BM25 would weigh them near zero anyway.
 STOPWORDS = frozenset(
@@ -164,13 +166,32 @@ def query_terms(text: str, max_terms: int = 32) -> list[str]:
     return list(seen)
 
 
+def phrase_terms(text: str, max_phrases: int = 16) -> list[str]:
+    """Distinct pairs of content words adjacent in `text` ("grand opening", "ice cream").
+
+    Words count as adjacent when only spaces or a hyphen separate them. Searched as phrases
+    beside the single words, they rank a text that has the words together above one that has
+    them apart, and a rare pair weighs as much as a rare word.
+    """
+    words = [(m.group().lower(), m.start(), m.end()) for m in _WORD.finditer(text)]
+    pairs: dict[str, None] = {}
+    for (first, _, end), (second, start, _) in pairwise(words):
+        if first in STOPWORDS or second in STOPWORDS or not _ADJACENT.fullmatch(text[end:start]):
+            continue
+        pairs[f"{first} {second}"] = None
+        if len(pairs) >= max_phrases:
+            break
+    return list(pairs)
+
+
 def match_expression(text: str) -> str | None:
     """An FTS5 expression matching any term of `text`, or None when it has no words."""
     return terms_expression(query_terms(text))
 
 
 def terms_expression(terms: list[str]) -> str | None:
-    """Quoted terms OR-joined (FTS5 syntax in the words is never interpreted), or None."""
+    """Quoted terms OR-joined (FTS5 syntax in the words is never interpreted; a term of several
+    words is a phrase), or None."""
     if not terms:
         return None
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)

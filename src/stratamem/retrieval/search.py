@@ -82,7 +82,8 @@ def _search(
     feedback = " ".join(terms)
     for layer in request.layers:
         lists[(layer, "feedback")] = store.search_text(
-            scope, layer, feedback, request.filters, limit, max_share=FEEDBACK_MAX_SHARE
+            scope, layer, feedback, request.filters, limit,
+            max_share=FEEDBACK_MAX_SHARE, phrases=False,
         )
     hits = _fused_hits(store, scope, request, lists, rrf_k, request.k * POOL_FACTOR, loaded)
     return hits[: request.k]

@@ -65,6 +65,12 @@ class PendingText:
     tenant: str
     id: str
     text: str
+    pieces: tuple[str, ...] = ()
+    """The texts to embed, one vector each (`store/pieces.py`); empty means `(text,)`."""
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        return self.pieces or (self.text,)
 
 
 class Store(Protocol):
@@ -87,9 +93,15 @@ class Store(Protocol):
         """Records of `layer` (any tenant) that still need a vector, oldest first."""
 
     def store_embeddings(
-        self, layer: Layer, items: Sequence[tuple[str, str]], vectors: np.ndarray
+        self,
+        layer: Layer,
+        items: Sequence[tuple[str, str]],
+        vectors: np.ndarray,
+        counts: Sequence[int] | None = None,
     ) -> None:
-        """Store one vector per `(tenant, id)` item; rows that vanished meanwhile are skipped."""
+        """Store the vectors of each `(tenant, id)` item: `counts[i]` consecutive rows of
+        `vectors` for item i (one row each without `counts`). Rows that vanished meanwhile are
+        skipped; a record scores as its best vector."""
 
     # -- L0 turns ----------------------------------------------------------------------------
     def add_turns(self, scope: Scope, turns: Sequence[Turn]) -> list[Turn]:
@@ -136,8 +148,12 @@ class Store(Protocol):
         filters: Filters,
         limit: int,
         max_share: float | None = None,
+        phrases: bool = True,
     ) -> list[Candidate]:
         """BM25 candidates, best first (higher score is better).
+
+        With `phrases`, pairs of content words adjacent in `query` are searched as phrases too
+        (`fts_query.phrase_terms`); a query that is a bag of words, not a text, turns it off.
 
         With `max_share`, query words found in more than that share of the tenant's rows are
         left out (for machine-made queries, such as feedback words, that may hold common ones).

@@ -1,7 +1,9 @@
 """Nearest-neighbour scan over an in-memory copy of a tenant's vectors.
 
 The store keeps vectors as float32 blobs in the records' own rows; this cache mirrors them per
-(tenant, layer) and catches up incrementally by the `emb_seq` each write stamps.
+(tenant, layer) and catches up incrementally by the `emb_seq` each write stamps. A record may have
+several vectors (a turn has one per sentence, see `pieces.py`): its blob holds them one after
+another, and the record scores as its best vector.
 
 Up to `EXACT_MAX` vectors the scan is exact. Beyond it, a first pass ranks every vector by the
 Hamming distance of its sign bits (binary quantisation: 48 bytes per 384-d vector, a scan of
@@ -18,6 +20,8 @@ import numpy as np
 EXACT_MAX = 2_048
 RESCORE_FACTOR = 4
 RESCORE_MIN = 200
+#: Vectors looked at per wanted record before keeping each record's best (records have several).
+PIECES_FACTOR = 4
 
 
 def sign_codes(vectors: np.ndarray) -> np.ndarray:
@@ -41,31 +45,37 @@ class VectorCache:
     rids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     matrix: np.ndarray = field(init=False)
     codes: np.ndarray = field(init=False)
-    _position: dict[int, int] = field(default_factory=dict)
+    alive: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    _positions: dict[int, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.matrix = np.zeros((0, self.dim), dtype=np.float32)
         self.codes = sign_codes(self.matrix)
 
     def add(self, rids: list[int], blobs: list[bytes], max_seq: int) -> None:
-        """Insert or overwrite the vectors of `rids`."""
+        """Insert or overwrite the vectors of `rids` (each blob holds one or more vectors)."""
         for rid, blob in zip(rids, blobs, strict=True):
-            vector = np.frombuffer(blob, dtype=np.float32)
-            if vector.shape[0] != self.dim:
+            flat = np.frombuffer(blob, dtype=np.float32)
+            if flat.shape[0] == 0 or flat.shape[0] % self.dim:
                 continue  # written under another model; reindex replaces it
-            position = self._position.get(rid)
-            if position is None:
-                position = self._append_slot(rid)
-            self.matrix[position] = vector
-            self.codes[position] = sign_codes(vector[None, :])[0]
+            self._put(rid, flat.reshape(-1, self.dim))
         self.max_seq = max(self.max_seq, max_seq)
+
+    def _put(self, rid: int, vectors: np.ndarray) -> None:
+        positions = self._positions.get(rid, [])
+        if len(positions) != len(vectors):
+            self.alive[positions] = False
+            positions = [self._append_slot(rid) for _ in range(len(vectors))]
+            self._positions[rid] = positions
+        self.matrix[positions] = vectors
+        self.codes[positions] = sign_codes(vectors)
 
     def _append_slot(self, rid: int) -> int:
         if self.size == self.matrix.shape[0]:
             self._grow(max(1024, self.size * 2))
         position = self.size
         self.rids[position] = rid
-        self._position[rid] = position
+        self.alive[position] = True
         self.size += 1
         return position
 
@@ -76,29 +86,45 @@ class VectorCache:
         codes[: self.size] = self.codes[: self.size]
         rids = np.zeros(capacity, dtype=np.int64)
         rids[: self.size] = self.rids[: self.size]
-        self.matrix, self.codes, self.rids = matrix, codes, rids
+        alive = np.zeros(capacity, dtype=bool)
+        alive[: self.size] = self.alive[: self.size]
+        self.matrix, self.codes, self.rids, self.alive = matrix, codes, rids, alive
 
     def top(
         self, query: np.ndarray, limit: int, allowed: np.ndarray | None = None
     ) -> list[tuple[int, float]]:
-        """The `limit` best (rid, cosine) pairs; `allowed` restricts to those row ids."""
+        """The `limit` best (rid, cosine) pairs, a record scoring as its best vector; `allowed`
+        restricts to those row ids."""
         if self.size == 0 or limit <= 0:
             return []
         query = query.astype(np.float32, copy=False)
-        mask = None if allowed is None else np.isin(self.rids[: self.size], allowed)
+        mask = self.alive[: self.size]
+        if allowed is not None:
+            mask = mask & np.isin(self.rids[: self.size], allowed)
         if self.size <= self.exact_max:
             positions = np.arange(self.size)
         else:
-            positions = self._coarse(query, max(limit * RESCORE_FACTOR, RESCORE_MIN), mask)
-        scores = self.matrix[positions] @ query
-        if mask is not None:
-            scores = np.where(mask[positions], scores, -np.inf)
-        count = min(limit, len(positions))
-        best = np.argpartition(-scores, count - 1)[:count]
-        best = best[np.argsort(-scores[best], kind="stable")]
-        return [
-            (int(self.rids[positions[i]]), float(scores[i])) for i in best if np.isfinite(scores[i])
-        ]
+            wanted = max(limit * PIECES_FACTOR * RESCORE_FACTOR, RESCORE_MIN)
+            positions = self._coarse(query, wanted, mask)
+        scores = np.where(mask[positions], self.matrix[positions] @ query, -np.inf)
+        return self._best_records(positions, scores, limit)
+
+    def _best_records(
+        self, positions: np.ndarray, scores: np.ndarray, limit: int
+    ) -> list[tuple[int, float]]:
+        """The best `limit` records among scored positions, each once, at its best score."""
+        count = min(limit * PIECES_FACTOR, len(positions))
+        while True:
+            best = np.argpartition(-scores, count - 1)[:count]
+            best = best[np.argsort(-scores[best], kind="stable")]
+            found: dict[int, float] = {}
+            for i in best:
+                if not np.isfinite(scores[i]):
+                    break
+                found.setdefault(int(self.rids[positions[i]]), float(scores[i]))
+            if len(found) >= limit or count == len(positions) or not np.isfinite(scores[best[-1]]):
+                return list(found.items())[:limit]
+            count = min(count * 2, len(positions))
 
     def _coarse(self, query: np.ndarray, count: int, mask: np.ndarray | None) -> np.ndarray:
         """Positions of the `count` vectors whose sign bits differ least from the query's."""

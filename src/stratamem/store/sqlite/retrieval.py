@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from stratamem.domain import Layer
-from stratamem.retrieval.fts_query import query_terms, terms_expression
+from stratamem.retrieval.fts_query import phrase_terms, query_terms, terms_expression
 from stratamem.store.base import Candidate, Filters
 from stratamem.store.sqlite import turn_context
 from stratamem.store.sqlite.filters import filter_sql
@@ -36,6 +36,7 @@ def search_text(
     limit: int,
     tenant_rows: int,
     max_share: float | None = None,
+    phrases: bool = True,
 ) -> list[Candidate]:
     """BM25 over the tenant's rows, by whichever of two plans walks fewer postings.
 
@@ -43,9 +44,10 @@ def search_text(
     matching the words in the whole index and joining to check the tenant costs a walk over the
     rows that match anywhere. A capped count of the latter picks the cheaper plan; both give the
     same answer. With `max_share`, words found in more than that share of the tenant's rows are
-    left out first (they rank little and cost a walk over most rows).
+    left out first (they rank little and cost a walk over most rows). With `phrases`, adjacent
+    pairs of the query's words are searched as phrases beside the words.
     """
-    terms = query_terms(query)
+    terms = query_terms(query) + (phrase_terms(query) if phrases else [])
     if max_share is not None:
         cap = max(COMMON_FLOOR_ROWS, int(tenant_rows * max_share))
         terms = _discriminative(conn, layer, terms, cap)

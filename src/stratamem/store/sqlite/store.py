@@ -23,6 +23,7 @@ from stratamem.store.base import (
     Filters,
     PendingText,
 )
+from stratamem.store.pieces import embedding_pieces, embedding_text, vector_blobs
 from stratamem.store.sqlite import fencing, retrieval
 from stratamem.store.sqlite.connection import connect, write_transaction
 from stratamem.store.sqlite.filters import filter_sql
@@ -42,13 +43,6 @@ from stratamem.store.vectors import VectorCache
 
 _TABLES = retrieval.TABLES
 _SIZE_TTL_S = 30.0
-
-
-def embedding_text(layer: Layer, text: str, speaker: str | None) -> str:
-    """What gets embedded for a record: turns carry their speaker, so "who said" is searchable."""
-    if layer is Layer.L0 and speaker:
-        return f"{speaker}: {text}"
-    return text
 
 
 class SqliteStore:
@@ -136,24 +130,32 @@ class SqliteStore:
                 (limit,),
             ).fetchall()
         return [
-            PendingText(layer, r["tenant"], r["id"], embedding_text(layer, r["text"], r["speaker"]))
+            PendingText(
+                layer,
+                r["tenant"],
+                r["id"],
+                embedding_text(layer, r["text"], r["speaker"]),
+                embedding_pieces(layer, r["text"], r["speaker"]),
+            )
             for r in rows
         ]
 
     def store_embeddings(
-        self, layer: Layer, items: Sequence[tuple[str, str]], vectors: np.ndarray
+        self,
+        layer: Layer,
+        items: Sequence[tuple[str, str]],
+        vectors: np.ndarray,
+        counts: Sequence[int] | None = None,
     ) -> None:
-        if len(items) != vectors.shape[0]:
-            raise StoreError(f"{len(items)} items but {vectors.shape[0]} vectors")
+        blobs = vector_blobs(len(items), vectors, counts)
         table = _TABLES[layer]
-        blobs = np.ascontiguousarray(vectors, dtype=np.float32)
         with self._lock, write_transaction(self._conn):
             seq = self._next_counter("emb_seq", by=len(items))
             start = seq - len(items) + 1
             self._conn.executemany(
                 f"UPDATE {table} SET embedding = ?, emb_seq = ? WHERE tenant = ? AND id = ?",
                 [
-                    (blobs[i].tobytes(), start + i, tenant, rec_id)
+                    (blobs[i], start + i, tenant, rec_id)
                     for i, (tenant, rec_id) in enumerate(items)
                 ],
             )
@@ -289,6 +291,7 @@ class SqliteStore:
         filters: Filters,
         limit: int,
         max_share: float | None = None,
+        phrases: bool = True,
     ) -> list[Candidate]:
         with self._lock:
             try:
@@ -301,6 +304,7 @@ class SqliteStore:
                     limit,
                     self._tenant_rows(scope.tenant, layer),
                     max_share,
+                    phrases,
                 )
             except sqlite3.OperationalError as exc:
                 raise StoreError(f"full-text search failed: {exc}") from exc
