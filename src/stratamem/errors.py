@@ -47,6 +47,16 @@ class LockLost(PipelineError):
     """A lock the caller held expired or was taken over."""
 
 
+class Throttled(StratamemError):
+    """A service asked to be called again later (HTTP 429, or 503 with Retry-After).
+
+    `retry_after_s` is how long it asked to wait, or None when it did not say. A pipeline task
+    failing with it is retried no sooner than that (`pipeline.worker`).
+    """
+
+    retry_after_s: float | None = None
+
+
 class LLMError(StratamemError):
     """An LLM endpoint failed or returned output that could not be validated."""
 

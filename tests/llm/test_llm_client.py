@@ -16,6 +16,7 @@ from stratamem.llm import (
     LLMEmptyReply,
     LLMHTTPError,
     LLMOutputInvalid,
+    LLMRateLimited,
     LLMSettings,
     LLMTimeout,
     LLMUnavailable,
@@ -233,10 +234,28 @@ async def test_retry_after_beyond_the_limit(
     scripted_llm.push(Reply.rate_limited(600))
     settings = settings_for(scripted_llm, max_retry_delay_s=30)
     async with LLMClient(settings, sleep=sleep) as client:
-        with pytest.raises(LLMHTTPError) as caught:
+        with pytest.raises(LLMRateLimited) as caught:
             await client.complete_text("L1", MESSAGES)
     assert caught.value.status == 429
+    assert caught.value.retry_after_s == 600  # for the pipeline to wait that long
+    assert isinstance(caught.value, LLMHTTPError)
     assert sleep.delays == []
+
+
+async def test_rate_limited_without_retry_after_and_other_errors(
+    scripted_llm: ScriptedLLM, sleep: RecordingSleep
+) -> None:
+    scripted_llm.push(Reply.error(429), Reply.error(503), Reply.error(400))
+    async with LLMClient(settings_for(scripted_llm, max_attempts=1), sleep=sleep) as client:
+        with pytest.raises(LLMRateLimited) as limited:
+            await client.complete_text("L1", MESSAGES)
+        with pytest.raises(LLMHTTPError) as unavailable:
+            await client.complete_text("L1", MESSAGES)
+        with pytest.raises(LLMHTTPError) as refused:
+            await client.complete_text("L1", MESSAGES)
+    assert limited.value.retry_after_s is None
+    assert not isinstance(unavailable.value, LLMRateLimited)  # a 503 that did not ask to wait
+    assert refused.value.status == 400 and not isinstance(refused.value, LLMRateLimited)
 
 
 async def test_retries_are_bounded(scripted_llm: ScriptedLLM, sleep: RecordingSleep) -> None:

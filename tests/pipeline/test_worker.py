@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from stratamem.errors import ConfigError, StaleFencingToken
+from stratamem.llm import LLMRateLimited
 from stratamem.pipeline.backend import retry_timer_key
 from stratamem.pipeline.errors import RetryLater
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
@@ -162,6 +163,28 @@ async def test_executor_chooses_its_retry_time(harness: Harness) -> None:
     assert await worker.handle(again) is Outcome.DEAD
     [dead] = await harness.backend.list_dead(limit=1)
     assert dead.error == "RetryLater: 429 from the LLM endpoint"
+
+
+async def test_a_throttled_service_delays_the_retry_as_long_as_it_asked(harness: Harness) -> None:
+    asked = iter([600.0, 1.0, None])
+
+    async def throttled(ctx: ExecutionContext) -> ExecResult:
+        raise LLMRateLimited("429", status=429, retry_after_s=next(asked))
+
+    worker, _ = make_worker(harness, throttled, retry_limit=4)
+    delivery = await deliver(harness, Task(TaskType.L2, "t", "s"))
+    waits = []
+    for _ in range(3):
+        now = harness.clock.now()
+        assert await worker.handle(delivery) is Outcome.RETRIED
+        timer = await harness.backend.get_timer(retry_timer_key(delivery.task))
+        assert timer is not None
+        waits.append(timer[0] - now)
+        harness.clock.set(timer[0])
+        await worker.pump_once()
+        [delivery] = await harness.backend.consume("c", count=1, block_ms=0, now=timer[0])
+    backoff = PipelineSettings().retry_delay_s
+    assert waits == [600.0, backoff(1), backoff(2)]  # never sooner than our own backoff
 
 
 async def test_lock_conflict_waits_with_backoff_then_drops(harness: Harness) -> None:

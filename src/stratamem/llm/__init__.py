@@ -8,6 +8,7 @@ from stratamem.llm.client import LLMClient
 from stratamem.llm.errors import (
     LLMEmptyReply,
     LLMHTTPError,
+    LLMRateLimited,
     LLMOutputInvalid,
     LLMTimeout,
     LLMUnavailable,
@@ -23,6 +24,7 @@ __all__ = [
     "LLMEmptyReply",
     "LLMError",
     "LLMHTTPError",
+    "LLMRateLimited",
     "LLMOutputInvalid",
     "LLMSettings",
     "LLMTimeout",

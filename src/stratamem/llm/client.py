@@ -17,13 +17,14 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, RootModel, ValidationError
 
-from stratamem.clock import Clock
-from stratamem.httpretry import RetryPolicy, Sleep, send_with_retry
+from stratamem.clock import Clock, SystemClock
+from stratamem.httpretry import RetryPolicy, Sleep, parse_retry_after, send_with_retry
 from stratamem.llm import wire
 from stratamem.llm.errors import (
     LLMEmptyReply,
     LLMHTTPError,
     LLMOutputInvalid,
+    LLMRateLimited,
     LLMTimeout,
     LLMUnavailable,
 )
@@ -159,13 +160,20 @@ class LLMClient:
         if response_format and wire.rejects_response_format(response.status_code, response.text):
             raise _FormatRejected
         if not response.is_success:
-            raise LLMHTTPError(
-                f"stage {config.stage}: {config.base_url} answered HTTP {response.status_code}: "
-                f"{response.text[:_EXCERPT_CHARS]}",
-                status=response.status_code,
-                body=response.text,
-            )
+            raise self._http_error(config, response)
         return self._read_reply(config, messages, response)
+
+    def _http_error(self, config: StageConfig, response: httpx.Response) -> LLMHTTPError:
+        message = (
+            f"stage {config.stage}: {config.base_url} answered HTTP {response.status_code}: "
+            f"{response.text[:_EXCERPT_CHARS]}"
+        )
+        status, body = response.status_code, response.text
+        now_s = (self._clock or SystemClock()).now()
+        asked_s = parse_retry_after(response.headers.get("retry-after"), now_s)
+        if status == 429 or (status == 503 and asked_s is not None):
+            return LLMRateLimited(message, status=status, body=body, retry_after_s=asked_s)
+        return LLMHTTPError(message, status=status, body=body)
 
     async def _post(self, config: StageConfig, body: dict[str, Any]) -> httpx.Response:
         url = f"{config.base_url}/chat/completions"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stratamem.errors import LLMError
+from stratamem.errors import LLMError, Throttled
 
 
 class LLMUnavailable(LLMError):
@@ -20,6 +20,17 @@ class LLMHTTPError(LLMError):
         super().__init__(message)
         self.status = status
         self.body = body
+
+
+class LLMRateLimited(LLMHTTPError, Throttled):
+    """The endpoint kept answering 429 (or 503 with Retry-After) past the client's own retries,
+    or asked for a longer wait than they allow; `retry_after_s` is the wait it asked for."""
+
+    def __init__(
+        self, message: str, *, status: int, body: str = "", retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message, status=status, body=body)
+        self.retry_after_s = retry_after_s
 
 
 class LLMOutputInvalid(LLMError):

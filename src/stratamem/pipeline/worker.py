@@ -26,7 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from stratamem.clock import Clock, SystemClock
-from stratamem.errors import LockLost, PipelineError, StaleFencingToken, StratamemError
+from stratamem.errors import LockLost, PipelineError, StaleFencingToken, StratamemError, Throttled
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.errors import RetryLater, UnknownTaskType
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
@@ -37,6 +37,8 @@ from stratamem.pipeline.timers import TimerPump, cascade, clear_session_timers, 
 
 log = logging.getLogger(__name__)
 FIRST_COMPLETED = asyncio.FIRST_COMPLETED
+#: The longest wait a throttled service's Retry-After can impose on a task's retry.
+MAX_THROTTLED_DELAY_S = 3600.0
 
 Sleep = Callable[[float], Awaitable[None]]
 WORKERS_SCOPE = "_workers"
@@ -244,16 +246,21 @@ class Worker:
         self.metrics.completed += 1
         return Outcome.COMPLETED
 
+    def _retry_delay_s(self, exc: Exception, attempt: int) -> float:
+        """The executor's own `RetryLater` delay; else the backoff, or longer when a throttled
+        service asked for a longer wait (an LLM endpoint's 429 with Retry-After)."""
+        if isinstance(exc, RetryLater):
+            return exc.delay_s
+        backoff_s = self.settings.retry_delay_s(attempt)
+        if isinstance(exc, Throttled) and exc.retry_after_s is not None:
+            return min(max(backoff_s, exc.retry_after_s), MAX_THROTTLED_DELAY_S)
+        return backoff_s
+
     async def _fail(self, delivery: Delivery, exc: Exception) -> Outcome:
         task, now = delivery.task, self.clock.now()
         self.metrics.failed += 1
         if task.attempt < self.settings.retry_limit:
-            delay_s = (
-                exc.delay_s
-                if isinstance(exc, RetryLater)
-                else self.settings.retry_delay_s(task.attempt)
-            )
-            due_at = now + delay_s
+            due_at = now + self._retry_delay_s(exc, task.attempt)
             await self.backend.retry(delivery, task.next_attempt(), due_at=due_at)
             self.metrics.retried += 1
             log.info("retrying %s %s at %.3f: %r", task.type, task.id, due_at, exc)
