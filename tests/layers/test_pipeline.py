@@ -21,9 +21,10 @@ from stratamem.llm import LLMClient
 from stratamem.pipeline.executors import ExecutionContext, ExecutorRegistry
 from stratamem.pipeline.settings import LockScope, PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
+from stratamem.pipeline.status import WORKERS_SCOPE
 from stratamem.pipeline.task import Delivery, Task, TaskType
 from stratamem.pipeline.timers import l2_timer_key, lock_key_for
-from stratamem.pipeline.worker import WORKERS_SCOPE, Outcome, Worker
+from stratamem.pipeline.worker import Outcome, Worker
 from stratamem.store.base import Fence
 from stratamem.store.sqlite import SqliteStore
 from stratamem.testing import RecordedRequest, Reply, ScriptedLLM

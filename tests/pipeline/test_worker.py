@@ -343,6 +343,7 @@ async def test_graceful_stop(harness: Harness, finish: bool) -> None:
     assert worker.metrics.running == {}
     [published] = [json.loads(v) for v in (await harness.backend.state_get("_workers")).values()]
     assert published["name"] == "w"
+    assert published["state"] == "stopped"  # its last word: not mistaken for a dead worker
     assert published["counters"]["completed"] == (1 if finish else 0)
 
 

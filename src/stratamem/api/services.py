@@ -30,6 +30,7 @@ class Services:
     pipeline: PipelineBackend | None = None
     offload: Offload | None = None
     metrics: Metrics = field(default_factory=Metrics)
+    pipeline_settings: PipelineSettings = field(default_factory=PipelineSettings)
     monotonic: Callable[[], float] = time.perf_counter
 
     @classmethod
@@ -58,7 +59,9 @@ class Services:
         """The memory and the pipeline backend named by the settings."""
         memory = AsyncMemory.open(core)
         try:
-            return cls.over(memory, settings, open_backend(pipeline, core.data_dir))
+            services = cls.over(memory, settings, open_backend(pipeline, core.data_dir))
+            services.pipeline_settings = pipeline
+            return services
         except (ConfigError, PipelineError):
             memory.store.close()
             raise

@@ -18,7 +18,7 @@ from stratamem.errors import StratamemError
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.runner import load_registry, open_backend, serve
 from stratamem.pipeline.settings import PipelineSettings
-from stratamem.pipeline.worker import WORKERS_SCOPE
+from stratamem.pipeline.status import worker_statuses
 
 T = TypeVar("T")
 DEFAULT_DATA_DIR = "./stratamem-data"
@@ -104,18 +104,23 @@ def pipeline() -> None:
 def status(ctx: click.Context, backend: str | None, as_json: bool) -> None:
     """Queue depth, dead letters and the last status each worker published."""
 
+    settings = _settings(backend=backend)
+
     async def read(b: PipelineBackend) -> dict[str, Any]:
         depth = (await b.depth()).as_dict()
-        workers = [json.loads(v) for v in (await b.state_get(WORKERS_SCOPE)).values()]
+        workers = await worker_statuses(b, time.time(), settings)
         return {"backend": b.__class__.__name__, "depth": depth, "workers": workers}
 
-    report = _with_backend(ctx, _settings(backend=backend), read)
+    report = _with_backend(ctx, settings, read)
     if as_json:
         click.echo(json.dumps(report, sort_keys=True))
         return
     click.echo(" ".join(f"{k}={v}" for k, v in report["depth"].items()))
     for w in report["workers"]:
-        click.echo(f"{w['name']}: {w['counters']} running={len(w['running'])}")
+        click.echo(
+            f"{w['name']} ({w['state']}, {w['age_s']:.0f} s ago): {w['counters']}"
+            f" running={len(w['running'])}"
+        )
 
 
 @pipeline.group("dead-letters")

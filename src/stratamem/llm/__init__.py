@@ -8,8 +8,8 @@ from stratamem.llm.client import LLMClient
 from stratamem.llm.errors import (
     LLMEmptyReply,
     LLMHTTPError,
-    LLMRateLimited,
     LLMOutputInvalid,
+    LLMRateLimited,
     LLMTimeout,
     LLMUnavailable,
 )
@@ -24,8 +24,8 @@ __all__ = [
     "LLMEmptyReply",
     "LLMError",
     "LLMHTTPError",
-    "LLMRateLimited",
     "LLMOutputInvalid",
+    "LLMRateLimited",
     "LLMSettings",
     "LLMTimeout",
     "LLMUnavailable",

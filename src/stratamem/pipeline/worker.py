@@ -32,6 +32,7 @@ from stratamem.pipeline.errors import RetryLater, UnknownTaskType
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
 from stratamem.pipeline.metrics import RunningTask, WorkerMetrics
 from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.status import RUNNING, STOPPED, WORKERS_SCOPE
 from stratamem.pipeline.task import Delivery, LockGrant, TaskType
 from stratamem.pipeline.timers import TimerPump, cascade, clear_session_timers, lock_key_for
 
@@ -41,7 +42,6 @@ FIRST_COMPLETED = asyncio.FIRST_COMPLETED
 MAX_THROTTLED_DELAY_S = 3600.0
 
 Sleep = Callable[[float], Awaitable[None]]
-WORKERS_SCOPE = "_workers"
 BACKEND_ERROR_PAUSE_S = 1.0
 CANCEL_RETRY_S = 0.5
 
@@ -303,9 +303,11 @@ class Worker:
         self.metrics.reclaimed += len(got)
         return len(got)
 
-    async def publish_status(self) -> None:
+    async def publish_status(self, stopped: bool = False) -> None:
+        """Publish counters, running tasks and LLM usage (`pipeline.status` reads them)."""
         status = {
             "name": self.name,
+            "state": STOPPED if stopped else RUNNING,
             "updated_at": self.clock.now(),
             **self.metrics.snapshot(),
             "llm_usage": self.executors.usage(),
@@ -340,7 +342,7 @@ class Worker:
         _, late = await asyncio.wait(consumers, timeout=self.settings.grace_period_s)
         for consumer in late:
             await _cancel_and_wait(consumer)
-        await self.publish_status()
+        await self.publish_status(stopped=True)
         for crashed in done - {stop}:
             crashed.result()
 

@@ -7,7 +7,6 @@ Operators see the whole queue at `/v1/admin/pipeline`.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from fastapi import APIRouter
@@ -18,8 +17,8 @@ from stratamem.api.services import Services
 from stratamem.api.views import dead_letter_json, task_json
 from stratamem.domain import Scope
 from stratamem.errors import NotFound
+from stratamem.pipeline.status import worker_statuses
 from stratamem.pipeline.task import DeadLetter
-from stratamem.pipeline.worker import WORKERS_SCOPE
 
 SCAN_LIMIT = 10_000
 router = APIRouter(prefix="/v1", tags=["pipeline"], responses=ERRORS)
@@ -63,8 +62,10 @@ async def requeue_dead_letter(
 
 @router.get("/admin/pipeline")
 async def admin_pipeline(_: AdminDep, services: ServicesDep) -> dict[str, Any]:
-    """Queue depth of every tenant, and the status each worker last published."""
+    """Queue depth of every tenant, and the status each worker last published, with its state
+    (`running`, `stopped`, or `unresponsive` when a running worker stopped publishing)."""
     backend = services.require_pipeline()
     depth = (await backend.depth()).as_dict()
-    workers = [json.loads(v) for v in (await backend.state_get(WORKERS_SCOPE)).values()]
+    now = services.memory.clock.now()
+    workers = await worker_statuses(backend, now, services.pipeline_settings)
     return {"depth": depth, "workers": workers}

@@ -1,0 +1,35 @@
+"""Worker statuses read back with their liveness: running, stopped, or unresponsive."""
+
+from __future__ import annotations
+
+from stratamem.pipeline.executors import ExecutorRegistry
+from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.status import STALE_MIN_S, stale_after_s, worker_statuses
+from stratamem.pipeline.worker import Worker
+
+from .conftest import Harness
+
+
+async def test_a_worker_that_stops_publishing_becomes_unresponsive(harness: Harness) -> None:
+    settings = PipelineSettings(pump_interval_s=1.0)
+    live = Worker(harness.backend, ExecutorRegistry(), settings, clock=harness.clock, name="live")
+    gone = Worker(harness.backend, ExecutorRegistry(), settings, clock=harness.clock, name="gone")
+    done = Worker(harness.backend, ExecutorRegistry(), settings, clock=harness.clock, name="done")
+    t0 = harness.clock.now()
+    await gone.publish_status()
+    await done.publish_status(stopped=True)
+    harness.clock.set(t0 + stale_after_s(settings) + 1)
+    await live.publish_status()
+    now = harness.clock.now()
+    statuses = {s["name"]: s for s in await worker_statuses(harness.backend, now, settings)}
+    assert {name: s["state"] for name, s in statuses.items()} == {
+        "live": "running", "gone": "unresponsive", "done": "stopped",
+    }  # fmt: skip
+    assert statuses["live"]["age_s"] == 0
+    assert statuses["gone"]["age_s"] == stale_after_s(settings) + 1
+    assert "counters" in statuses["gone"]  # its last figures are still shown
+
+
+def test_staleness_allows_several_pump_intervals() -> None:
+    assert stale_after_s(PipelineSettings(pump_interval_s=0.1)) == STALE_MIN_S
+    assert stale_after_s(PipelineSettings(pump_interval_s=10)) == 50
