@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -40,6 +41,12 @@ class Settings(BaseSettings):
     )
     stable_budget_chars: int = Field(
         2000, ge=0, description="Character budget of the stable (profile, scenes) block."
+    )
+    sqlite_synchronous: Literal["normal", "full"] = Field(
+        "normal",
+        description="SQLite `synchronous` level of the store: `normal` loses nothing when the"
+        " process dies, but may lose the last commits on power loss or an OS crash; `full` syncs"
+        " every commit to disk (slower writes).",
     )
     background_embedding: bool = Field(
         True, description="Embed captured records in background batches while the memory is open."

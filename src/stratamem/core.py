@@ -111,7 +111,7 @@ class AsyncMemory:
         if isinstance(llm, str):
             llm_settings = LLMSettings()
             llm = LLMClient(llm_settings, clock=clock) if llm_settings.configured else None
-        store = SqliteStore(settings.store_path)
+        store = SqliteStore(settings.store_path, settings.sqlite_synchronous)
         return cls(
             store, embedder, settings, clock, verify_embedding, owns_embedder=owns,
             llm=llm, layer_settings=layer_settings, owns_llm=owns_llm,

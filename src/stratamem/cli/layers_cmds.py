@@ -29,7 +29,8 @@ _TENANT = click.option("--tenant", required=True, help="Tenant.")
 @contextmanager
 def _open_layers(ctx: click.Context) -> Iterator[tuple[SqliteStore, SqliteLayerStore]]:
     """The store and its layer records, without an embedder or LLM (read-only commands)."""
-    store = SqliteStore(settings_from(ctx).store_path)
+    settings = settings_from(ctx)
+    store = SqliteStore(settings.store_path, settings.sqlite_synchronous)
     try:
         yield store, SqliteLayerStore(store)
     finally:

@@ -40,7 +40,7 @@ async def _offload(
     are handed to the pipeline's workers."""
     clock = SystemClock()
     settings = settings_from(ctx)
-    store = SqliteStore(settings.store_path)
+    store = SqliteStore(settings.store_path, settings.sqlite_synchronous)
     llm_settings = LLMSettings()
     llm = LLMClient(llm_settings, clock=clock) if llm_settings.configured else None
     runner = InProcessRunner(clock)

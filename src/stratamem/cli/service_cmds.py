@@ -73,7 +73,8 @@ def _server_module(name: str = "stratamem.api.server") -> ModuleType:
 
 @contextmanager
 def _tenant_store(ctx: click.Context) -> Iterator[TenantStore]:
-    store = SqliteStore(settings_from(ctx).store_path)
+    settings = settings_from(ctx)
+    store = SqliteStore(settings.store_path, settings.sqlite_synchronous)
     try:
         yield TenantStore(store)
     finally:

@@ -94,7 +94,7 @@ def worker_registry() -> ExecutorRegistry:
     backend = open_backend(PipelineSettings(), settings.data_dir)
     llm_settings = LLMSettings()
     llm = LLMClient(llm_settings, clock=clock) if llm_settings.configured else None
-    store = SqliteOffloadStore(SqliteStore(settings.store_path))
+    store = SqliteOffloadStore(SqliteStore(settings.store_path, settings.sqlite_synchronous))
     offload = Offload(store, PipelineScheduler(backend, clock), llm=llm, clock=clock)
     registry = ExecutorRegistry()
     register_executors(registry, offload)

@@ -10,10 +10,17 @@ from pathlib import Path
 from stratamem.errors import StoreError
 
 BUSY_TIMEOUT_MS = 10_000
+#: `PRAGMA synchronous` levels a store may run with. In WAL mode, NORMAL loses nothing when the
+#: process dies but may lose the last commits on power loss or an OS crash; FULL syncs every
+#: commit to disk, at some cost in write speed.
+SYNCHRONOUS_LEVELS = ("NORMAL", "FULL")
 
 
-def connect(path: Path) -> sqlite3.Connection:
+def connect(path: Path, synchronous: str = "NORMAL") -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), WAL, with a busy timeout."""
+    level = synchronous.upper()
+    if level not in SYNCHRONOUS_LEVELS:
+        raise StoreError(f"synchronous must be one of {SYNCHRONOUS_LEVELS}, got {synchronous!r}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -22,7 +29,7 @@ def connect(path: Path) -> sqlite3.Connection:
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute(f"PRAGMA synchronous = {level}")
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
 

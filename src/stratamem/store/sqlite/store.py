@@ -48,9 +48,9 @@ _SIZE_TTL_S = 30.0
 class SqliteStore:
     """The `Store` contract on one SQLite file. Safe to share across threads and processes."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, synchronous: str = "NORMAL") -> None:
         self.path = path
-        self._conn = connect(path)
+        self._conn = connect(path, synchronous)
         self._lock = threading.RLock()
         self._caches: dict[tuple[str, Layer], VectorCache] = {}
         self._sizes: dict[tuple[str, Layer], tuple[int, float]] = {}
