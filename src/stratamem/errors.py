@@ -27,6 +27,11 @@ class StoreError(StratamemError):
     """The store failed or holds data it cannot serve."""
 
 
+class MemoryChanged(StoreError):
+    """A memory was superseded or forgotten between reading it and writing its next version;
+    nothing was written. Read it again (its history shows what changed)."""
+
+
 class EmbeddingMismatch(StoreError):
     """The store was indexed with another embedding model or dimension."""
 

@@ -3,7 +3,9 @@
 A manual memory is an L1 record of mode `manual` with no source turns. Its id is derived from
 the tenant, the type and the text, so stating the same thing twice stores it once. An update
 writes a new version that supersedes the old one (the history keeps both); forgetting ends a
-memory's validity without deleting it.
+memory's validity without deleting it. Both are compare-and-set: if the memory layers (or another
+caller) superseded or forgot the memory after it was read, `MemoryChanged` is raised and nothing
+is written, so an edit never forks a memory's history.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def update_memory(
         created_at=now, updated_at=now, mode=Mode.MANUAL,
     )  # fmt: skip
     closed = replace(old, valid_to=now, superseded_by=new.id, updated_at=now)
-    store.upsert_memories(scope, [closed, new])
+    store.upsert_memories(scope, [closed, new], expect_current=[old.id])
     return new
 
 
@@ -102,7 +104,7 @@ def forget_memory(store: Store, scope: Scope, memory_id: str, *, now: float) -> 
     if not memory.is_current:
         return memory
     forgotten = replace(memory, valid_to=now, updated_at=now)
-    store.upsert_memories(scope, [forgotten])
+    store.upsert_memories(scope, [forgotten], expect_current=[memory.id])
     return forgotten
 
 

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from stratamem.domain import Layer, MemoryType, Scope
-from stratamem.errors import EmbeddingMismatch, NotFound, StaleFencingToken, StoreError
+from stratamem.errors import (
+    EmbeddingMismatch,
+    MemoryChanged,
+    NotFound,
+    StaleFencingToken,
+    StoreError,
+)
 from stratamem.store.base import EmbeddingInfo, Fence, Filters, Store
 from tests.store.conftest import StoreFactory
 from tests.store.helpers import T0, memory, turn, unit
@@ -256,3 +264,27 @@ def test_search_text_ranks_adjacent_words_above_scattered_ones(store: Store) -> 
     assert [h.id for h in with_phrases] == ["together", "scattered"]
     words_only = store.search_text(ACME, Layer.L0, query, Filters(), 5, phrases=False)
     assert [h.id for h in words_only] == ["scattered", "together"]  # the shorter text
+
+
+def test_an_edit_expecting_a_current_memory_is_refused_once_it_changed(store: Store) -> None:
+    store.upsert_memories(ACME, [memory("m1", "likes tea"), memory("m2", "likes jazz")])
+    read = store.get_memory(ACME, "m1")
+    # meanwhile another writer (the L1 layer, another caller) supersedes m1 ...
+    store.upsert_memories(
+        ACME,
+        [replace(read, valid_to=T0 + 1, superseded_by="m1b"), memory("m1b", "likes green tea")],
+        expect_current=["m1"],
+    )
+    # ... so an edit based on the version read is refused, and writes nothing
+    edit = [replace(read, valid_to=T0 + 2, superseded_by="m1c"), memory("m1c", "likes coffee")]
+    with pytest.raises(MemoryChanged):
+        store.upsert_memories(ACME, edit, expect_current=["m1"])
+    assert store.get_memory(ACME, "m1").superseded_by == "m1b"
+    with pytest.raises(NotFound):
+        store.get_memory(ACME, "m1c")
+    forgotten = replace(store.get_memory(ACME, "m2"), valid_to=T0 + 3)
+    store.upsert_memories(ACME, [forgotten], expect_current=["m2"])
+    with pytest.raises(MemoryChanged):
+        store.upsert_memories(ACME, [forgotten], expect_current=["m2"])
+    with pytest.raises(NotFound):
+        store.upsert_memories(ACME, [memory("m9", "x")], expect_current=["nope"])

@@ -123,12 +123,19 @@ class Store(Protocol):
 
     # -- L1 memories -------------------------------------------------------------------------
     def upsert_memories(
-        self, scope: Scope, memories: Sequence[MemoryRecord], fence: Fence | None = None
+        self,
+        scope: Scope,
+        memories: Sequence[MemoryRecord],
+        fence: Fence | None = None,
+        expect_current: Sequence[str] = (),
     ) -> None:
         """Insert or replace memories by id in one transaction.
 
         With a `fence`, the whole write is refused with `StaleFencingToken` when a newer token
-        has been used for its key; otherwise the token is recorded as the newest.
+        has been used for its key; otherwise the token is recorded as the newest. With
+        `expect_current`, it is refused with `MemoryChanged` unless each of those memories is
+        still current (neither superseded nor forgotten) when the write begins: a compare-and-set
+        for an edit based on what was read.
         """
 
     def get_memory(self, scope: Scope, memory_id: str) -> MemoryRecord:

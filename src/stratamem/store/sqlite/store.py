@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from stratamem.domain import Hit, Layer, MemoryRecord, Scope, Turn
-from stratamem.errors import EmbeddingMismatch, NotFound, StoreError
+from stratamem.errors import EmbeddingMismatch, MemoryChanged, NotFound, StoreError
 from stratamem.store.base import (
     NO_FILTERS,
     Candidate,
@@ -239,7 +239,11 @@ class SqliteStore:
 
     # -- L1 memories -------------------------------------------------------------------------
     def upsert_memories(
-        self, scope: Scope, memories: Sequence[MemoryRecord], fence: Fence | None = None
+        self,
+        scope: Scope,
+        memories: Sequence[MemoryRecord],
+        fence: Fence | None = None,
+        expect_current: Sequence[str] = (),
     ) -> None:
         for memory in memories:
             if memory.tenant != scope.tenant:
@@ -250,6 +254,7 @@ class SqliteStore:
             f"{c.strip()} = excluded.{c.strip()}" for c in columns.split(",")[2:]
         )
         with self.writing(fence):
+            self._check_current(scope.tenant, expect_current)
             self._conn.executemany(
                 f"INSERT INTO memories ({columns}) VALUES ({marks})"
                 f" ON CONFLICT (tenant, id) DO UPDATE SET {updates},"
@@ -259,6 +264,20 @@ class SqliteStore:
                 " THEN memories.emb_seq ELSE NULL END",
                 [memory_params(m) for m in memories],
             )
+
+    def _check_current(self, tenant: str, memory_ids: Sequence[str]) -> None:
+        for memory_id in memory_ids:
+            row = self._conn.execute(
+                "SELECT valid_to, superseded_by FROM memories WHERE tenant = ? AND id = ?",
+                (tenant, memory_id),
+            ).fetchone()
+            if row is None:
+                raise NotFound(f"no memory {memory_id!r} in tenant {tenant!r}")
+            if row["superseded_by"] is not None or row["valid_to"] is not None:
+                raise MemoryChanged(
+                    f"memory {memory_id!r} was superseded or forgotten meanwhile"
+                    f" (superseded by {row['superseded_by']!r}); nothing was written"
+                )
 
     def get_memory(self, scope: Scope, memory_id: str) -> MemoryRecord:
         with self._lock:
