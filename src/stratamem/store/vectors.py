@@ -20,8 +20,9 @@ import numpy as np
 EXACT_MAX = 2_048
 RESCORE_FACTOR = 4
 RESCORE_MIN = 200
-#: Vectors looked at per wanted record before keeping each record's best (records have several).
-PIECES_FACTOR = 4
+#: When records have several vectors: vectors looked at per wanted record (times the average
+#: count per record) before keeping each record's best; widened if records repeat too much.
+PIECES_FACTOR = 2
 
 
 def sign_codes(vectors: np.ndarray) -> np.ndarray:
@@ -47,6 +48,7 @@ class VectorCache:
     codes: np.ndarray = field(init=False)
     alive: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     _positions: dict[int, list[int]] = field(default_factory=dict)
+    _dead: int = 0
 
     def __post_init__(self) -> None:
         self.matrix = np.zeros((0, self.dim), dtype=np.float32)
@@ -65,6 +67,7 @@ class VectorCache:
         positions = self._positions.get(rid, [])
         if len(positions) != len(vectors):
             self.alive[positions] = False
+            self._dead += len(positions)
             positions = [self._append_slot(rid) for _ in range(len(vectors))]
             self._positions[rid] = positions
         self.matrix[positions] = vectors
@@ -98,22 +101,35 @@ class VectorCache:
         if self.size == 0 or limit <= 0:
             return []
         query = query.astype(np.float32, copy=False)
-        mask = self.alive[: self.size]
-        if allowed is not None:
-            mask = mask & np.isin(self.rids[: self.size], allowed)
+        mask = self._mask(allowed)
+        per_record = self._pieces_per_record()
         if self.size <= self.exact_max:
             positions = np.arange(self.size)
         else:
-            wanted = max(limit * PIECES_FACTOR * RESCORE_FACTOR, RESCORE_MIN)
+            wanted = max(int(limit * per_record * RESCORE_FACTOR), RESCORE_MIN)
             positions = self._coarse(query, wanted, mask)
-        scores = np.where(mask[positions], self.matrix[positions] @ query, -np.inf)
-        return self._best_records(positions, scores, limit)
+        scores = self.matrix[positions] @ query
+        if mask is not None:
+            scores = np.where(mask[positions], scores, -np.inf)
+        return self._best_records(positions, scores, limit, per_record)
+
+    def _mask(self, allowed: np.ndarray | None) -> np.ndarray | None:
+        """Which positions may be returned, or None for all (nothing overwritten or excluded)."""
+        mask = None if self._dead == 0 else self.alive[: self.size]
+        if allowed is not None:
+            kept = np.isin(self.rids[: self.size], allowed)
+            mask = kept if mask is None else mask & kept
+        return mask
+
+    def _pieces_per_record(self) -> float:
+        return max(1.0, (self.size - self._dead) / max(1, len(self._positions)))
 
     def _best_records(
-        self, positions: np.ndarray, scores: np.ndarray, limit: int
+        self, positions: np.ndarray, scores: np.ndarray, limit: int, per_record: float
     ) -> list[tuple[int, float]]:
         """The best `limit` records among scored positions, each once, at its best score."""
-        count = min(limit * PIECES_FACTOR, len(positions))
+        count = min(int(limit * per_record * PIECES_FACTOR) if per_record > 1 else limit,
+                    len(positions))  # fmt: skip
         while True:
             best = np.argpartition(-scores, count - 1)[:count]
             best = best[np.argsort(-scores[best], kind="stable")]
