@@ -81,3 +81,21 @@ def test_stats_json(tmp_path: Path) -> None:
     code, out, _ = run(tmp_path, "stats", "--tenant", "t1", "--json")
     assert code == 0
     assert json.loads(out)["L0"] == {"records": 1, "pending_embeddings": 1}
+
+
+def test_erase_a_session_then_a_tenant(tmp_path: Path) -> None:
+    code, _, _ = run(tmp_path, "import", str(SAMPLE), "--tenant", "maya", "--json")
+    assert code == 0
+    code, out, _ = run(tmp_path, "capture", "--tenant", "maya", "--session", "extra", "--role",
+                       "user", "--text", "a note to forget", "--json")  # fmt: skip
+    assert code == 0
+    code, _, _ = run(tmp_path, "erase", "--tenant", "maya", "--session", "extra")
+    assert code == 1  # asked for confirmation, none given: nothing erased
+    code, out, _ = run(tmp_path, "erase", "--tenant", "maya", "--session", "extra", "--yes")
+    assert code == 0 and json.loads(out)["erased"]["turns"] == 1
+    code, out, _ = run(tmp_path, "stats", "--tenant", "maya", "--json")
+    assert json.loads(out)["L0"]["records"] == 12
+    code, out, _ = run(tmp_path, "erase", "--tenant", "maya", "--yes")
+    assert code == 0 and json.loads(out)["erased"]["turns"] == 12
+    code, out, _ = run(tmp_path, "stats", "--tenant", "maya", "--json")
+    assert json.loads(out)["L0"]["records"] == 0

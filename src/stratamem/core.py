@@ -11,7 +11,7 @@ from stratamem import backfill
 from stratamem.capture import CaptureResult, build_turns
 from stratamem.clock import Clock, SystemClock
 from stratamem.config import Settings
-from stratamem.domain import Hit, Layer, MemoryType, Message, Scope, Turn
+from stratamem.domain import Hit, Layer, MemoryType, Message, Scope, Turn, check_ident
 from stratamem.embed import make_embedder
 from stratamem.embed.base import Embedder
 from stratamem.errors import ConfigError
@@ -294,6 +294,20 @@ class AsyncMemory:
         info = EmbeddingInfo(self.embedder.model, self.embedder.dim)
         await asyncio.to_thread(self.store.reset_embeddings, info)
         return await self.embed_pending(progress=progress)
+
+    async def erase_session(self, tenant: str, session: str) -> dict[str, int]:
+        """Forget a conversation: its turns, every memory drawn from them (even in part) or
+        stated in it, and its layer and offload records, in one transaction. Scenes and the
+        profile, which summarise many sessions, are not rewritten (`erase_tenant` removes them).
+        Returns the counts of deleted rows (`turns`, `memories`, `other`)."""
+        check_ident(tenant, "tenant")
+        check_ident(session, "session")
+        return await asyncio.to_thread(self.store.erase_session, Scope(tenant), session)
+
+    async def erase_tenant(self, tenant: str) -> dict[str, int]:
+        """Forget everything of a tenant: turns, memories, scenes, profile, offload records."""
+        check_ident(tenant, "tenant")
+        return await asyncio.to_thread(self.store.erase_tenant, Scope(tenant))
 
     async def stats(self, tenant: str | None = None) -> dict[str, Any]:
         scope = None if tenant is None else Scope(tenant)

@@ -93,6 +93,14 @@ class Memory:
     def reindex(self, progress: ProgressFn | None = None) -> int:
         return self._portal.run(self.core.reindex(progress))
 
+    def erase_session(self, tenant: str, session: str) -> dict[str, int]:
+        """See `AsyncMemory.erase_session`."""
+        return self._portal.run(self.core.erase_session(tenant, session))
+
+    def erase_tenant(self, tenant: str) -> dict[str, int]:
+        """See `AsyncMemory.erase_tenant`."""
+        return self._portal.run(self.core.erase_tenant(tenant))
+
     def stats(self, tenant: str | None = None) -> dict[str, Any]:
         return self._portal.run(self.core.stats(tenant))
 

@@ -207,6 +207,18 @@ class FlushOut(BaseModel):
     result: dict[str, Any] | None = Field(description="What the layers did, with `wait`.")
 
 
+class ErasedCounts(BaseModel):
+    turns: int = Field(description="Turns deleted.")
+    memories: int = Field(description="Memories deleted (every version).")
+    other: int = Field(description="Other records deleted (layer state, offload records).")
+
+
+class ErasedOut(BaseModel):
+    tenant: str
+    session: str | None = Field(description="The erased session; null when the whole tenant was.")
+    erased: ErasedCounts
+
+
 class DeadLetterOut(BaseModel):
     id: str
     task: TaskOut

@@ -39,6 +39,7 @@ for command in (
     memory_cmds.recall,
     memory_cmds.import_,
     memory_cmds.reindex,
+    memory_cmds.erase,
     memory_cmds.stats,
     worker,
     pipeline,

@@ -1,4 +1,5 @@
-"""CLI commands over capture and retrieval: capture, search, recall, import, reindex, stats."""
+"""CLI commands over capture and retrieval: capture, search, recall, import, reindex, erase,
+stats."""
 
 from __future__ import annotations
 
@@ -227,6 +228,23 @@ def reindex(ctx: click.Context, yes: bool) -> None:
         with progress(total, "re-embedding") as advance:
             done = memory.reindex(progress=advance)
     click.echo(f"re-embedded {done} records")
+
+
+@click.command()
+@click.option("--tenant", required=True, help="The tenant whose data is erased.")
+@click.option("--session", default=None, help="Only this session (else the whole tenant).")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_context
+@handle_errors
+def erase(ctx: click.Context, tenant: str, session: str | None, yes: bool) -> None:
+    """Forget a session (its turns, the memories drawn from them, its layer and offload records)
+    or a whole tenant's data. Tenant registrations and keys are `tenants` / `keys` business."""
+    what = f"session {session!r} of tenant {tenant!r}" if session else f"all of tenant {tenant!r}"
+    if not yes:
+        click.confirm(f"Erase {what}? This cannot be undone.", abort=True)
+    with open_memory(ctx) as memory:
+        erased = memory.erase_session(tenant, session) if session else memory.erase_tenant(tenant)
+    print_json({"tenant": tenant, "session": session, "erased": erased})
 
 
 @click.command()

@@ -178,5 +178,14 @@ class Store(Protocol):
     def newest_fence(self, key: str) -> int:
         """The newest fencing token recorded for `key` (0 when none)."""
 
+    def erase_session(self, scope: Scope, session: str) -> dict[str, int]:
+        """Delete a session's turns, every memory drawn from them (even in part) or stated in
+        it, and the session's layer and offload records, in one transaction. Returns counts of
+        deleted rows: `turns`, `memories`, `other`. Scenes and the profile are not rewritten."""
+
+    def erase_tenant(self, scope: Scope) -> dict[str, int]:
+        """Delete every record of the tenant (turns, memories, layers, offload) in one
+        transaction; returns counts like `erase_session`."""
+
     def stats(self, scope: Scope | None = None) -> dict[str, Any]:
         """Counts of records, pending embeddings and the embedding model."""

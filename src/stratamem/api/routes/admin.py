@@ -7,7 +7,15 @@ from typing import Any
 from fastapi import APIRouter
 
 from stratamem.api.deps import AdminDep, ServicesDep
-from stratamem.api.schemas import ERRORS, IssuedKeyOut, KeyIn, KeyOut, TenantIn, TenantOut
+from stratamem.api.schemas import (
+    ERRORS,
+    ErasedOut,
+    IssuedKeyOut,
+    KeyIn,
+    KeyOut,
+    TenantIn,
+    TenantOut,
+)
 from stratamem.domain import check_ident
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=ERRORS)
@@ -21,6 +29,14 @@ def create_tenant(body: TenantIn, _: AdminDep, services: ServicesDep) -> dict[st
 @router.get("/tenants", response_model=list[TenantOut])
 def list_tenants(_: AdminDep, services: ServicesDep) -> list[dict[str, Any]]:
     return [t.to_json() for t in services.tenants.list_tenants()]
+
+
+@router.delete("/tenants/{tenant}", response_model=ErasedOut)
+def delete_tenant(tenant: str, _: AdminDep, services: ServicesDep) -> dict[str, Any]:
+    """Delete a tenant: its keys stop working at once, then all its data (turns, memories,
+    scenes, profile, offload records) is erased, then the tenant and its keys are removed."""
+    erased = services.tenants.delete_tenant(check_ident(tenant, "tenant"))
+    return {"tenant": tenant, "session": None, "erased": erased}
 
 
 @router.post("/tenants/{tenant}/keys", response_model=IssuedKeyOut, status_code=201)

@@ -11,13 +11,16 @@ from stratamem.api.schemas import (
     ERRORS,
     CaptureIn,
     CaptureOut,
+    ErasedOut,
     HitsOut,
     RecallIn,
     RecallOut,
     SearchConversationsIn,
     SearchMemoriesIn,
 )
-from stratamem.domain import Layer
+from stratamem.domain import Layer, check_ident
+from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.timers import clear_session_timers
 
 router = APIRouter(prefix="/v1", tags=["memory"], responses=ERRORS)
 
@@ -87,3 +90,15 @@ async def stats(tenant: TenantDep, memory: MemoryDep) -> dict[str, Any]:
     result = await memory.stats(tenant)
     result.pop("embedding_last_error", None)
     return result
+
+
+@router.delete("/sessions/{session}", response_model=ErasedOut)
+async def erase_session(session: str, tenant: TenantDep, services: ServicesDep) -> dict[str, Any]:
+    """Forget a conversation: its turns, every memory drawn from them (even in part) or stated
+    in it, its layer and offload records, and its pending layer timers. Scenes and the profile,
+    which summarise many sessions, are not rewritten. Erasing an unknown session erases nothing."""
+    check_ident(session, "session")
+    erased = await services.memory.erase_session(tenant, session)
+    if services.pipeline is not None:
+        await clear_session_timers(services.pipeline, Task(TaskType.L2, tenant, session))
+    return {"tenant": tenant, "session": session, "erased": erased}

@@ -24,7 +24,7 @@ from stratamem.store.base import (
     PendingText,
 )
 from stratamem.store.pieces import embedding_pieces, embedding_text, vector_blobs
-from stratamem.store.sqlite import fencing, retrieval
+from stratamem.store.sqlite import erase, fencing, retrieval
 from stratamem.store.sqlite.connection import connect, write_transaction
 from stratamem.store.sqlite.filters import filter_sql
 from stratamem.store.sqlite.migrations import migrate
@@ -378,6 +378,31 @@ class SqliteStore:
     def newest_fence(self, key: str) -> int:
         with self._lock:
             return fencing.newest(self._conn, key)
+
+    # -- erasing -----------------------------------------------------------------------------
+    def erase_session(self, scope: Scope, session: str) -> dict[str, int]:
+        with self._secure_delete(), self.writing() as conn:
+            counts = erase.erase_session(conn, scope.tenant, session)
+        self._sizes.clear()
+        return counts
+
+    def erase_tenant(self, scope: Scope) -> dict[str, int]:
+        with self._secure_delete(), self.writing() as conn:
+            counts = erase.erase_tenant(conn, scope.tenant)
+        self._sizes.clear()
+        for layer in (Layer.L0, Layer.L1):
+            self._caches.pop((scope.tenant, layer), None)
+        return counts
+
+    @contextmanager
+    def _secure_delete(self) -> Iterator[None]:
+        """Overwrite freed pages while erasing, so deleted text does not linger in the file."""
+        with self._lock:
+            self._conn.execute("PRAGMA secure_delete = ON")
+            try:
+                yield
+            finally:
+                self._conn.execute("PRAGMA secure_delete = OFF")
 
     def stats(self, scope: Scope | None = None) -> dict[str, Any]:
         where, params = ("WHERE tenant = ?", [scope.tenant]) if scope else ("", [])

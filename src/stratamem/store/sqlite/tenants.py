@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stratamem.clock import Clock, SystemClock
-from stratamem.domain import check_ident
+from stratamem.domain import Scope, check_ident
 from stratamem.errors import AlreadyExists, InvalidInput, NotFound
 from stratamem.store.sqlite.store import SqliteStore
 
@@ -125,6 +125,24 @@ class TenantStore:
         """How many tenants there are (also a cheap check that the store answers)."""
         with self._store.reading() as conn:
             return int(conn.execute("SELECT COUNT(*) FROM tenants").fetchone()[0])
+
+    def delete_tenant(self, name: str) -> dict[str, int]:
+        """Delete a tenant with all its data and keys; returns the counts of erased records.
+
+        Its keys are revoked first, so nothing is written for it while its data is erased, and
+        the tenant and its keys go last: if this is interrupted, calling it again finishes it.
+        """
+        self.get_tenant(name)
+        with self._store.writing() as conn:
+            conn.execute(
+                "UPDATE api_keys SET revoked_at = ? WHERE tenant = ? AND revoked_at IS NULL",
+                (self._clock.now(), name),
+            )
+        erased = self._store.erase_tenant(Scope(name))
+        with self._store.writing() as conn:
+            conn.execute("DELETE FROM api_keys WHERE tenant = ?", (name,))
+            conn.execute("DELETE FROM tenants WHERE name = ?", (name,))
+        return erased
 
     # -- keys --------------------------------------------------------------------------------
     def create_key(self, tenant: str, label: str = "") -> IssuedKey:

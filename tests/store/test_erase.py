@@ -1,0 +1,78 @@
+"""Erasing a session or a tenant: nothing of it is left to read, nothing else is touched."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+
+from stratamem.domain import Layer, Scope
+from stratamem.store.base import Filters
+from stratamem.store.sqlite import SqliteStore
+from stratamem.store.sqlite.erase import SESSION_TABLES, TENANT_TABLES
+from tests.store.helpers import memory, turn, unit
+
+ACME, OTHER = Scope("acme"), Scope("other")
+
+
+def filled(tmp_path: Path) -> SqliteStore:
+    store = SqliteStore(tmp_path / "s.db")
+    store.add_turns(ACME, [turn("a1", "my secret diagnosis is flu", session="gone"),
+                           turn("a2", "the doctor said rest", session="gone"),
+                           turn("k1", "I like hiking in the alps", session="kept")])  # fmt: skip
+    store.add_turns(OTHER, [turn("o1", "my secret diagnosis is flu", session="gone",
+                                 tenant="other")])  # fmt: skip
+    store.upsert_memories(ACME, [
+        replace(memory("from-gone", "has the flu", session=None), source_turn_ids=("a1",)),
+        replace(memory("mixed", "rests and hikes", session=None), source_turn_ids=("a2", "k1")),
+        replace(memory("stated-in-gone", "prefers email", session="gone"), source_turn_ids=()),
+        replace(memory("from-kept", "likes hiking", session="kept"), source_turn_ids=("k1",)),
+    ])  # fmt: skip
+    store.upsert_memories(OTHER, [memory("o-m", "has the flu", tenant="other", session="gone")])
+    store.store_embeddings(Layer.L0, [("acme", "a1"), ("acme", "k1")], unit(1)[None, :].repeat(2, 0))
+    return store
+
+
+def test_erasing_a_session_forgets_its_turns_and_what_was_drawn_from_them(
+    tmp_path: Path,
+) -> None:
+    store = filled(tmp_path)
+    counts = store.erase_session(ACME, "gone")
+    assert counts == {"turns": 2, "memories": 3, "other": 0}
+    assert store.get_turns(ACME, ["a1", "a2", "k1"])[0].id == "k1"
+    assert len(store.get_turns(ACME, ["a1", "a2", "k1"])) == 1
+    assert {m.id for m in store.list_memories(ACME)} == {"from-kept"}
+    for layer in (Layer.L0, Layer.L1):
+        assert store.search_text(ACME, layer, "secret diagnosis flu", Filters(), 10) == []
+    assert [c.id for c in store.search_vector(ACME, Layer.L0, unit(1), Filters(), 10)] == ["k1"]
+    assert store.list_sessions(ACME) == ["kept"]
+    # the other tenant's session of the same name is untouched
+    assert [t.id for t in store.get_turns(OTHER, ["o1"])] == ["o1"]
+    assert [m.id for m in store.list_memories(OTHER)] == ["o-m"]
+
+
+def test_erasing_a_tenant_leaves_nothing_of_it(tmp_path: Path) -> None:
+    store = filled(tmp_path)
+    counts = store.erase_tenant(ACME)
+    assert (counts["turns"], counts["memories"]) == (3, 4)
+    assert store.list_sessions(ACME) == [] and store.list_memories(ACME) == []
+    assert store.search_vector(ACME, Layer.L0, unit(1), Filters(), 10) == []
+    assert store.stats(ACME)["L0"]["records"] == 0
+    assert [t.id for t in store.get_turns(OTHER, ["o1"])] == ["o1"]
+    store.close()
+    files = [tmp_path / name for name in ("s.db", "s.db-wal") if (tmp_path / name).exists()]
+    raw = b"".join(f.read_bytes() for f in files)
+    assert b"hiking in the alps" not in raw  # overwritten, not just unlinked
+    assert b"my secret diagnosis" in raw  # the other tenant's copy
+
+
+def test_every_table_with_tenant_data_is_erased(tmp_path: Path) -> None:
+    """A new table holding tenant data must be added to the erase lists."""
+    SqliteStore(tmp_path / "s.db").close()
+    conn = sqlite3.connect(tmp_path / "s.db")
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    columns = {t: {r[1] for r in conn.execute(f"PRAGMA table_info({t})")} for t in tables}
+    with_tenant = {t for t, cols in columns.items() if "tenant" in cols}
+    assert with_tenant - {"api_keys"} == set(TENANT_TABLES)
+    with_session = {t for t in with_tenant if "session" in columns[t]}
+    assert with_session - {"turns", "memories"} == set(SESSION_TABLES)
