@@ -29,7 +29,8 @@ def filled(tmp_path: Path) -> SqliteStore:
         replace(memory("from-kept", "likes hiking", session="kept"), source_turn_ids=("k1",)),
     ])  # fmt: skip
     store.upsert_memories(OTHER, [memory("o-m", "has the flu", tenant="other", session="gone")])
-    store.store_embeddings(Layer.L0, [("acme", "a1"), ("acme", "k1")], unit(1)[None, :].repeat(2, 0))
+    both = unit(1)[None, :].repeat(2, 0)
+    store.store_embeddings(Layer.L0, [("acme", "a1"), ("acme", "k1")], both)
     return store
 
 
