@@ -108,3 +108,23 @@ async def test_an_unknown_id_is_repaired_once(
     repair = calls[1].messages[-1]["content"]
     assert "T9" in repair and "were not shown" in repair
     assert json.loads(calls[1].messages[-2]["content"]) == bad
+
+
+async def test_an_l3_with_nothing_new_is_skipped_without_an_llm_call(
+    llm_memory: AsyncMemory, scripted_llm: ScriptedLLM, clock: ManualClock
+) -> None:
+    """Each L1 past the count and each L2 cascade may queue an L3 for the same change."""
+    install_layer_handlers(scripted_llm)
+    await llm_memory.capture("acme", "s1", TURNS)
+    await llm_memory.flush("acme", "s1")
+    assert scripted_llm.usage()["L3"]["calls"] == 1
+    service = llm_memory.layer_service()
+    clock.advance(60)
+    again = await service.run_l3(Run("acme", "l3-duplicate", None, None))
+    assert again.skipped and not again.changed
+    assert scripted_llm.usage()["L3"]["calls"] == 1
+    clock.advance(60)
+    await llm_memory.capture("acme", "s2", [{"role": "user", "speaker": "Maria",
+                                              "text": "I adopted a cat named Tom."}])  # fmt: skip
+    await llm_memory.flush("acme", "s2")  # new memories and scenes: the profile is written again
+    assert scripted_llm.usage()["L3"]["calls"] == 2

@@ -227,6 +227,9 @@ class LayerService:
         done = await self._replayed(run)
         if done is not None:
             return done
+        if not await self._l3_has_news(run.scope):
+            return StageResult("L3", self.mode, skipped=True)
+        read_at = self.clock.now()
         current = await asyncio.to_thread(self.layers.profile, run.scope)
         body = await self._synthesise(run, current)
         changed = bool(body) and (current is None or body != current.body)
@@ -235,9 +238,19 @@ class LayerService:
             version = 1 if current is None else current.version + 1
             profile = Profile(run.tenant, body, version, self.clock.now(), self.mode)
         result = StageResult("L3", self.mode, changed=changed, counts={"chars": len(body)})
-        commit = L3Commit(run.task_id, self.clock.now(), profile, result.to_json())
+        commit = L3Commit(run.task_id, self.clock.now(), profile, result.to_json(), read_at)
         await asyncio.to_thread(self.layers.commit_l3, run.scope, commit, run.fence)
         return result
+
+    async def _l3_has_news(self, scope: Scope) -> bool:
+        """Whether anything the profile is written from changed since the last L3 read it: new
+        memories, or a scene version written after that read. Several L3 tasks queued for one
+        change (each L1 past the count, the L2 cascade) then cost one LLM call, not one each."""
+        tenant = await asyncio.to_thread(self.layers.tenant_state, scope)
+        if tenant.last_l3_at is None or tenant.memories_since_l3 > 0:
+            return True
+        newest = await asyncio.to_thread(self.layers.newest_scene_at, scope)
+        return newest is not None and newest > tenant.last_l3_at
 
     async def _synthesise(self, run: Run, current: Profile | None) -> str:
         limit = self.settings.max_profile_chars

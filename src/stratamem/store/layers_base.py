@@ -90,6 +90,8 @@ class L3Commit:
     now: float
     profile: Profile | None
     result: dict[str, Any] = field(default_factory=dict)
+    read_at: float | None = None
+    """When the L3 read what it wrote from (recorded as `last_l3_at`; default `now`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +142,9 @@ class LayerStore(Protocol):
     # -- L2 ----------------------------------------------------------------------------------
     def current_scenes(self, scope: Scope) -> list[Scene]:
         """Live (not deleted) scenes, hottest first."""
+
+    def newest_scene_at(self, scope: Scope) -> float | None:
+        """When the tenant's newest scene version (a deletion included) was written, if any."""
 
     def scene_history(self, scope: Scope, scene_id: str) -> list[Scene]:
         """Every version of a scene, oldest first (`NotFound`)."""

@@ -146,6 +146,13 @@ class SqliteLayerStore:
             ).fetchall()
         return [scene_from_row(row) for row in rows]
 
+    def newest_scene_at(self, scope: Scope) -> float | None:
+        with self._store.reading() as conn:
+            row = conn.execute(
+                "SELECT max(created_at) FROM scene_versions WHERE tenant = ?", (scope.tenant,)
+            ).fetchone()
+        return None if row[0] is None else float(row[0])
+
     def scene_history(self, scope: Scope, scene_id: str) -> list[Scene]:
         with self._store.reading() as conn:
             rows = conn.execute(
@@ -206,7 +213,7 @@ class SqliteLayerStore:
             _ensure_tenant(conn, tenant)
             conn.execute(
                 "UPDATE layer_tenants SET memories_since_l3 = 0, last_l3_at = ? WHERE tenant = ?",
-                (commit.now, tenant),
+                (commit.now if commit.read_at is None else commit.read_at, tenant),
             )
             _write_receipt(conn, tenant, commit.task_id, "L3", commit.now, commit.result)
 
