@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import pytest
 
 from stratamem.api import Services
 from stratamem.pipeline.task import Task, TaskType
@@ -198,15 +197,11 @@ async def test_bob_sees_and_changes_nothing_of_alice(
     assert bob_view["L0"]["records"] == 0  # bob captured one turn, then erased his session
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: FTS5's bm25 uses document frequencies of the whole index, all tenants "
-    "together, so one tenant's words can reorder another's hits (a weak side channel; the fix "
-    "is tenant-local statistics in the store)",
-)
 async def test_another_tenants_writes_do_not_reorder_a_tenants_hits(
     client: httpx.AsyncClient, alice: Caller, bob: Caller
 ) -> None:
+    """Full-text statistics are the tenant's own (`store/sqlite/tenant_words.py`): bob's words
+    cannot change how alice's weigh."""
     texts = [f"I prefer my {SECRET} code private, it is {PRIVATE}", "I went hiking with Lena"]
     body = {"session": SESSION, "messages": [message(t) for t in texts]}
     await client.post("/v1/capture", json=body, headers=alice.headers)

@@ -101,3 +101,24 @@ def test_rare_and_common_words_both_stay_in_tenant(store: Store) -> None:
     assert [store.load_hits(A, Layer.L0, [c.id for c in rare])[c.id].text for c in rare] == [
         "an okapi at tenant-a"
     ]
+
+
+def test_another_tenants_words_do_not_change_how_a_tenants_words_weigh(store: Store) -> None:
+    """BM25 weighs a word by how many rows hold it: counted over one tenant's rows only, so
+    what another tenant writes cannot reorder this tenant's hits (nor reveal its words)."""
+    for layer in (Layer.L0, Layer.L1):
+        texts = {"short": "banana", "long": "cherry with a few more words around it"}
+        _write(store, A, layer, texts)
+        _write(store, B, layer, {f"x{i}": f"banana bread number {i}" for i in range(40)})
+        before = [c for c in store.search_text(A, layer, "banana cherry", Filters(), 10)]
+        _write(store, B, layer, {f"y{i}": f"more banana, banana {i}" for i in range(200)})
+        after = store.search_text(A, layer, "banana cherry", Filters(), 10)
+        assert [c.id for c in before] == [c.id for c in after] == ["short", "long"]
+
+
+def _write(store: Store, scope: Scope, layer: Layer, texts: dict[str, str]) -> None:
+    if layer is Layer.L0:
+        turns = [turn(i, t, session=i, tenant=scope.tenant) for i, t in texts.items()]
+        store.add_turns(scope, turns)
+    else:
+        store.upsert_memories(scope, [memory(i, t, tenant=scope.tenant) for i, t in texts.items()])

@@ -14,6 +14,7 @@ from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.connection import connect
 from stratamem.store.sqlite.migrations import MIGRATIONS, migrate
 from stratamem.store.sqlite.scope import tenant_token
+from stratamem.store.sqlite.tenant_words import tenant_words
 
 SCOPE = Scope("t1")
 MAY_8_2023 = 1683554160.0
@@ -82,9 +83,10 @@ def test_existing_turns_are_indexed_by_the_migration(tmp_path: Path) -> None:
             ("t1", t.id, t.session, seq, t.speaker, t.text, t.timestamp, t.timestamp,
              tenant_token("t1")),
         )
-    assert migrate(conn)[0] == 4  # (then the layers' and offload's own)
+    assert migrate(conn)[:2] == [4, 5]  # (then the layers' and offload's own)
     row = conn.execute("SELECT context, around, dated FROM turns_fts WHERE rowid = 2").fetchone()
-    assert tuple(row) == (DIALOGUE[0].text, DIALOGUE[2].text, "8 May 2023")
+    expected = (DIALOGUE[0].text, DIALOGUE[2].text, "8 May 2023")
+    assert tuple(row) == tuple(tenant_words("t1", text) for text in expected)
     conn.close()
 
 

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from stratamem.errors import StoreError
+from stratamem.store.sqlite import tenant_words
 
 BUSY_TIMEOUT_MS = 10_000
 #: `PRAGMA synchronous` levels a store may run with. In WAL mode, NORMAL loses nothing when the
@@ -27,6 +28,7 @@ def connect(path: Path, synchronous: str = "NORMAL") -> sqlite3.Connection:
     except (OSError, sqlite3.Error) as exc:
         raise StoreError(f"cannot open the store at {path}: {exc}") from exc
     conn.row_factory = sqlite3.Row
+    tenant_words.register(conn)  # the full-text triggers call it
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {level}")

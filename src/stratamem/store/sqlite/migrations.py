@@ -8,6 +8,7 @@ import time
 from stratamem.errors import StoreError
 from stratamem.store.sqlite.layer_schema import LAYER_MIGRATIONS
 from stratamem.store.sqlite.migration import Migration
+from stratamem.store.sqlite.tenant_index import tenant_index_sql
 from stratamem.store.sqlite.turn_context import turn_context_sql
 
 _FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -216,6 +217,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "memories with full-text index", M002_MEMORIES),
     Migration(3, "meta and fencing tokens", M003_META),
     Migration(4, "turns indexed with neighbours and date", turn_context_sql(_FTS_TOKENIZER)),
+    Migration(5, "full-text words prefixed by tenant", tenant_index_sql(_FTS_TOKENIZER)),
     *LAYER_MIGRATIONS,
     Migration(20, "context offload: tool pairs, entries, refs, boundaries, tasks", M020_OFFLOAD),
     Migration(30, "service tenants and hashed API keys", M030_TENANTS),

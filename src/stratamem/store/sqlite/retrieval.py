@@ -13,6 +13,7 @@ from stratamem.store.base import Candidate, Filters
 from stratamem.store.sqlite import turn_context
 from stratamem.store.sqlite.filters import filter_sql
 from stratamem.store.sqlite.scope import scope_match
+from stratamem.store.sqlite.tenant_words import tenant_words
 from stratamem.store.vectors import VectorCache
 
 TABLES = {Layer.L0: "turns", Layer.L1: "memories"}
@@ -47,7 +48,8 @@ def search_text(
     left out first (they rank little and cost a walk over most rows). With `phrases`, adjacent
     pairs of the query's words are searched as phrases beside the words.
     """
-    terms = query_terms(query) + (phrase_terms(query) if phrases else [])
+    asked = query_terms(query) + (phrase_terms(query) if phrases else [])
+    terms = [tenant_words(tenant, term) or term for term in asked]  # as the index holds them
     if max_share is not None:
         cap = max(COMMON_FLOOR_ROWS, int(tenant_rows * max_share))
         terms = _discriminative(conn, layer, terms, cap)

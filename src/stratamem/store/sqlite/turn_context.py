@@ -31,7 +31,7 @@ _MONTHS = "".join(
 )
 
 
-def _date_words(ts: str) -> str:
+def date_words_sql(ts: str) -> str:
     """SQL for the date of epoch seconds `ts` in words, e.g. '8 May 2023' (locale-free)."""
     return (
         f"CAST(strftime('%d', {ts}, 'unixepoch') AS INTEGER) || ' ' ||"
@@ -40,7 +40,7 @@ def _date_words(ts: str) -> str:
     )
 
 
-def _neighbour(alias: str, offset: int) -> str:
+def neighbour_sql(alias: str, offset: int) -> str:
     return (
         f"COALESCE((SELECT n.text FROM turns n WHERE n.tenant = {alias}.tenant"
         f" AND n.session = {alias}.session AND n.seq = {alias}.seq {offset:+d}), '')"
@@ -58,14 +58,14 @@ CREATE VIRTUAL TABLE turns_fts USING fts5 (
     text, speaker, context, around, dated, scope_token, tokenize='{tokenizer}'
 );
 INSERT INTO turns_fts (rowid, text, speaker, context, around, dated, scope_token)
-SELECT t.rid, t.text, t.speaker, {_neighbour("t", -1)},
-       trim({_neighbour("t", -2)} || ' ' || {_neighbour("t", 1)}), {_date_words("t.ts")},
+SELECT t.rid, t.text, t.speaker, {neighbour_sql("t", -1)},
+       trim({neighbour_sql("t", -2)} || ' ' || {neighbour_sql("t", 1)}), {date_words_sql("t.ts")},
        t.scope_token
 FROM turns t;
 CREATE TRIGGER turns_ai AFTER INSERT ON turns BEGIN
     INSERT INTO turns_fts (rowid, text, speaker, context, around, dated, scope_token)
-    VALUES (new.rid, new.text, new.speaker, {_neighbour("new", -1)}, {_neighbour("new", -2)},
-            {_date_words("new.ts")}, new.scope_token);
+    VALUES (new.rid, new.text, new.speaker, {neighbour_sql("new", -1)}, {neighbour_sql("new", -2)},
+            {date_words_sql("new.ts")}, new.scope_token);
     UPDATE turns_fts SET around = trim(around || ' ' || new.text)
     WHERE rowid = (SELECT p.rid FROM turns p WHERE p.tenant = new.tenant
                    AND p.session = new.session AND p.seq = new.seq - 1);
