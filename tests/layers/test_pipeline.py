@@ -17,6 +17,7 @@ from stratamem.core import AsyncMemory
 from stratamem.domain import Scope
 from stratamem.layers.executors import LayerExecutors, LayerScheduler, register_executors
 from stratamem.layers.service import LayerService
+from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLMClient
 from stratamem.pipeline.executors import ExecutionContext, ExecutorRegistry
 from stratamem.pipeline.settings import LockScope, PipelineSettings
@@ -268,3 +269,44 @@ async def test_the_worker_publishes_llm_usage_per_stage(
     served = scripted_llm.usage()
     assert status["llm_usage"]["L1"] == served["L1"]
     assert status["llm_usage"]["L1"]["calls"] >= 1
+
+
+async def test_lost_pipeline_state_is_reconciled_from_the_store(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    """Redis keeps nothing on disk: after a restart the queue and the timers are gone, but the
+    store still says an L2 (and, past the count, an L3) is owed."""
+    install_layer_handlers(scripted_llm)
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.scheduler.tick()
+    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+    assert await rig.scheduler.reconcile() == []  # the L2 timer is armed: nothing to do
+    assert await rig.backend.remove_timer(l2_timer_key("acme", "s1"))  # "lost"
+
+    [l2] = await rig.scheduler.reconcile()
+    assert (l2.type, l2.session) == (TaskType.L2, "s1")
+    assert await rig.scheduler.reconcile() == []  # armed once, not on every scan
+    assert await rig.worker.pump_once() == 1
+    assert await rig.run_next(TaskType.L2) is Outcome.SKIPPED  # too soon: it moved its timer
+    rig.clock.advance(60)
+    assert await rig.worker.pump_once() == 1
+    assert await rig.run_next(TaskType.L2) is Outcome.COMPLETED
+    assert rig.memory.layers is not None
+    assert rig.memory.layers.sessions_owing_l2(10) == []
+
+
+@pytest.mark.parametrize("layer_settings", [LayerSettings(l3_every_memories=1)])
+async def test_an_owed_l3_is_queued_again_at_most_once_an_hour(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.scheduler.tick()
+    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+    await rig.next(TaskType.L3)  # queued by count ... and lost before it ran
+    assert rig.scheduler.service.layers.tenants_owing_l3(1, 10) == ["acme"]
+    [l3] = [t for t in await rig.scheduler.reconcile() if t.type is TaskType.L3]
+    assert l3.tenant == "acme"
+    assert [t for t in await rig.scheduler.reconcile() if t.type is TaskType.L3] == []
+    rig.clock.advance(3601)
+    assert [t.type for t in await rig.scheduler.reconcile()].count(TaskType.L3) == 1

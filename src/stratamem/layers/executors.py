@@ -18,7 +18,7 @@ from stratamem.layers.service import LayerService, Run
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
 from stratamem.pipeline.task import Task, TaskType
-from stratamem.pipeline.timers import l2_timer_key, session_scope
+from stratamem.pipeline.timers import l2_max_timer_key, l2_timer_key, session_scope, tenant_scope
 from stratamem.store.base import Fence
 
 log = logging.getLogger(__name__)
@@ -26,6 +26,9 @@ REQUESTED_FIELD = "l1_requested_upto"
 REQUESTED_AT_FIELD = "l1_requested_at"
 REQUEST_STALE_S = 3600.0
 """A request whose batch is still unprocessed after this long (dead-lettered) is made again."""
+RECONCILED_AT_FIELD = "reconciled_at"
+RECONCILE_EVERY_S = 60.0
+"""How often the scheduler looks for layer work whose pipeline state was lost."""
 
 
 def _run(ctx: ExecutionContext) -> Run:
@@ -126,7 +129,8 @@ class LayerScheduler:
     A request covers the next batch (`max_batch_turns` past the cursor). While it is in flight
     (the cursor below it) the session is not enqueued again unless the next batch grew beyond
     it or the request went stale, so a scan every second costs one query, not a task per session
-    per scan; a backlog longer than one batch is requested batch by batch.
+    per scan; a backlog longer than one batch is requested batch by batch. It also reconciles
+    (`reconcile`): L2 and L3 work the store says is owed but the pipeline lost is re-armed.
     """
 
     def __init__(
@@ -136,6 +140,7 @@ class LayerScheduler:
         self.backend = backend
         self.clock = clock
         self.scan_limit = scan_limit
+        self._next_reconcile = float("-inf")
 
     async def run(self, stop: asyncio.Event, interval_s: float = 1.0) -> None:
         """Scan every `interval_s` until `stop` is set (run it beside a worker)."""
@@ -147,8 +152,12 @@ class LayerScheduler:
                 continue
 
     async def tick(self) -> list[Task]:
-        """One scan; returns the L1 tasks enqueued."""
+        """One scan; returns the L1 tasks enqueued. Every `RECONCILE_EVERY_S` it also runs
+        `reconcile`."""
         now = self.clock.now()
+        if now >= self._next_reconcile:
+            self._next_reconcile = now + RECONCILE_EVERY_S
+            await self.reconcile()
         sessions = await asyncio.to_thread(
             self.service.layers.sessions_with_pending_turns, self.scan_limit
         )
@@ -160,6 +169,44 @@ class LayerScheduler:
                 )
                 await self.backend.enqueue(enqueued[-1], now=now)
         return enqueued
+
+    async def reconcile(self) -> list[Task]:
+        """Re-arm layer work whose pipeline state was lost (a Redis restart loses the queue and
+        timers; Redis here keeps nothing on disk), from what the store says is owed:
+
+        - a session whose last L1 came after its last L2, with no L2 timer armed: its L2 timer
+          is armed for now (an L2 that comes too early moves its own timer);
+        - a tenant with `l3_every_memories` memories since its last L3: an L3 is queued (one
+          with nothing new is skipped without an LLM call).
+
+        Each session or tenant is re-armed at most once per `REQUEST_STALE_S`, so work that keeps
+        failing (a dead letter clears its session's timers) is not retried in a tight loop.
+        Returns the tasks armed or queued."""
+        now = self.clock.now()
+        layers, settings = self.service.layers, self.service.settings
+        armed: list[Task] = []
+        for tenant, session in await asyncio.to_thread(layers.sessions_owing_l2, self.scan_limit):
+            keys = (l2_timer_key(tenant, session), l2_max_timer_key(tenant, session))
+            if any([await self.backend.get_timer(key) for key in keys]):
+                continue
+            if await self._first_in_a_while(session_scope(tenant, session), now):
+                armed.append(Task(TaskType.L2, tenant, session, {"reason": "reconcile"}))
+                await self.backend.set_timer_if_earlier(keys[0], armed[-1], due_at=now)
+        owing = await asyncio.to_thread(
+            layers.tenants_owing_l3, settings.l3_every_memories, self.scan_limit
+        )
+        for tenant in owing:
+            if await self._first_in_a_while(tenant_scope(tenant), now):
+                armed.append(Task(TaskType.L3, tenant, None, {"reason": "reconcile"}))
+                await self.backend.enqueue(armed[-1], now=now)
+        return armed
+
+    async def _first_in_a_while(self, scope: str, now: float) -> bool:
+        state = await self.backend.state_get(scope)
+        if now - float(state.get(RECONCILED_AT_FIELD, "-inf")) < REQUEST_STALE_S:
+            return False
+        await self.backend.state_set(scope, RECONCILED_AT_FIELD, repr(now))
+        return True
 
     async def _request(self, due: scheduling.L1Due, now: float) -> bool:
         """Record a request for the next batch unless one covering it is still in flight."""

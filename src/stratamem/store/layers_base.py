@@ -117,6 +117,13 @@ class LayerStore(Protocol):
     def sessions_with_pending_turns(self, limit: int) -> list[SessionState]:
         """Sessions (any tenant) with turns past their cursor, oldest last turn first."""
 
+    def sessions_owing_l2(self, limit: int) -> list[tuple[str, str]]:
+        """(tenant, session) pairs whose last L1 came after their last L2 (or that never had
+        one): their scenes have not seen their newest memories yet."""
+
+    def tenants_owing_l3(self, every_memories: int, limit: int) -> list[str]:
+        """Tenants with at least `every_memories` memories made since their last L3."""
+
     def tenant_state(self, scope: Scope) -> TenantState: ...
 
     def receipt(self, scope: Scope, task_id: str) -> Receipt | None:

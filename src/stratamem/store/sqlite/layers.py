@@ -80,6 +80,25 @@ class SqliteLayerStore:
             ).fetchall()
         return [session_state_from_row(row) for row in rows]
 
+    def sessions_owing_l2(self, limit: int) -> list[tuple[str, str]]:
+        with self._store.reading() as conn:
+            rows = conn.execute(
+                "SELECT tenant, session FROM layer_sessions WHERE last_l1_at IS NOT NULL"
+                " AND (last_l2_at IS NULL OR last_l1_at > last_l2_at)"
+                " ORDER BY last_l1_at LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [(row["tenant"], row["session"]) for row in rows]
+
+    def tenants_owing_l3(self, every_memories: int, limit: int) -> list[str]:
+        with self._store.reading() as conn:
+            rows = conn.execute(
+                "SELECT tenant FROM layer_tenants WHERE memories_since_l3 >= ?"
+                " ORDER BY tenant LIMIT ?",
+                (every_memories, limit),
+            ).fetchall()
+        return [row["tenant"] for row in rows]
+
     def tenant_state(self, scope: Scope) -> TenantState:
         with self._store.reading() as conn:
             row = conn.execute(
