@@ -178,3 +178,28 @@ async def test_purged_dead_letters_lose_nothing_either(
     assert pipe.entries() == 8
     assert pipe.store.get_mark(Scope(T), S, mark).judged
     assert (await pipe.offload.resubmit(T, S)).pending_pairs == 0
+
+
+async def test_reconcile_resubmits_work_that_waited_too_long_once_an_hour(
+    pipe: Pipe, scripted_llm: ScriptedLLM
+) -> None:
+    scripted_llm.push_for("offload-l1", Reply.error(500), Reply.error(500))
+    scripted_llm.push_for("offload-l15", Reply.error(500), Reply.error(500))
+    scripted_llm.on("offload-l1", model.summaries)
+    scripted_llm.on("offload-l15", lambda request: model.judgment("Search"))
+    await pipe.offload.user_message(T, S, "Search the logs", timestamp=pipe.clock.now())
+    await pipe.offload.ingest(T, S, batch(pipe.clock.now() + 1))
+    assert await pipe.offload.reconcile() == []  # nothing has waited yet
+    outcomes = [await pipe.step(), await pipe.step()]
+    pipe.clock.advance(5)
+    outcomes += [await pipe.step(), await pipe.step()]
+    assert outcomes.count(Outcome.DEAD) == 2  # the work is stuck: nothing will run it again
+    pipe.clock.advance(600)
+
+    assert await pipe.offload.reconcile() == [(T, S)]
+    assert await pipe.offload.reconcile() == []  # not again within the hour
+    while await pipe.step() is not None:
+        pass
+    assert pipe.entries() == 8
+    pipe.clock.advance(3600)
+    assert await pipe.offload.reconcile() == []  # nothing waits any more

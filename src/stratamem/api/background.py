@@ -23,6 +23,8 @@ from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.worker import Worker
 
 log = logging.getLogger(__name__)
+#: How often `serve` resubmits offload sessions whose work waited too long (`Offload.reconcile`).
+OFFLOAD_RECONCILE_EVERY_S = 60.0
 
 
 def service_registry(services: Services) -> ExecutorRegistry:
@@ -54,6 +56,7 @@ class Background:
         self.worker = Worker(backend, service_registry(services), self.settings, clock=clock,
                              name=name)  # fmt: skip
         self.scheduler = LayerScheduler(services.memory.layer_service(), backend, clock)
+        self.offload, self.clock = services.offload, clock
         self._scheduling: asyncio.Task[None] | None = None
         self._working: asyncio.Task[None] | None = None
 
@@ -76,9 +79,13 @@ class Background:
             self._working = None
 
     async def _schedule(self) -> None:
+        next_offload_check = float("-inf")
         while True:
             try:
                 await self.scheduler.tick()
+                if self.offload is not None and self.clock.now() >= next_offload_check:
+                    next_offload_check = self.clock.now() + OFFLOAD_RECONCILE_EVERY_S
+                    await self.offload.reconcile()
             except PipelineError:
                 log.exception("layer scheduler: backend error")
             await asyncio.sleep(self.settings.pump_interval_s)

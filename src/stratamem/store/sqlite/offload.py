@@ -236,6 +236,20 @@ class SqliteOffloadStore:
         return [_mark(r) for r in rows]
 
     @_translated
+    def sessions_with_stale_work(
+        self, older_than: float, now: float, limit: int
+    ) -> list[tuple[str, str]]:
+        with self._store.reading() as conn:
+            rows = conn.execute(
+                "SELECT tenant, session FROM offload_pairs WHERE done = 0 AND received_at < ?"
+                " AND (claim_expires IS NULL OR claim_expires <= ?)"
+                " UNION SELECT tenant, session FROM offload_marks WHERE judged = 0 AND ts < ?"
+                " ORDER BY tenant, session LIMIT ?",
+                (older_than, now, older_than, limit),
+            ).fetchall()
+        return [(r["tenant"], r["session"]) for r in rows]
+
+    @_translated
     def pending_pairs(self, scope: Scope, session: str) -> int:
         with self._store.reading() as conn:
             row = conn.execute(
