@@ -229,11 +229,14 @@ class RedisBackend:
             self.keys.tasks, GROUP, consumer, min_idle_ms, "0-0", count=count
         )
         entries = [(eid, raw) for eid, raw in reply[1] if raw]
+        if not entries:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:  # one round trip for all
+            for eid, _ in entries:
+                pipe.xpending_range(self.keys.tasks, GROUP, min=eid, max=eid, count=1)
+            infos = await pipe.execute()
         kept: list[Delivery] = []
-        for eid, raw in entries:
-            info = await self._redis.xpending_range(
-                self.keys.tasks, GROUP, min=eid, max=eid, count=1
-            )
+        for (eid, raw), info in zip(entries, infos, strict=True):
             n = int(info[0]["times_delivered"]) if info else 1
             delivery = self._delivery(eid, raw, consumer, n)
             if n > max_deliveries:
