@@ -6,6 +6,8 @@ import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from stratamem.domain import Layer, Scope
 from stratamem.store.base import Filters
 from stratamem.store.sqlite import SqliteStore
@@ -77,3 +79,17 @@ def test_every_table_with_tenant_data_is_erased(tmp_path: Path) -> None:
     assert with_tenant - {"api_keys"} == set(TENANT_TABLES)
     with_session = {t for t in with_tenant if "session" in columns[t]}
     assert with_session - {"turns", "memories"} == set(SESSION_TABLES)
+
+
+def test_a_new_turn_reusing_an_erased_rows_id_is_not_found_by_its_old_vector(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    store.add_turns(ACME, [turn("keep", "kept", session="k"), turn("last", "erased", session="e")])
+    store.store_embeddings(Layer.L0, [("acme", "keep"), ("acme", "last")],
+                           np.stack([unit(1), unit(2)]))  # fmt: skip
+    assert [c.id for c in store.search_vector(ACME, Layer.L0, unit(2), Filters(), 1)] == ["last"]
+    store.erase_session(ACME, "e")
+    store.add_turns(ACME, [turn("new", "not embedded yet", session="n")])  # takes the freed rid
+    found = store.search_vector(ACME, Layer.L0, unit(2), Filters(), 5)
+    assert [c.id for c in found] == ["keep"]

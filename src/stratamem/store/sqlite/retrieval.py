@@ -151,9 +151,11 @@ def _filtered(
     table = TABLES[layer]
     tail, params = filter_sql(layer, filters, "r")
     marks = ", ".join("?" for _ in nearest)
+    # A row without a vector cannot own a cached one: its rid is a deleted row's, reused (the
+    # cache keeps vectors of erased rows until the process ends).
     rows = conn.execute(
         f"SELECT r.rid, r.id FROM {table} r NOT INDEXED"
-        f" WHERE r.tenant = ? AND r.rid IN ({marks}){tail}",
+        f" WHERE r.tenant = ? AND r.rid IN ({marks}) AND r.emb_seq IS NOT NULL{tail}",
         [tenant, *(rid for rid, _ in nearest), *params],
     ).fetchall()
     ids = {row[0]: row[1] for row in rows}
