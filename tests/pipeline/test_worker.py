@@ -15,7 +15,13 @@ from stratamem.pipeline.errors import RetryLater
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
 from stratamem.pipeline.settings import LockScope, PipelineSettings
 from stratamem.pipeline.task import Delivery, Task, TaskType
-from stratamem.pipeline.timers import l2_max_timer_key, l2_timer_key, lock_key_for
+from stratamem.pipeline.timers import (
+    L1_REQUESTED_FIELD,
+    l2_max_timer_key,
+    l2_timer_key,
+    lock_key_for,
+    session_scope,
+)
 from stratamem.pipeline.worker import Outcome, Worker
 
 from .conftest import Harness
@@ -199,6 +205,21 @@ async def test_lock_conflict_waits_with_backoff_then_drops(harness: Harness) -> 
     assert sleeper.waits == [0.2, 0.6, 1.8, 5.0, 5.0, 5.0, 5.0, 5.0, 2.4]
     assert (await harness.backend.depth()).in_flight == 0
     assert (worker.metrics.lock_conflicts, worker.metrics.dropped) == (1, 1)
+
+
+async def test_a_dropped_l1_clears_its_request_so_the_scheduler_asks_again(
+    harness: Harness,
+) -> None:
+    worker, _ = make_worker(harness, ok, lock_ttl_ms=30_000)
+    task = Task(TaskType.L1, "t", "s")
+    scope = session_scope("t", "s")
+    await harness.backend.state_set(scope, L1_REQUESTED_FIELD, "12")
+    key = lock_key_for(task, LockScope.SESSION)
+    assert key is not None
+    now = harness.clock.now()
+    assert await harness.backend.acquire_lock(key, "other", ttl_ms=3_600_000, now=now + 3600)
+    assert await worker.handle(await deliver(harness, task)) is Outcome.DROPPED
+    assert (await harness.backend.state_get(scope))[L1_REQUESTED_FIELD] == "0"
 
 
 async def test_lock_freed_while_waiting_is_taken(harness: Harness) -> None:

@@ -18,12 +18,17 @@ from stratamem.layers.service import LayerService, Run
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
 from stratamem.pipeline.task import Task, TaskType
-from stratamem.pipeline.timers import l2_max_timer_key, l2_timer_key, session_scope, tenant_scope
+from stratamem.pipeline.timers import (
+    L1_REQUESTED_AT_FIELD,
+    L1_REQUESTED_FIELD,
+    l2_max_timer_key,
+    l2_timer_key,
+    session_scope,
+    tenant_scope,
+)
 from stratamem.store.base import Fence
 
 log = logging.getLogger(__name__)
-REQUESTED_FIELD = "l1_requested_upto"
-REQUESTED_AT_FIELD = "l1_requested_at"
 REQUEST_STALE_S = 3600.0
 """A request whose batch is still unprocessed after this long (dead-lettered) is made again."""
 RECONCILED_AT_FIELD = "reconciled_at"
@@ -213,12 +218,12 @@ class LayerScheduler:
         scope = session_scope(due.tenant, due.session)
         state = await self.backend.state_get(scope)
         target = min(due.upto_seq, due.cursor_seq + self.service.settings.max_batch_turns)
-        requested = int(state.get(REQUESTED_FIELD, "0"))
-        fresh = now - float(state.get(REQUESTED_AT_FIELD, "0")) < REQUEST_STALE_S
+        requested = int(state.get(L1_REQUESTED_FIELD, "0"))
+        fresh = now - float(state.get(L1_REQUESTED_AT_FIELD, "0")) < REQUEST_STALE_S
         if requested > due.cursor_seq and requested >= target and fresh:
             return False
-        await self.backend.state_set(scope, REQUESTED_FIELD, str(target))
-        await self.backend.state_set(scope, REQUESTED_AT_FIELD, repr(now))
+        await self.backend.state_set(scope, L1_REQUESTED_FIELD, str(target))
+        await self.backend.state_set(scope, L1_REQUESTED_AT_FIELD, repr(now))
         return True
 
 def layer_registry() -> ExecutorRegistry:

@@ -32,6 +32,20 @@ def session_scope(tenant: str, session: str) -> str:
     return f"{tenant}/{session}"
 
 
+#: The layers' scheduler records in a session's scope how far its last L1 request reaches (and
+#: when), so it does not queue the same batch again while that request is in flight.
+L1_REQUESTED_FIELD = "l1_requested_upto"
+L1_REQUESTED_AT_FIELD = "l1_requested_at"
+
+
+async def forget_l1_request(backend: PipelineBackend, task: Task) -> None:
+    """An L1 that was dropped (its session's lock stayed busy) will not run: clear the request
+    it stood for, so the scheduler asks again at its next scan instead of waiting for the
+    request to go stale."""
+    if task.type is TaskType.L1 and task.session is not None:
+        await backend.state_set(session_scope(task.tenant, task.session), L1_REQUESTED_FIELD, "0")
+
+
 def tenant_scope(tenant: str) -> str:
     """A tenant's own state scope (`/` never starts an identifier, so it cannot be a session's)."""
     return f"/{tenant}"

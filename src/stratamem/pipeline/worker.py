@@ -3,7 +3,8 @@
 One delivery goes through `Worker.handle`:
 1. take the task's lock (see `timers.lock_key_for`); on conflict wait locally with backoff
    (200 ms, times 3, capped at 5 s) until one lock TTL has passed, then drop and ack the task
-   (offload-l2 is skipped at once: its timer re-triggers it);
+   (a dropped L1 clears its session's request, so the layers' scheduler queues it again at its
+   next scan; offload-l2 is skipped at once: its timer re-triggers it);
 2. run the executor while a keeper renews the lock and heartbeats the delivery every quarter of
    the TTL; if renewal fails or errors, the executor is cancelled at once and the task is neither
    acknowledged nor cascaded (another worker will take it over);
@@ -34,7 +35,13 @@ from stratamem.pipeline.metrics import RunningTask, WorkerMetrics
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import RUNNING, STOPPED, WORKERS_SCOPE
 from stratamem.pipeline.task import Delivery, LockGrant, TaskType
-from stratamem.pipeline.timers import TimerPump, cascade, clear_session_timers, lock_key_for
+from stratamem.pipeline.timers import (
+    TimerPump,
+    cascade,
+    clear_session_timers,
+    forget_l1_request,
+    lock_key_for,
+)
 
 log = logging.getLogger(__name__)
 FIRST_COMPLETED = asyncio.FIRST_COMPLETED
@@ -140,6 +147,7 @@ class Worker:
             self.metrics.skipped += 1
             return Outcome.SKIPPED
         self.metrics.dropped += 1
+        await forget_l1_request(self.backend, delivery.task)
         log.warning("dropped %s %s: its lock stayed busy", delivery.task.type, delivery.task.id)
         return Outcome.DROPPED
 
