@@ -39,6 +39,7 @@ class Services:
         memory: AsyncMemory,
         settings: ServerSettings,
         pipeline: PipelineBackend | None = None,
+        pipeline_settings: PipelineSettings | None = None,
     ) -> Services:
         """Services over an open memory whose store is the embedded SQLite store; context
         offload runs its stages on the pipeline, so it is there only with one."""
@@ -50,7 +51,8 @@ class Services:
             scheduler = PipelineScheduler(pipeline, memory.clock)
             offload = Offload(SqliteOffloadStore(store), scheduler, llm=memory.llm,
                               clock=memory.clock)  # fmt: skip
-        return cls(memory, TenantStore(store, memory.clock), settings, pipeline, offload)
+        return cls(memory, TenantStore(store, memory.clock), settings, pipeline, offload,
+                   pipeline_settings=pipeline_settings or PipelineSettings())  # fmt: skip
 
     @classmethod
     def open(
@@ -59,9 +61,7 @@ class Services:
         """The memory and the pipeline backend named by the settings."""
         memory = AsyncMemory.open(core)
         try:
-            services = cls.over(memory, settings, open_backend(pipeline, core.data_dir))
-            services.pipeline_settings = pipeline
-            return services
+            return cls.over(memory, settings, open_backend(pipeline, core.data_dir), pipeline)
         except (ConfigError, PipelineError):
             memory.store.close()
             raise

@@ -102,10 +102,9 @@ async def cascade(
         await backend.set_timer(key, l2, due_at=now + settings.l2_max_interval_s)
 
 
-async def clear_session_timers(backend: PipelineBackend, task: Task) -> None:
-    if task.session is not None:
-        for key in session_timer_keys(task.tenant, task.session):
-            await backend.remove_timer(key)
+async def clear_session_timers(backend: PipelineBackend, tenant: str, session: str) -> None:
+    for key in session_timer_keys(tenant, session):
+        await backend.remove_timer(key)
 
 
 class TimerPump:

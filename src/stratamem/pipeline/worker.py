@@ -274,7 +274,8 @@ class Worker:
             log.info("retrying %s %s at %.3f: %r", task.type, task.id, due_at, exc)
             return Outcome.RETRIED
         await self.backend.dead_letter(delivery, f"{type(exc).__name__}: {exc}", now=now)
-        await clear_session_timers(self.backend, task)
+        if task.session is not None:
+            await clear_session_timers(self.backend, task.tenant, task.session)
         self.metrics.dead_lettered += 1
         log.error(
             "dead-lettered %s %s after %d attempts: %r", task.type, task.id, task.attempt + 1, exc

@@ -19,7 +19,6 @@ from stratamem.api.schemas import (
     SearchMemoriesIn,
 )
 from stratamem.domain import Layer, check_ident
-from stratamem.pipeline.task import Task, TaskType
 from stratamem.pipeline.timers import clear_session_timers
 
 router = APIRouter(prefix="/v1", tags=["memory"], responses=ERRORS)
@@ -100,5 +99,5 @@ async def erase_session(session: str, tenant: TenantDep, services: ServicesDep) 
     check_ident(session, "session")
     erased = await services.memory.erase_session(tenant, session)
     if services.pipeline is not None:
-        await clear_session_timers(services.pipeline, Task(TaskType.L2, tenant, session))
+        await clear_session_timers(services.pipeline, tenant, session)
     return {"tenant": tenant, "session": session, "erased": erased}
