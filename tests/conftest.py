@@ -10,7 +10,7 @@ import pytest
 from stratamem.testing import scripted_llm_fixture
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-SERVICE_MARKERS = ("redis", "postgres")
+SERVICE_MARKERS = ("redis", "postgres", "llm_replies")
 
 # A running scripted OpenAI-compatible server (stratamem.testing.ScriptedLLM), one per test.
 scripted_llm = scripted_llm_fixture()

@@ -10,6 +10,7 @@ from stratamem.llm.errors import (
     LLMHTTPError,
     LLMOutputInvalid,
     LLMRateLimited,
+    LLMReplyTruncated,
     LLMTimeout,
     LLMUnavailable,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "LLMHTTPError",
     "LLMOutputInvalid",
     "LLMRateLimited",
+    "LLMReplyTruncated",
     "LLMSettings",
     "LLMTimeout",
     "LLMUnavailable",

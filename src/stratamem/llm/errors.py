@@ -47,3 +47,9 @@ class LLMOutputInvalid(LLMError):
 
 class LLMEmptyReply(LLMOutputInvalid):
     """The reply had no content at all."""
+
+
+class LLMReplyTruncated(LLMOutputInvalid):
+    """The model stopped before finishing its reply (`finish_reason: "length"`: it hit
+    `max_tokens` or its context). Never read as an answer, and not repaired (a repair would be
+    cut off too): the caller retries with a smaller input."""

@@ -151,7 +151,7 @@ class RequestHandler(BaseHTTPRequestHandler):
             "object": "chat.completion",
             "created": 0,
             "model": request.body.get("model", "scripted-chat"),
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
             "usage": _usage(prompt, completion),
         }
 

@@ -21,9 +21,11 @@ EMBEDDINGS_STAGE = "embeddings"
 class Reply:
     """What the server answers to one request. Build it with the class methods.
 
-    `content` is the chat message content (None sends JSON `null`); `body` replaces the whole
-    response body (a str is sent as-is, anything else as JSON); `vectors` answers an embeddings
-    request; `hold` makes the server wait until `ScriptedLLM.release()` (or teardown) first.
+    `content` is the chat message content (None sends JSON `null`) and `finish_reason` why the
+    model stopped (`"stop"`; `"length"` when cut off; None sends JSON `null`); `body` replaces
+    the whole response body (a str is sent as-is, anything else as JSON); `vectors` answers an
+    embeddings request; `hold` makes the server wait until `ScriptedLLM.release()` (or teardown)
+    first.
     """
 
     status: int = 200
@@ -34,6 +36,7 @@ class Reply:
     hold: bool = False
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    finish_reason: str | None = "stop"
 
     @classmethod
     def json(
@@ -53,6 +56,11 @@ class Reply:
         return cls(
             content=content, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
         )
+
+    @classmethod
+    def truncated(cls, content: str) -> Reply:
+        """A chat reply cut off by the length limit (`finish_reason: "length"`)."""
+        return cls(content=content, finish_reason="length")
 
     @classmethod
     def empty(cls, *, null: bool = False) -> Reply:
