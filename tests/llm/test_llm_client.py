@@ -17,6 +17,7 @@ from stratamem.llm import (
     LLMHTTPError,
     LLMOutputInvalid,
     LLMRateLimited,
+    LLMReplyTruncated,
     LLMSettings,
     LLMTimeout,
     LLMUnavailable,
@@ -164,6 +165,23 @@ async def test_repair_round_fails_and_keeps_the_raw_replies(
     assert error.raws == ("I cannot do that.", '{"facts": "none"}')
     assert isinstance(error.__cause__, ValidationError)
     assert isinstance(error, LLMError)
+    assert len(scripted_llm.calls()) == 2
+
+
+async def test_a_reply_cut_off_by_the_length_limit_is_never_read(
+    scripted_llm: ScriptedLLM, llm: LLMClient
+) -> None:
+    # A cut-off reply holding a complete inner object must not parse as an answer, nor be repaired
+    # (the repair would be cut off too): the caller retries with a smaller input.
+    cut = '{"facts": [{"content": "likes green tea", "priority": 60}, {"con'
+    scripted_llm.push(Reply.truncated(cut))
+    with pytest.raises(LLMReplyTruncated) as caught:
+        await llm.complete_json("L1", MESSAGES, Facts)
+    assert caught.value.raw.startswith('{"facts"')
+    assert isinstance(caught.value, LLMOutputInvalid)
+    scripted_llm.push(Reply.truncated("The user likes"))
+    with pytest.raises(LLMReplyTruncated):
+        await llm.complete_text("L1", MESSAGES)
     assert len(scripted_llm.calls()) == 2
 
 

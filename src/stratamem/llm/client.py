@@ -25,6 +25,7 @@ from stratamem.llm.errors import (
     LLMHTTPError,
     LLMOutputInvalid,
     LLMRateLimited,
+    LLMReplyTruncated,
     LLMTimeout,
     LLMUnavailable,
 )
@@ -205,13 +206,24 @@ class LLMClient:
                 raw=response.text,
             ) from e
         content = reply.content
+        self._count_usage(config, messages, reply, content)
+        if reply.choices[0].finish_reason == "length":
+            raise LLMReplyTruncated(
+                f"stage {config.stage}: the reply was cut off by the length limit after "
+                f"{len(content)} characters",
+                raw=content,
+            )
+        return content
+
+    def _count_usage(
+        self, config: StageConfig, messages: wire.Messages, reply: wire.ChatReply, content: str
+    ) -> None:
         if reply.usage is not None:
             prompt, completion = reply.usage.prompt_tokens, reply.usage.completion_tokens
         else:
             prompt = wire.estimate_tokens(wire.prompt_chars(messages))
             completion = wire.estimate_tokens(len(content))
         self.usage.count_tokens(config.stage, prompt, completion)
-        return content
 
 
 def _request_body(
