@@ -1,6 +1,8 @@
-"""Failures of the LLM stages through the scripted server: each one ends in a typed error with
-the raw reply kept, every L0 turn intact and the session cursor where it was; a re-run then
-succeeds. Crashes between the LLM reply and the commit re-run without duplicates."""
+"""Failures of the LLM stages through the scripted server. An unusable L1 reply quarantines its
+turns (raw replies kept) and the cursor moves on; a transport failure ends in a typed error,
+every L0 turn intact and the cursor where it was, and a re-run then succeeds. Crashes between
+the LLM reply and the commit re-run without duplicates. (The invariant over every failure, in
+random sessions: test_quarantine.py.)"""
 
 from __future__ import annotations
 
@@ -14,10 +16,12 @@ from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.domain import Scope
 from stratamem.errors import LayerConflict, StageOutputRejected, StaleFencingToken
+from stratamem.failures import Failures
 from stratamem.layers.service import Run
 from stratamem.layers.settings import LayerSettings
-from stratamem.llm import LLMClient, LLMEmptyReply, LLMHTTPError, LLMTimeout
+from stratamem.llm import LLMClient, LLMHTTPError, LLMTimeout
 from stratamem.store.base import Fence
+from stratamem.store.failures import FailureKind, FailureQuery, FailureStatus
 from stratamem.store.layers_base import L1Commit
 from stratamem.store.sqlite import SqliteStore
 from stratamem.testing import RecordedRequest, RecordingSleep, Reply, ScriptedLLM
@@ -59,64 +63,86 @@ def assert_untouched(memory: AsyncMemory) -> None:
 
 
 @pytest.mark.parametrize(
-    ("replies", "error", "raws"),
+    ("replies", "raws"),
     [
-        ((Reply.text("{not json"), Reply.text("still [not json")), StageOutputRejected,
+        ((Reply.text("{not json"), Reply.text("still [not json")),
          ("{not json", "still [not json")),
-        ((BAD_ID, BAD_ID), StageOutputRejected, None),
-        ((Reply.empty(), Reply.empty(null=True)), StageOutputRejected, ("", "")),
-        ((Reply.error(500, "boom"), Reply.error(503, "down")), LLMHTTPError, None),
+        ((BAD_ID, BAD_ID), None),
+        ((Reply.empty(), Reply.empty(null=True)), ("", "")),
     ],
-    ids=["malformed-json", "ids-not-shown", "empty", "server-errors"],
+    ids=["malformed-json", "ids-not-shown", "empty"],
 )  # fmt: skip
-async def test_a_failed_extraction_keeps_turns_and_cursor(
+async def test_an_unusable_reply_quarantines_its_turns_and_moves_on(
     memory: AsyncMemory,
     scripted_llm: ScriptedLLM,
     replies: tuple[Reply, ...],
-    error: type[Exception],
     raws: tuple[str, ...] | None,
+) -> None:
+    scripted_llm.push_for("L1", *replies * 3)  # the batch, then each turn alone
+    service = memory.layer_service()
+    result = await service.run_l1(Run("acme", "task-1", "s1"))
+
+    assert result.counts["quarantined"] == 2 and result.counts["rejected_batches"] == 1
+    assert memory.layers is not None
+    assert memory.layers.session_state(SCOPE, "s1").cursor_seq == 2
+    assert [t.text for t in memory.store.list_turns(SCOPE, "s1")] == [t["text"] for t in TURNS]
+    quarantined = memory.layers.list_failures(SCOPE, FailureQuery(kind=FailureKind.QUARANTINE))
+    turns = memory.store.list_turns(SCOPE, "s1")
+    assert sorted(f.turn_ids for f in quarantined) == sorted((t.id,) for t in turns)
+    for failure in quarantined:
+        assert failure.task_id == "task-1" and failure.stage == "L1" and failure.raws
+        assert failure.status is FailureStatus.OPEN
+        if raws is not None:
+            assert failure.raws == raws
+    # the endpoint recovers: a retry of each quarantined turn covers it
+    for failure in quarantined:
+        await Failures(service).retry("acme", failure.id)
+    assert len(memory.store.list_memories(SCOPE)) == 2
+
+
+@pytest.mark.parametrize(
+    "replies",
+    [(Reply.error(500, "boom"), Reply.error(503, "down")),
+     (Reply.held(Reply.json({"memories": []})),)],
+    ids=["server-errors", "timeout"],
+)  # fmt: skip
+async def test_a_transport_failure_keeps_turns_and_cursor(
+    memory: AsyncMemory, scripted_llm: ScriptedLLM, replies: tuple[Reply, ...]
 ) -> None:
     scripted_llm.push_for("L1", *replies)
     service = memory.layer_service()
-    with pytest.raises(error):
+    with pytest.raises((LLMHTTPError, LLMTimeout)):
         await service.run_l1(Run("acme", "task-1", "s1"))
-
     assert_untouched(memory)
     assert memory.layers is not None
-    failure = memory.layers.list_failures(SCOPE)[0]
-    assert failure.task_id == "task-1" and failure.stage == "L1"
-    if raws is not None:
-        assert failure.raws == raws
-    assert failure.raws  # the raw reply (or error body) is kept
-    # the server recovers: the same task runs again and moves the cursor
+    [failure] = memory.layers.list_failures(SCOPE)
+    assert failure.task_id == "task-1" and failure.kind is FailureKind.STAGE
+    scripted_llm.release()
+    # the server recovers: the same task runs again, moves the cursor, resolves the record
     again = await service.run_l1(Run("acme", "task-1", "s1"))
     assert again.changed and len(memory.store.list_memories(SCOPE)) == 2
+    assert memory.layers.get_failure(SCOPE, failure.id).status is FailureStatus.RESOLVED
 
 
-async def test_empty_reply_error_is_chained(memory: AsyncMemory, scripted_llm: ScriptedLLM) -> None:
+async def test_an_empty_reply_is_recorded_as_such(
+    memory: AsyncMemory, scripted_llm: ScriptedLLM
+) -> None:
+    await memory.capture("acme", "s2", TURNS[:1])
     scripted_llm.push_for("L1", Reply.empty(), Reply.empty())
-    with pytest.raises(StageOutputRejected) as caught:
-        await memory.layer_service().run_l1(Run("acme", "task-1", "s1"))
-    assert isinstance(caught.value.__cause__, LLMEmptyReply)
-    assert caught.value.raws == ("", "")
+    await memory.layer_service().run_l1(Run("acme", "task-1", "s2"))
+    assert memory.layers is not None
+    [failure] = memory.layers.list_failures(SCOPE, FailureQuery(session="s2"))
+    assert failure.error.startswith("LLMEmptyReply:") and failure.raws == ("", "")
 
 
-async def test_a_timeout_keeps_turns_and_cursor(
+async def test_an_l2_reply_excerpt_is_in_the_error_message(
     memory: AsyncMemory, scripted_llm: ScriptedLLM
 ) -> None:
-    scripted_llm.push_for("L1", Reply.held(Reply.json({"memories": []})))
-    with pytest.raises(LLMTimeout):
-        await memory.layer_service().run_l1(Run("acme", "task-1", "s1"))
-    assert await scripted_llm.until_disconnected()
-    assert_untouched(memory)
-
-
-async def test_raw_reply_excerpt_is_in_the_error_message(
-    memory: AsyncMemory, scripted_llm: ScriptedLLM
-) -> None:
-    scripted_llm.push_for("L1", Reply.text("I cannot do that"), Reply.text("I cannot do that"))
+    service = memory.layer_service()
+    await service.run_l1(Run("acme", "task-1", "s1"))
+    scripted_llm.push_for("L2", Reply.text("I cannot do that"), Reply.text("I cannot do that"))
     with pytest.raises(StageOutputRejected, match="raw reply begins 'I cannot do that'"):
-        await memory.layer_service().run_l1(Run("acme", "task-1", "s1"))
+        await service.run_l2(Run("acme", "task-2", "s1"))
 
 
 async def test_stale_fence_between_reply_and_commit_writes_nothing(

@@ -7,10 +7,17 @@ from typing import Any
 
 from stratamem.domain import MemoryType, Turn
 from stratamem.layers.model import NewMemory
-from stratamem.layers.schemas import ExtractedMemory, Extraction, parse_activity_date
+from stratamem.layers.schemas import (
+    ExtractedMemory,
+    Extraction,
+    Shown,
+    check_memory,
+    parse_activity_date,
+)
 from stratamem.layers.settings import LayerSettings
 from stratamem.layers.views import Aliases, turn_line
 from stratamem.llm.prompts import Prompt
+from stratamem.stages.checked import Items, check_items, require_some
 
 STAGE = "L1"
 
@@ -40,17 +47,20 @@ def extraction_messages(
     return messages, aliases
 
 
-def bound_schema(aliases: Aliases) -> type[Extraction]:
-    return Extraction.bind(turns=aliases.shown())
+def read_reply(reply: Extraction, aliases: Aliases, min_words: int) -> Items[ExtractedMemory]:
+    """The reply's memories checked one by one (`Unusable` when every one is invalid)."""
+    shown = Shown({"turns": aliases.shown()}, min_words)
+    return require_some(check_items(reply.memories, lambda raw: check_memory(raw, shown)),
+                        "memory")  # fmt: skip
 
 
 def to_new_memories(
-    extraction: Extraction, aliases: Aliases, batch: Sequence[Turn], limit: int
+    items: Sequence[ExtractedMemory], aliases: Aliases, batch: Sequence[Turn], limit: int
 ) -> list[NewMemory]:
-    """Validated replies as memories with real turn ids and absolute activity times."""
+    """Checked items as memories with real turn ids and absolute activity times."""
     by_id = {t.id: t for t in batch}
     memories: list[NewMemory] = []
-    for item in extraction.memories[:limit]:
+    for item in items[:limit]:
         sources = tuple(dict.fromkeys(aliases.real[a] for a in item.source_turn_ids))
         memories.append(
             NewMemory(

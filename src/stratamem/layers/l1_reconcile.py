@@ -17,10 +17,11 @@ import numpy as np
 from stratamem.domain import Layer, MemoryRecord, Mode, Scope
 from stratamem.embed.base import Embedder
 from stratamem.layers.model import Action, NewMemory, Reconciled, stable_id
-from stratamem.layers.schemas import Reconciliation
+from stratamem.layers.schemas import Decision, DecisionChecker, Reconciliation, Shown
 from stratamem.layers.views import Aliases, clip, memory_line
 from stratamem.llm.prompts import Prompt
 from stratamem.retrieval.search import SearchRequest, hybrid_search
+from stratamem.stages.checked import Items, check_items, require_some
 from stratamem.store.base import Filters, Store
 from stratamem.store.layers_base import Supersede
 
@@ -90,14 +91,18 @@ def reconcile_messages(
     return messages, view
 
 
-def bound_schema(view: ReconcileView) -> type[Reconciliation]:
+def read_reply(reply: Reconciliation, view: ReconcileView, min_words: int) -> Items[Decision]:
+    """The reply's decisions checked in order (`Unusable` when every one is invalid)."""
     near = {f"near:{alias}": ids for alias, ids in view.near.items()}
-    return Reconciliation.bind(memories=view.new.shown(), **near)
+    check = DecisionChecker(Shown({"memories": view.new.shown(), **near}, min_words))
+    return require_some(check_items(reply.decisions, check), "decision")
 
 
-def decisions_from(reply: Reconciliation, view: ReconcileView, count: int) -> list[Reconciled]:
+def decisions_from(
+    decisions: Sequence[Decision], view: ReconcileView, count: int
+) -> list[Reconciled]:
     """One decision per new memory; a memory the reply left out is stored as it is."""
-    chosen = {int(view.new.real[d.memory]): d for d in reply.decisions}
+    chosen = {int(view.new.real[d.memory]): d for d in decisions}
     out: list[Reconciled] = []
     for index in range(count):
         decision = chosen.get(index)

@@ -15,10 +15,11 @@ from typing import Any
 from stratamem.domain import MemoryRecord, MemoryType, Mode, Scene, Scope
 from stratamem.layers import offline
 from stratamem.layers.model import stable_id
-from stratamem.layers.schemas import SceneOp, SceneOps
+from stratamem.layers.schemas import SceneOp, SceneOps, Shown, check_scene_op, scene_count
 from stratamem.layers.settings import LayerSettings
 from stratamem.layers.views import Aliases, clip, memory_line
 from stratamem.llm.prompts import Prompt
+from stratamem.stages.checked import Items, Unusable, check_items, require_some
 
 STAGE = "L2"
 
@@ -53,12 +54,21 @@ def scene_messages(
     return messages, view
 
 
-def bound_schema(view: SceneView, settings: LayerSettings) -> type[SceneOps]:
-    return SceneOps.bind(
-        scenes=view.scenes.shown(),
-        memories=view.memories.shown(),
-        limit=frozenset({str(settings.max_scenes)}),
-    )
+def read_reply(reply: SceneOps, view: SceneView, settings: LayerSettings) -> Items[SceneOp]:
+    """The reply's operations checked one by one. Unusable: every operation invalid, none at
+    all although memories changed (nothing would fold them in), or too many scenes."""
+    shown = Shown({"scenes": view.scenes.shown(), "memories": view.memories.shown()},
+                  settings.min_memory_words)  # fmt: skip
+    items = require_some(check_items(reply.operations, lambda raw: check_scene_op(raw, shown)),
+                         "operation")  # fmt: skip
+    if not items.kept and view.memories.real:
+        changed = ", ".join(sorted(view.memories.real))
+        raise Unusable(f"no operation folds in the changed memories ({changed}): update the"
+                       " fitting scenes or create one")  # fmt: skip
+    limit = settings.max_scenes
+    if scene_count(len(view.scenes.real), items.kept) > limit:
+        raise Unusable(f"the operations leave more than {limit} scenes; merge some")
+    return items
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +81,12 @@ class SceneContext:
 
 
 def apply_ops(
-    reply: SceneOps, view: SceneView, scenes: Sequence[Scene], ctx: SceneContext
+    operations: Sequence[SceneOp], view: SceneView, scenes: Sequence[Scene], ctx: SceneContext
 ) -> list[Scene]:
-    """New scene versions for the validated operations, in order."""
+    """New scene versions for the checked operations, in order."""
     current = {s.id: s for s in scenes}
     written: dict[str, Scene] = {}
-    for index, op in enumerate(reply.operations):
+    for index, op in enumerate(operations):
         memory_ids = tuple(view.memories.real[m] for m in op.memory_ids)
         for scene in _apply_one(op, index, view, {**current, **written}, memory_ids, ctx):
             written[scene.id] = scene

@@ -1,45 +1,54 @@
-"""Pydantic models of what the LLM stages must return. LLM output is untrusted input.
+"""What the LLM stages of the memory layers must return. LLM output is untrusted input.
 
-Every id a reply names is checked against the ids its prompt showed: `bind()` makes a subclass
-that knows them, so an unknown id fails validation inside the LLM client, which runs its one
-repair round and then raises `LLMOutputInvalid` with the raw replies.
+Each reply is a strict envelope (`stages.envelope`): exactly its top-level keys, each required,
+so a wrong key or a missing list is an error the client repairs, never "nothing to do". Its
+items are checked one by one by the `check_*` functions here, against what the prompt showed
+(`Shown`): types and bounds, every id named, the minimum-content rule (`stages.content`). An
+invalid item raises `ValidationError` or `Unusable` and is dropped by the stage, not the batch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Set
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import ClassVar, Literal, Self, TypeVar
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from stratamem.domain import MemoryType
-
-S = TypeVar("S", bound="BoundSchema")
+from stratamem.stages.checked import Unusable
+from stratamem.stages.content import content_problem
+from stratamem.stages.envelope import StrictReply, array_of
 
 MAX_CONTENT_CHARS = 1000
+MAX_PROFILE_CHARS = 20_000
 
 
-class BoundSchema(BaseModel):
-    """A reply schema whose validation depends on the ids shown in the prompt."""
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """The ids one prompt showed, by kind, and the least words a text must have."""
 
-    shown: ClassVar[dict[str, frozenset[str]]] = {}
+    ids: dict[str, frozenset[str]] = field(default_factory=dict)
+    min_words: int = 2
 
-    @classmethod
-    def bind(cls: type[S], **shown: frozenset[str]) -> type[S]:
-        """A subclass (same name, same JSON schema) that validates against `shown` ids."""
-        return type(cls.__name__, (cls,), {"shown": dict(shown), "__module__": cls.__module__})
-
-    @classmethod
-    def _allowed(cls, kind: str) -> frozenset[str]:
-        return cls.shown.get(kind, frozenset())
+    def allowed(self, kind: str) -> frozenset[str]:
+        return self.ids.get(kind, frozenset())
 
 
-def _unknown(named: list[str], allowed: frozenset[str], what: str) -> None:
+def require_shown(named: list[str], allowed: Set[str], what: str) -> None:
     missing = sorted(set(named) - allowed)
     if missing:
-        raise ValueError(
-            f"{what} {missing} were not shown; use only: {sorted(allowed) or 'none'}"
-        )
+        raise Unusable(f"{what} {missing} were not shown; use only: {sorted(allowed) or 'none'}")
+
+
+def require_content(
+    text: str | None, shown: Shown, what: str, min_words: int | None = None
+) -> None:
+    least = shown.min_words if min_words is None else min_words
+    problem = content_problem(text or "", least, what)
+    if problem is not None:
+        raise Unusable(problem)
 
 
 def parse_activity_date(value: str) -> float:
@@ -78,16 +87,16 @@ class ExtractedMemory(BaseModel):
         return value.strip()
 
 
-class Extraction(BoundSchema):
-    """Bound with `turns`: the ids of the new turns."""
+class Extraction(StrictReply):
+    memories: Annotated[list[Any], array_of(ExtractedMemory)]
 
-    memories: list[ExtractedMemory] = Field(default_factory=list, max_length=200)
 
-    @model_validator(mode="after")
-    def _known_turns(self) -> Self:
-        named = [t for m in self.memories for t in m.source_turn_ids]
-        _unknown(named, self._allowed("turns"), "source_turn_ids")
-        return self
+def check_memory(raw: Any, shown: Shown) -> ExtractedMemory:
+    """One extracted memory; `shown` holds the `turns` (aliases of the NEW turns)."""
+    item = ExtractedMemory.model_validate(raw)
+    require_shown(item.source_turn_ids, shown.allowed("turns"), "source_turn_ids")
+    require_content(item.content, shown, "content")
+    return item
 
 
 # -- L1 reconciliation -----------------------------------------------------------------------
@@ -108,26 +117,33 @@ class Decision(BaseModel):
         return self
 
 
-class Reconciliation(BoundSchema):
-    """Bound with `memories` (new memory ids) and one `near:<id>` set per new memory."""
+class Reconciliation(StrictReply):
+    decisions: Annotated[list[Any], array_of(Decision)]
 
-    decisions: list[Decision] = Field(default_factory=list, max_length=200)
 
-    @model_validator(mode="after")
-    def _known_ids(self) -> Self:
-        decided = [d.memory for d in self.decisions]
-        _unknown(decided, self._allowed("memories"), "memory ids")
-        if len(set(decided)) != len(decided):
-            raise ValueError("each new memory may have one decision only")
-        targeted: list[str] = []
-        for decision in self.decisions:
-            if decision.action == "skip":
-                continue
-            _unknown(decision.targets, self._allowed(f"near:{decision.memory}"), "targets")
-            targeted.extend(decision.targets)
-        if len(set(targeted)) != len(targeted):
-            raise ValueError("an existing memory may be the target of one decision only")
-        return self
+class DecisionChecker:
+    """Checks decisions in order; `shown` holds `memories` (new ids) and one `near:<id>` set
+    per new memory. A memory decided twice, or an existing one targeted twice, is refused."""
+
+    def __init__(self, shown: Shown) -> None:
+        self.shown = shown
+        self.decided: set[str] = set()
+        self.targeted: set[str] = set()
+
+    def __call__(self, raw: Any) -> Decision:
+        item = Decision.model_validate(raw)
+        require_shown([item.memory], self.shown.allowed("memories"), "memory ids")
+        if item.memory in self.decided:
+            raise Unusable(f"{item.memory} has a decision already")
+        targets = [] if item.action == "skip" else item.targets
+        require_shown(targets, self.shown.allowed(f"near:{item.memory}"), "targets")
+        if self.targeted.intersection(targets):
+            raise Unusable(f"{sorted(self.targeted.intersection(targets))} are targeted already")
+        if item.action in ("update", "merge"):
+            require_content(item.content, self.shown, "content")
+        self.decided.add(item.memory)
+        self.targeted.update(targets)
+        return item
 
 
 # -- L2 scenes -------------------------------------------------------------------------------
@@ -159,24 +175,25 @@ class SceneOp(BaseModel):
         return [self.scene] if self.scene and self.op != "create" else []
 
 
-class SceneOps(BoundSchema):
-    """Bound with `scenes` and `memories` ids; `limit` holds the scene limit as a 1-item set."""
-
-    operations: list[SceneOp] = Field(default_factory=list, max_length=100)
-
-    @model_validator(mode="after")
-    def _known_ids(self) -> Self:
-        scenes = self._allowed("scenes")
-        _unknown([s for op in self.operations for s in op.scene_ids()], scenes, "scene ids")
-        named = [m for op in self.operations for m in op.memory_ids]
-        _unknown(named, self._allowed("memories"), "memory ids")
-        limit = max((int(v) for v in self._allowed("limit")), default=0)
-        if limit and _scene_count(len(scenes), self.operations) > limit:
-            raise ValueError(f"the operations leave more than {limit} scenes; merge some")
-        return self
+class SceneOps(StrictReply):
+    operations: Annotated[list[Any], array_of(SceneOp)]
 
 
-def _scene_count(current: int, operations: list[SceneOp]) -> int:
+def check_scene_op(raw: Any, shown: Shown) -> SceneOp:
+    """One operation; `shown` holds `scenes` and `memories` aliases. A title and a summary need
+    one word, a body the minimum content."""
+    item = SceneOp.model_validate(raw)
+    require_shown(item.scene_ids(), shown.allowed("scenes"), "scene ids")
+    require_shown(item.memory_ids, shown.allowed("memories"), "memory ids")
+    for text, what in ((item.title, "title"), (item.summary, "summary")):
+        if text is not None:
+            require_content(text, shown, what, min_words=1)
+    if item.body is not None:
+        require_content(item.body, shown, "body")
+    return item
+
+
+def scene_count(current: int, operations: list[SceneOp]) -> int:
     count = current
     for op in operations:
         if op.op == "create":
@@ -189,5 +206,14 @@ def _scene_count(current: int, operations: list[SceneOp]) -> int:
 
 
 # -- L3 profile ------------------------------------------------------------------------------
-class ProfileDoc(BaseModel):
-    profile: str = Field(min_length=1, max_length=20_000)
+class ProfileDoc(StrictReply):
+    profile: str
+
+
+def check_profile(reply: ProfileDoc, shown: Shown) -> str:
+    """The profile text, if it passes the minimum content and stays within bounds."""
+    body = reply.profile.strip()
+    require_content(body, shown, "profile")
+    if len(body) > MAX_PROFILE_CHARS:
+        raise Unusable(f"the profile has {len(body)} characters, more than {MAX_PROFILE_CHARS}")
+    return body

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -27,19 +27,25 @@ from stratamem.errors import (
     EmbeddingError,
     InvalidInput,
     LLMError,
+    NotFound,
     StageOutputRejected,
 )
-from stratamem.layers import l1_extract, l1_reconcile, l2_scenes, l3_profile, offline
+from stratamem.layers import l1_read, l1_reconcile, l2_scenes, l3_profile, offline
+from stratamem.layers.l1_read import L1Read, ReadRun
 from stratamem.layers.model import NewMemory, Reconciled, StageResult
-from stratamem.layers.schemas import ProfileDoc
+from stratamem.layers.schemas import ProfileDoc, Reconciliation, SceneOps, Shown, check_profile
 from stratamem.layers.settings import LayerSettings
-from stratamem.llm import LLM, LLMHTTPError, LLMOutputInvalid
+from stratamem.llm import LLM, LLMOutputInvalid
 from stratamem.llm.prompts import load_prompt
+from stratamem.stages.checked import Answer, ask_checked
+from stratamem.stages.records import Origin, reason
 from stratamem.store.base import Fence, Filters, Store
-from stratamem.store.layers_base import Failure, L1Commit, L2Commit, L3Commit, LayerStore
+from stratamem.store.failures import Failure, FailureKind
+from stratamem.store.layers_base import L1Commit, L2Commit, L3Commit, LayerStore, RetryCommit
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
+R = TypeVar("R")
 MAX_FLUSH_BATCHES = 1000
 _RAW_EXCERPT = 300
 
@@ -56,6 +62,9 @@ class Run:
     @property
     def scope(self) -> Scope:
         return Scope(self.tenant)
+
+    def origin(self, now: float) -> Origin:
+        return Origin(self.tenant, self.session, self.task_id, now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +111,8 @@ class LayerService:
 
     # -- L1 ----------------------------------------------------------------------------------
     async def run_l1(self, run: Run) -> StageResult:
-        """Extract and reconcile the next batch of a session's turns; move its cursor."""
+        """Extract and reconcile the next batch of a session's turns; move its cursor past the
+        turns the run settled (covered by an accepted extraction, or quarantined)."""
         session = _session_of(run)
         done = await self._replayed(run)
         if done is not None:
@@ -115,20 +125,16 @@ class LayerService:
         if not batch:
             return StageResult("L1", self.mode, skipped=True)
         background = await self._background(run.scope, session, state.cursor_seq)
-        proposed = l1_reconcile.unique(await self._extract(run, batch, background))
-        plan = await self._reconcile(run, proposed, f"{session}:{state.cursor_seq}")
-        counts = {"turns": len(batch), **plan.counts}
+        read = await self._read(run, batch, background)
+        proposed = l1_reconcile.unique(read.memories)
+        plan, notes = await self._reconcile(run, proposed, f"{session}:{state.cursor_seq}")
+        counts = {**read.counts, **plan.counts}
         result = StageResult("L1", self.mode, changed=bool(plan.memories), counts=counts)
         commit = L1Commit(
-            session=session,
-            task_id=run.task_id,
-            expected_cursor=state.cursor_seq,
-            new_cursor=batch[-1].seq,
-            now=self.clock.now(),
-            memories=plan.memories,
-            supersedes=plan.supersedes,
-            result=result.to_json(),
-        )
+            session, run.task_id, state.cursor_seq, read.settled[-1].seq, self.clock.now(),
+            plan.memories, plan.supersedes, result.to_json(), read.quarantined,
+            [*read.notes, *notes],
+        )  # fmt: skip
         await asyncio.to_thread(self.layers.commit_l1, run.scope, commit, run.fence)
         await self._embed_new(len(plan.memories))
         return result
@@ -140,43 +146,55 @@ class LayerService:
         start = max(0, cursor - shown)
         return await asyncio.to_thread(self.store.list_turns, scope, session, start, cursor - start)
 
-    async def _extract(
-        self, run: Run, batch: Sequence[Turn], background: Sequence[Turn]
-    ) -> list[NewMemory]:
-        limit = self.settings.max_memories_per_batch
+    async def _read(self, run: Run, batch: Sequence[Turn], background: Sequence[Turn]) -> L1Read:
+        """The batch read by the LLM (bisecting, quarantining) or by the offline extractor."""
         if self.llm is None:
-            return offline.extract(batch, limit)
-        prompt = load_prompt("l1_extract")
-        messages, aliases = l1_extract.extraction_messages(prompt, batch, background, self.settings)
-        reply = await self._ask(run, l1_extract.STAGE, messages, l1_extract.bound_schema(aliases))
-        return l1_extract.to_new_memories(reply, aliases, batch, limit)
+            memories = offline.extract(batch, self.settings.max_memories_per_batch)
+            counts = {"turns": len(batch), "covered": len(batch)}
+            return L1Read(memories, list(batch), counts=counts)
+        reader = ReadRun(self.llm, run.origin(self.clock.now()), self.settings)
+        try:
+            return await l1_read.read_batch(reader, batch, background)
+        except LLMError as exc:  # transport: nothing of the run counts, the cursor stays
+            await self._record(run, l1_read.STAGE, exc)
+            raise
 
     async def _reconcile(
         self, run: Run, proposed: Sequence[NewMemory], id_seed: str
-    ) -> l1_reconcile.L1Plan:
+    ) -> tuple[l1_reconcile.L1Plan, list[Failure]]:
         neighbours = await l1_reconcile.find_neighbours(
             self.store, self.embedder, run.scope, proposed, self.settings.neighbours,
             self._candidates,
         )  # fmt: skip
-        decisions = await self._decide(run, proposed, neighbours)
+        decisions, notes = await self._decide(run, proposed, neighbours)
         existing = {m.id: m for group in neighbours for m in group}
         made_by = "offline@v1" if self.llm is None else load_prompt("l1_extract").tag
-        return l1_reconcile.plan(run.scope, _session_of(run), proposed, decisions, existing,
+        plan = l1_reconcile.plan(run.scope, _session_of(run), proposed, decisions, existing,
                                  id_seed, self.clock.now(), self.mode, made_by)  # fmt: skip
+        return plan, notes
 
     async def _decide(
         self,
         run: Run,
         proposed: Sequence[NewMemory],
         neighbours: Sequence[Sequence[MemoryRecord]],
-    ) -> list[Reconciled]:
+    ) -> tuple[list[Reconciled], list[Failure]]:
+        """The model's decisions; when its reply is unusable (after the repair round), the
+        offline rule decides (store, or skip an exact repeat) and a `fallback` is noted."""
         if self.llm is None or not l1_reconcile.needs_model(neighbours):
-            return l1_reconcile.offline_decisions(proposed, neighbours)
-        prompt = load_prompt("l1_reconcile")
-        messages, view = l1_reconcile.reconcile_messages(prompt, proposed, neighbours)
-        schema = l1_reconcile.bound_schema(view)
-        reply = await self._ask(run, l1_reconcile.STAGE, messages, schema)
-        return l1_reconcile.decisions_from(reply, view, len(proposed))
+            return l1_reconcile.offline_decisions(proposed, neighbours), []
+        stage, origin = l1_reconcile.STAGE, run.origin(self.clock.now())
+        messages, view = l1_reconcile.reconcile_messages(load_prompt("l1_reconcile"), proposed,
+                                                         neighbours)  # fmt: skip
+        min_words = self.settings.min_memory_words
+        try:
+            answer = await self._call(run, stage, messages, Reconciliation,
+                                      lambda r: l1_reconcile.read_reply(r, view, min_words))
+        except LLMOutputInvalid as exc:
+            fallback = origin.failed(stage, exc, FailureKind.FALLBACK)
+            return l1_reconcile.offline_decisions(proposed, neighbours), [fallback]
+        decisions = l1_reconcile.decisions_from(answer.value.kept, view, len(proposed))
+        return decisions, origin.dropped(stage, answer.value.dropped)
 
     async def _embed_new(self, count: int) -> None:
         """Embed the new memories now, so the next reconciliation finds them by vector too."""
@@ -200,30 +218,35 @@ class LayerService:
         if mark == tenant.l2_mark:
             return StageResult("L2", self.mode, skipped=True)
         scenes = await asyncio.to_thread(self.layers.current_scenes, run.scope)
-        versions = await self._consolidate(run, scenes, changed) if changed else []
+        versions, notes = await self._consolidate(run, scenes, changed) if changed else ([], [])
         counts = {"memories": len(changed), "scene_versions": len(versions)}
         result = StageResult("L2", self.mode, changed=bool(versions), counts=counts)
         commit = L2Commit(run.task_id, run.session, tenant.l2_mark, mark, self.clock.now(),
-                          versions, result.to_json())  # fmt: skip
+                          versions, result.to_json(), notes)  # fmt: skip
         await asyncio.to_thread(self.layers.commit_l2, run.scope, commit, run.fence)
         return result
 
     async def _consolidate(
         self, run: Run, scenes: Sequence[Scene], changed: Sequence[MemoryRecord]
-    ) -> list[Scene]:
+    ) -> tuple[list[Scene], list[Failure]]:
         ctx = l2_scenes.SceneContext(run.scope, self.clock.now(), self.mode, run.task_id,
                                      self.settings)  # fmt: skip
         if self.llm is None:
-            return l2_scenes.offline_scenes(scenes, changed, ctx)
+            return l2_scenes.offline_scenes(scenes, changed, ctx), []
         prompt = load_prompt("l2_scenes")
         messages, view = l2_scenes.scene_messages(prompt, scenes, changed, self.settings)
-        schema = l2_scenes.bound_schema(view, self.settings)
-        reply = await self._ask(run, l2_scenes.STAGE, messages, schema)
-        return l2_scenes.apply_ops(reply, view, scenes, ctx)
+        answer = await self._ask(run, l2_scenes.STAGE, messages, SceneOps,
+                                 lambda r: l2_scenes.read_reply(r, view, self.settings))
+        notes = run.origin(ctx.now).dropped(l2_scenes.STAGE, answer.value.dropped)
+        return l2_scenes.apply_ops(answer.value.kept, view, scenes, ctx), notes
 
     # -- L3 ----------------------------------------------------------------------------------
     async def run_l3(self, run: Run) -> StageResult:
-        """Write the tenant's profile anew from its scenes (a new version only if it changed)."""
+        """Write the tenant's profile anew from its scenes (a new version only if it changed).
+
+        With an LLM the profile is written from the scenes only: without scenes there is
+        nothing to write it from, and the run is skipped (recorded, so the count of memories
+        since the last L3 does not ask for it again)."""
         done = await self._replayed(run)
         if done is not None:
             return done
@@ -231,13 +254,23 @@ class LayerService:
             return StageResult("L3", self.mode, skipped=True)
         read_at = self.clock.now()
         current = await asyncio.to_thread(self.layers.profile, run.scope)
-        body = await self._synthesise(run, current)
+        scenes = await asyncio.to_thread(self.layers.current_scenes, run.scope)
+        if self.llm is not None and not scenes:
+            skipped = StageResult("L3", self.mode, skipped=True, counts={"scenes": 0})
+            return await self._commit_l3(run, None, skipped, read_at)
+        body = await self._synthesise(run, current, scenes)
         changed = bool(body) and (current is None or body != current.body)
         profile = None
         if changed:
             version = 1 if current is None else current.version + 1
             profile = Profile(run.tenant, body, version, self.clock.now(), self.mode)
-        result = StageResult("L3", self.mode, changed=changed, counts={"chars": len(body)})
+        counts = {"chars": len(body), "scenes": len(scenes)}
+        result = StageResult("L3", self.mode, changed=changed, counts=counts)
+        return await self._commit_l3(run, profile, result, read_at)
+
+    async def _commit_l3(
+        self, run: Run, profile: Profile | None, result: StageResult, read_at: float
+    ) -> StageResult:
         commit = L3Commit(run.task_id, self.clock.now(), profile, result.to_json(), read_at)
         await asyncio.to_thread(self.layers.commit_l3, run.scope, commit, run.fence)
         return result
@@ -252,7 +285,7 @@ class LayerService:
         newest = await asyncio.to_thread(self.layers.newest_scene_at, scope)
         return newest is not None and newest > tenant.last_l3_at
 
-    async def _synthesise(self, run: Run, current: Profile | None) -> str:
+    async def _synthesise(self, run: Run, current: Profile | None, scenes: list[Scene]) -> str:
         limit = self.settings.max_profile_chars
         if self.llm is None:
             types = (MemoryType.PERSONA, MemoryType.INSTRUCTION)
@@ -260,11 +293,12 @@ class LayerService:
                 self.store.list_memories, run.scope, Filters(types=types), 200
             )
             return offline.profile_body(memories, limit)
-        scenes = await asyncio.to_thread(self.layers.current_scenes, run.scope)
         prompt = load_prompt("l3_profile")
         messages = l3_profile.profile_messages(prompt, scenes, current, self.settings)
-        reply = await self._ask(run, l3_profile.STAGE, messages, ProfileDoc)
-        return l3_profile.bounded(reply.profile, limit)
+        shown = Shown(min_words=self.settings.min_memory_words)
+        answer = await self._ask(run, l3_profile.STAGE, messages, ProfileDoc,
+                                 lambda reply: check_profile(reply, shown))
+        return l3_profile.bounded(answer.value, limit)
 
     # -- flush -------------------------------------------------------------------------------
     async def flush(self, tenant: str, session: str, task_id: str | None = None) -> FlushResult:
@@ -283,35 +317,75 @@ class LayerService:
             l3 = await self.run_l3(Run(tenant, f"{base}.L3"))
         return FlushResult(l1, l2, l3)
 
+    # -- retrying a quarantined turn --------------------------------------------------------
+    async def retry_quarantine(self, run: Run, failure: Failure) -> StageResult:
+        """Extract a quarantined turn again. An accepted reply commits its memories and resolves
+        the quarantine in one transaction; an unusable one keeps it open with the new raw
+        replies (`StageOutputRejected`); a transport failure changes nothing."""
+        if failure.kind is not FailureKind.QUARANTINE or failure.session is None:
+            raise InvalidInput(f"failure {failure.id!r} is not a quarantined turn")
+        if self.llm is None:
+            raise ConfigError("retrying a quarantined turn needs an LLM endpoint")
+        turns = await asyncio.to_thread(self.store.get_turns, run.scope, failure.turn_ids)
+        if not turns:
+            raise NotFound(f"the turn of failure {failure.id!r} is no longer stored")
+        background = await self._background(run.scope, failure.session, turns[0].seq - 1)
+        reader = ReadRun(self.llm, run.origin(self.clock.now()), self.settings)
+        try:
+            extracted = await l1_read.extract(reader, turns, background)
+        except LLMOutputInvalid as exc:
+            await asyncio.to_thread(self.layers.note_retry, run.scope, failure.id,
+                                    self.clock.now(), error=reason(exc), raws=exc.raws)
+            raise StageOutputRejected(f"failure {failure.id!r}: {exc}", raws=exc.raws) from exc
+        proposed = l1_reconcile.unique(extracted.memories)
+        plan, notes = await self._reconcile(run, proposed, run.task_id)
+        notes += reader.origin.dropped(l1_read.STAGE, extracted.dropped, failure.turn_ids)
+        counts = {"turns": 1, "covered": 1, **plan.counts}
+        result = StageResult("L1", self.mode, changed=bool(plan.memories), counts=counts)
+        commit = RetryCommit(failure.id, run.task_id, self.clock.now(), plan.memories,
+                             plan.supersedes, result.to_json(), notes)  # fmt: skip
+        await asyncio.to_thread(self.layers.commit_retry, run.scope, commit, run.fence)
+        await self._embed_new(len(plan.memories))
+        return result
+
     # -- shared ------------------------------------------------------------------------------
     async def _replayed(self, run: Run) -> StageResult | None:
         receipt = await asyncio.to_thread(self.layers.receipt, run.scope, run.task_id)
         return None if receipt is None else StageResult.replay(receipt.result)
 
-    async def _ask(self, run: Run, stage: str, messages: Any, schema: type[M]) -> M:
-        """One validated LLM reply; every failure is recorded with its raw text, then raised."""
+    async def _call(
+        self, run: Run, stage: str, messages: Any, schema: type[M], read: Callable[[M], R]
+    ) -> Answer[R]:
+        """One checked LLM reply (`stages.checked`); a transport failure is recorded (a `stage`
+        failure, with the error body) and raised; an unusable reply is raised to the caller."""
         if self.llm is None:
             raise ConfigError(f"stage {stage} needs an LLM endpoint")
         try:
-            return await self.llm.complete_json(stage, messages, schema)
+            return await ask_checked(self.llm, stage, messages, schema, read)
+        except LLMOutputInvalid:
+            raise
+        except LLMError as exc:
+            await self._record(run, stage, exc)
+            raise
+
+    async def _ask(
+        self, run: Run, stage: str, messages: Any, schema: type[M], read: Callable[[M], R]
+    ) -> Answer[R]:
+        """As `_call`, and an unusable reply fails the stage too: recorded with its raw replies,
+        raised as `StageOutputRejected` (the pipeline retries the task)."""
+        try:
+            return await self._call(run, stage, messages, schema, read)
         except LLMOutputInvalid as exc:
-            await self._record(run, stage, exc, exc.raws)
+            await self._record(run, stage, exc)
             raise StageOutputRejected(
                 f"stage {stage} of task {run.task_id}: {exc}; raw reply begins"
                 f" {exc.raw[:_RAW_EXCERPT]!r}",
                 raws=exc.raws,
             ) from exc
-        except LLMError as exc:
-            raws = (exc.body,) if isinstance(exc, LLMHTTPError) else ()
-            await self._record(run, stage, exc, raws)
-            raise
 
-    async def _record(
-        self, run: Run, stage: str, exc: Exception, raws: tuple[str, ...]
-    ) -> None:
-        failure = Failure(run.task_id, run.tenant, run.session, stage,
-                          f"{type(exc).__name__}: {exc}", raws, self.clock.now())  # fmt: skip
-        await asyncio.to_thread(self.layers.record_failure, failure)
+    async def _record(self, run: Run, stage: str, exc: LLMError) -> None:
+        failure = run.origin(self.clock.now()).failed(stage, exc)
+        await asyncio.to_thread(self.layers.record_failures, [failure])
 
 
 def _session_of(run: Run) -> str:

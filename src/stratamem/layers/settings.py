@@ -31,6 +31,20 @@ class LayerSettings(BaseSettings):
     neighbours: int = Field(
         4, ge=0, le=20, description="Existing memories shown per new one for reconciliation."
     )
+    l1_max_attempts: int = Field(
+        12,
+        ge=1,
+        le=200,
+        description="Extraction attempts per L1 run (at least the splits that bring a failing"
+        " turn down to itself): a rejected batch is split in halves until the failing turn is"
+        " alone, then quarantined; turns left over wait for the next run.",
+    )
+    min_memory_words: int = Field(
+        2,
+        ge=1,
+        le=20,
+        description="Least words in a memory, a scene body or the profile (minimum-content rule).",
+    )
     # -- L2 ----------------------------------------------------------------------------------
     l2_delay_s: float = Field(60.0, ge=0, description="L2 no sooner than this after an L1.")
     l2_min_interval_s: float = Field(300.0, ge=0, description="Least time between two L2 runs.")

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from stratamem.domain import MemoryRecord, Profile, Scene, Scope
 from stratamem.store.base import Fence
+from stratamem.store.failures import Failure, FailureQuery
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,9 @@ class Supersede:
 
 @dataclass(frozen=True, slots=True)
 class L1Commit:
+    """`quarantined`: turns up to `new_cursor` no accepted extraction covers (open failures of
+    kind `quarantine`); `notes`: what the run dropped or split (noted failures)."""
+
     session: str
     task_id: str
     expected_cursor: int
@@ -71,6 +75,8 @@ class L1Commit:
     memories: Sequence[MemoryRecord] = ()
     supersedes: Sequence[Supersede] = ()
     result: dict[str, Any] = field(default_factory=dict)
+    quarantined: Sequence[Failure] = ()
+    notes: Sequence[Failure] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +88,7 @@ class L2Commit:
     now: float
     scenes: Sequence[Scene] = ()
     result: dict[str, Any] = field(default_factory=dict)
+    notes: Sequence[Failure] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,16 +102,17 @@ class L3Commit:
 
 
 @dataclass(frozen=True, slots=True)
-class Failure:
-    """An LLM stage that failed, with every raw reply kept for an operator."""
+class RetryCommit:
+    """A retried quarantine whose extraction was accepted: its memories, and the quarantine
+    resolved (the cursor is past the turn already)."""
 
+    failure_id: str
     task_id: str
-    tenant: str
-    session: str | None
-    stage: str
-    error: str
-    raws: tuple[str, ...]
-    failed_at: float
+    now: float
+    memories: Sequence[MemoryRecord] = ()
+    supersedes: Sequence[Supersede] = ()
+    result: dict[str, Any] = field(default_factory=dict)
+    notes: Sequence[Failure] = ()
 
 
 class LayerStore(Protocol):
@@ -131,12 +139,19 @@ class LayerStore(Protocol):
 
     # -- L1 ----------------------------------------------------------------------------------
     def commit_l1(self, scope: Scope, commit: L1Commit, fence: Fence | None = None) -> None:
-        """Insert memories, supersede old versions, move the cursor, write the receipt.
+        """Insert memories, supersede old versions, move the cursor, record the quarantined
+        turns and the notes, resolve the session's open `stage` failures of L1, write the
+        receipt: one transaction.
 
         Raises `LayerConflict` when the cursor is no longer `expected_cursor` or a superseded
         memory is no longer current, `StaleFencingToken` under a stale fence; nothing is written
         then.
         """
+
+    def commit_retry(self, scope: Scope, commit: RetryCommit, fence: Fence | None = None) -> None:
+        """Insert the memories of a retried quarantine, supersede, resolve the quarantine, record
+        the notes, write the receipt: one transaction (`LayerConflict` when the quarantine is not
+        open any more)."""
 
     def memory_history(self, scope: Scope, memory_id: str) -> list[MemoryRecord]:
         """Every version linked to `memory_id` by `superseded_by`, oldest first (`NotFound`)."""
@@ -157,7 +172,8 @@ class LayerStore(Protocol):
         """Every version of a scene, oldest first (`NotFound`)."""
 
     def commit_l2(self, scope: Scope, commit: L2Commit, fence: Fence | None = None) -> None:
-        """Write new scene versions and the tenant's L2 mark (`LayerConflict` if it moved)."""
+        """Write new scene versions and the tenant's L2 mark (`LayerConflict` if it moved),
+        record the notes, resolve the tenant's open `stage` failures of L2."""
 
     # -- L3 ----------------------------------------------------------------------------------
     def profile(self, scope: Scope) -> Profile | None: ...
@@ -165,9 +181,27 @@ class LayerStore(Protocol):
     def profile_history(self, scope: Scope) -> list[Profile]: ...
 
     def commit_l3(self, scope: Scope, commit: L3Commit, fence: Fence | None = None) -> None:
-        """Write a new profile version (if any) and reset the memories-since-L3 counter."""
+        """Write a new profile version (if any), reset the memories-since-L3 counter, resolve
+        the tenant's open `stage` failures of L3."""
 
-    # -- failures ----------------------------------------------------------------------------
-    def record_failure(self, failure: Failure) -> None: ...
+    # -- failures (of every LLM stage: the offload store records its own here too) -----------
+    def record_failures(self, failures: Sequence[Failure]) -> None:
+        """Keep failure records (their ids are new), in one transaction."""
 
-    def list_failures(self, scope: Scope, limit: int = 50) -> list[Failure]: ...
+    def list_failures(self, scope: Scope, query: FailureQuery | None = None) -> list[Failure]:
+        """The tenant's failure records matching `query`, newest first, paged."""
+
+    def get_failure(self, scope: Scope, failure_id: str) -> Failure:
+        """One failure record (`NotFound`)."""
+
+    def note_retry(
+        self,
+        scope: Scope,
+        failure_id: str,
+        now: float,
+        *,
+        error: str | None = None,
+        raws: Sequence[str] = (),
+    ) -> Failure:
+        """Count a retry of an open failure: resolved when `error` is None, else still open with
+        the new error and `raws` added. Returns the record as updated (`NotFound`)."""

@@ -18,7 +18,7 @@ import sqlite3
 #: Tables keyed by (tenant, session), besides turns and memories.
 SESSION_TABLES = (
     "layer_sessions",
-    "layer_failures",
+    "failures",
     "offload_pairs",
     "offload_entries",
     "offload_refs",

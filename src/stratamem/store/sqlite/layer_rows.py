@@ -7,7 +7,7 @@ import sqlite3
 from typing import Any
 
 from stratamem.domain import Mode, Profile, Scene
-from stratamem.store.layers_base import Failure, SessionState, TenantState
+from stratamem.store.layers_base import SessionState, TenantState
 
 SCENE_COLUMNS = (
     "tenant, id, version, title, summary, body, heat, memory_ids, created_at, updated_at,"
@@ -82,16 +82,4 @@ def tenant_state_from_row(tenant: str, row: sqlite3.Row | None) -> TenantState:
         memories_since_l3=row["memories_since_l3"],
         last_l2_at=row["last_l2_at"],
         last_l3_at=row["last_l3_at"],
-    )
-
-
-def failure_from_row(row: sqlite3.Row) -> Failure:
-    return Failure(
-        task_id=row["task_id"],
-        tenant=row["tenant"],
-        session=row["session"],
-        stage=row["stage"],
-        error=row["error"],
-        raws=tuple(json.loads(row["raws"])),
-        failed_at=row["failed_at"],
     )

@@ -1,4 +1,5 @@
-"""Schema of the memory layers (migration versions 10-19): state, receipts, scenes, profile.
+"""Schema of the memory layers (migration versions 10-19): state, receipts, scenes, profile,
+and the failure records of every LLM stage (`failures`, which context offload writes too).
 
 Memory versions need no table of their own: an update inserts a new row and closes the old one
 (`valid_to`, `superseded_by`) in `memories`.
@@ -75,7 +76,36 @@ CREATE TABLE profile_versions (
 );
 """
 
+M012_FAILURES = """
+CREATE TABLE failures (
+    rid INTEGER PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    status TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    session TEXT,
+    task_id TEXT NOT NULL,
+    error TEXT NOT NULL,
+    raws TEXT NOT NULL,
+    turn_ids TEXT NOT NULL DEFAULT '[]',
+    detail TEXT NOT NULL DEFAULT '{}',
+    attempts INTEGER NOT NULL DEFAULT 1,
+    failed_at REAL NOT NULL,
+    resolved_at REAL,
+    UNIQUE (tenant, id)
+);
+CREATE INDEX failures_by_tenant ON failures (tenant, rid);
+CREATE INDEX failures_open ON failures (tenant, stage, status, session);
+INSERT INTO failures (tenant, id, kind, status, stage, session, task_id, error, raws, failed_at)
+SELECT tenant, 'f_' || lower(hex(randomblob(12))), 'stage', 'open', stage, session, task_id,
+       error, raws, failed_at
+FROM layer_failures ORDER BY rid;
+DROP TABLE layer_failures;
+"""
+
 LAYER_MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "layer state, receipts and failures", M010_LAYER_STATE),
     Migration(11, "scene and profile versions", M011_SCENES_PROFILE),
+    Migration(12, "failure records of every LLM stage: quarantines, splits, drops", M012_FAILURES),
 )

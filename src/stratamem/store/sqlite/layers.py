@@ -14,20 +14,21 @@ from typing import Any
 from stratamem.domain import MemoryRecord, Profile, Scene, Scope
 from stratamem.errors import LayerConflict, NotFound
 from stratamem.store.base import Fence
+from stratamem.store.failures import Failure, FailureQuery
 from stratamem.store.layers_base import (
-    Failure,
     L1Commit,
     L2Commit,
     L3Commit,
     Receipt,
+    RetryCommit,
     SessionState,
     Supersede,
     TenantState,
 )
+from stratamem.store.sqlite import failure_rows
 from stratamem.store.sqlite.layer_rows import (
     PROFILE_COLUMNS,
     SCENE_COLUMNS,
-    failure_from_row,
     profile_from_row,
     scene_from_row,
     scene_params,
@@ -132,6 +133,18 @@ class SqliteLayerStore:
                 (tenant, commit.session, commit.new_cursor, commit.now),
             )
             _bump_tenant(conn, tenant, len(commit.memories))
+            failure_rows.insert_failures(conn, [*commit.quarantined, *commit.notes])
+            failure_rows.resolve_open(conn, tenant, "L1", commit.session, commit.now)
+            _write_receipt(conn, tenant, commit.task_id, "L1", commit.now, commit.result)
+
+    def commit_retry(self, scope: Scope, commit: RetryCommit, fence: Fence | None = None) -> None:
+        tenant = scope.tenant
+        with self._store.writing(fence) as conn:
+            failure_rows.note_retry(conn, tenant, commit.failure_id, commit.now, None, ())
+            _insert_memories(conn, tenant, commit.memories)
+            _supersede(conn, tenant, commit.supersedes, commit.now)
+            _bump_tenant(conn, tenant, len(commit.memories))
+            failure_rows.insert_failures(conn, commit.notes)
             _write_receipt(conn, tenant, commit.task_id, "L1", commit.now, commit.result)
 
     def memory_history(self, scope: Scope, memory_id: str) -> list[MemoryRecord]:
@@ -205,6 +218,8 @@ class SqliteLayerStore:
                     " ON CONFLICT (tenant, session) DO UPDATE SET last_l2_at = excluded.last_l2_at",
                     (tenant, commit.session, commit.now),
                 )
+            failure_rows.insert_failures(conn, commit.notes)
+            failure_rows.resolve_open(conn, tenant, "L2", None, commit.now)
             _write_receipt(conn, tenant, commit.task_id, "L2", commit.now, commit.result)
 
     # -- L3 ----------------------------------------------------------------------------------
@@ -234,32 +249,33 @@ class SqliteLayerStore:
                 "UPDATE layer_tenants SET memories_since_l3 = 0, last_l3_at = ? WHERE tenant = ?",
                 (commit.now if commit.read_at is None else commit.read_at, tenant),
             )
+            failure_rows.resolve_open(conn, tenant, "L3", None, commit.now)
             _write_receipt(conn, tenant, commit.task_id, "L3", commit.now, commit.result)
 
     # -- failures ----------------------------------------------------------------------------
-    def record_failure(self, failure: Failure) -> None:
+    def record_failures(self, failures: Sequence[Failure]) -> None:
         with self._store.writing() as conn:
-            conn.execute(
-                "INSERT INTO layer_failures (tenant, task_id, session, stage, error, raws,"
-                " failed_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    failure.tenant,
-                    failure.task_id,
-                    failure.session,
-                    failure.stage,
-                    failure.error,
-                    json.dumps(list(failure.raws), ensure_ascii=False),
-                    failure.failed_at,
-                ),
-            )
+            failure_rows.insert_failures(conn, failures)
 
-    def list_failures(self, scope: Scope, limit: int = 50) -> list[Failure]:
+    def list_failures(self, scope: Scope, query: FailureQuery | None = None) -> list[Failure]:
         with self._store.reading() as conn:
-            rows = conn.execute(
-                "SELECT * FROM layer_failures WHERE tenant = ? ORDER BY rid DESC LIMIT ?",
-                (scope.tenant, limit),
-            ).fetchall()
-        return [failure_from_row(row) for row in rows]
+            return failure_rows.query_failures(conn, scope.tenant, query or FailureQuery())
+
+    def get_failure(self, scope: Scope, failure_id: str) -> Failure:
+        with self._store.reading() as conn:
+            return failure_rows.get_failure(conn, scope.tenant, failure_id)
+
+    def note_retry(
+        self,
+        scope: Scope,
+        failure_id: str,
+        now: float,
+        *,
+        error: str | None = None,
+        raws: Sequence[str] = (),
+    ) -> Failure:
+        with self._store.writing() as conn:
+            return failure_rows.note_retry(conn, scope.tenant, failure_id, now, error, raws)
 
 
 def _check_cursor(conn: sqlite3.Connection, tenant: str, session: str, expected: int) -> None:

@@ -26,8 +26,11 @@ from stratamem.offload.models import (
     TaskStatus,
     ToolPair,
 )
+from stratamem.offload.schedule import Stage
 from stratamem.offload.store import Appended, DiagramWrite, Routed, VersionConflict
 from stratamem.store.base import Fence
+from stratamem.store.failures import Failure
+from stratamem.store.sqlite import failure_rows
 from stratamem.store.sqlite.store import SqliteStore
 
 _ENTRY_COLUMNS = (
@@ -151,6 +154,7 @@ class SqliteOffloadStore:
                     " WHERE tenant = ? AND session = ? AND call_id = ?",
                     (scope.tenant, session, item.pair.call_id),
                 )
+            failure_rows.resolve_open(conn, scope.tenant, Stage.L1.value, session, now)
         return created
 
     # -- entries and refs --------------------------------------------------------------------
@@ -287,6 +291,7 @@ class SqliteOffloadStore:
             _set_mark_task(conn, tenant, session, mark, task_id)
             routed = _route_mark(conn, tenant, session, mark, task_id)
             boundary = _write_boundary(conn, tenant, session, current, mark, task_id, now)
+            failure_rows.resolve_open(conn, tenant, Stage.L15.value, session, now)
         return Routed(boundary, task_id, routed)
 
     # -- diagrams ----------------------------------------------------------------------------
@@ -326,7 +331,14 @@ class SqliteOffloadStore:
                 " WHERE tenant = ? AND session = ? AND task_id = ?",
                 key,
             ).fetchone()
+            failure_rows.resolve_open(conn, scope.tenant, Stage.L2.value, session, now)
         return _diagram(row)
+
+    # -- failures ----------------------------------------------------------------------------
+    @_translated
+    def record_failures(self, failures: Sequence[Failure]) -> None:
+        with self._store.writing() as conn:
+            failure_rows.insert_failures(conn, failures)
 
 
 # -- rows ------------------------------------------------------------------------------------

@@ -1,0 +1,134 @@
+"""The `failures` table (migration 12): written by the layer and the offload stores, inside
+their own transactions, and read through the layer store."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+
+from stratamem.errors import LayerConflict, NotFound
+from stratamem.store.failures import Failure, FailureKind, FailureQuery, FailureStatus
+
+_COLUMNS = (
+    "tenant, id, kind, status, stage, session, task_id, error, raws, turn_ids, detail, attempts,"
+    " failed_at, resolved_at"
+)
+_MARKS = ", ".join("?" for _ in _COLUMNS.split(","))
+MAX_RAWS = 20
+"""Raw replies kept per record; a record retried many times keeps the first and the latest."""
+
+
+def insert_failures(conn: sqlite3.Connection, failures: Sequence[Failure]) -> None:
+    try:
+        conn.executemany(
+            f"INSERT INTO failures ({_COLUMNS}) VALUES ({_MARKS})",
+            [_params(f) for f in failures],
+        )
+    except sqlite3.IntegrityError as exc:
+        raise LayerConflict(f"a failure record of this run exists already: {exc}") from exc
+
+
+def _params(failure: Failure) -> tuple[object, ...]:
+    return (
+        failure.tenant, failure.id, failure.kind.value, failure.status.value, failure.stage,
+        failure.session, failure.task_id, failure.error,
+        json.dumps(list(_bounded(failure.raws)), ensure_ascii=False),
+        json.dumps(list(failure.turn_ids)), json.dumps(failure.detail, ensure_ascii=False),
+        failure.attempts, failure.failed_at, failure.resolved_at,
+    )  # fmt: skip
+
+
+def _bounded(raws: Sequence[str]) -> Sequence[str]:
+    return raws if len(raws) <= MAX_RAWS else [raws[0], *raws[-(MAX_RAWS - 1) :]]
+
+
+def resolve_open(
+    conn: sqlite3.Connection, tenant: str, stage: str, session: str | None, now: float
+) -> None:
+    """A stage committed: its open `stage` failures (of `session`, or of the tenant when None)
+    are resolved."""
+    sql = (
+        "UPDATE failures SET status = 'resolved', resolved_at = ? WHERE tenant = ?"
+        " AND stage = ? AND kind = 'stage' AND status = 'open'"
+    )
+    params: list[object] = [now, tenant, stage]
+    if session is not None:
+        sql += " AND session = ?"
+        params.append(session)
+    conn.execute(sql, params)
+
+
+def query_failures(
+    conn: sqlite3.Connection, tenant: str, query: FailureQuery
+) -> list[Failure]:
+    where = ["tenant = ?"]
+    params: list[object] = [tenant]
+    for column, value in (("session", query.session), ("stage", query.stage),
+                          ("kind", query.kind), ("status", query.status)):  # fmt: skip
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(str(value))
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM failures WHERE {' AND '.join(where)}"
+        " ORDER BY rid DESC LIMIT ? OFFSET ?",
+        (*params, query.limit, query.offset),
+    ).fetchall()
+    return [failure_from_row(row) for row in rows]
+
+
+def get_failure(conn: sqlite3.Connection, tenant: str, failure_id: str) -> Failure:
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM failures WHERE tenant = ? AND id = ?", (tenant, failure_id)
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no failure {failure_id!r} in tenant {tenant!r}")
+    return failure_from_row(row)
+
+
+def note_retry(
+    conn: sqlite3.Connection,
+    tenant: str,
+    failure_id: str,
+    now: float,
+    error: str | None,
+    raws: Sequence[str],
+) -> Failure:
+    """Count a retry of an open failure: resolved (`error` None) or still open (see the
+    `LayerStore.note_retry` contract)."""
+    current = get_failure(conn, tenant, failure_id)
+    if current.status is not FailureStatus.OPEN:
+        raise LayerConflict(f"failure {failure_id!r} is {current.status.value}, not open")
+    if error is None:
+        conn.execute(
+            "UPDATE failures SET status = 'resolved', resolved_at = ?, attempts = attempts + 1"
+            " WHERE tenant = ? AND id = ?",
+            (now, tenant, failure_id),
+        )
+    else:
+        kept = json.dumps(list(_bounded([*current.raws, *raws])), ensure_ascii=False)
+        conn.execute(
+            "UPDATE failures SET error = ?, raws = ?, attempts = attempts + 1"
+            " WHERE tenant = ? AND id = ?",
+            (error, kept, tenant, failure_id),
+        )
+    return get_failure(conn, tenant, failure_id)
+
+
+def failure_from_row(row: sqlite3.Row) -> Failure:
+    return Failure(
+        task_id=row["task_id"],
+        tenant=row["tenant"],
+        session=row["session"],
+        stage=row["stage"],
+        error=row["error"],
+        raws=tuple(json.loads(row["raws"])),
+        failed_at=row["failed_at"],
+        id=row["id"],
+        kind=FailureKind(row["kind"]),
+        status=FailureStatus(row["status"]),
+        turn_ids=tuple(json.loads(row["turn_ids"])),
+        detail=dict(json.loads(row["detail"])),
+        attempts=row["attempts"],
+        resolved_at=row["resolved_at"],
+    )
