@@ -30,7 +30,8 @@ def summaries(request: RecordedRequest) -> Reply:
 
 def judgment(label: str, **fields: Any) -> Reply:
     """offload-l15: a new task named `label` (or the given fields)."""
-    body: dict[str, Any] = {"completed": False, "continues": None, "new_task": label}
+    body: dict[str, Any] = {"completed": False, "continues": None, "new_task": label,
+                            "long_task": False}
     body.update(fields)
     return Reply.json(body)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from stratamem.domain import Scope
@@ -13,6 +15,8 @@ from stratamem.offload.l2_diagram import ORPHAN_NODE, run_l2
 from stratamem.offload.mermaid import Edit, InvalidDiagram, apply_edits, validate
 from stratamem.offload.schedule import l2_timer_key
 from stratamem.store.base import Fence
+from stratamem.store.failures import FailureKind, FailureQuery, FailureStatus
+from stratamem.store.sqlite.layers import SqliteLayerStore
 from stratamem.testing import Reply, ScriptedLLM
 
 from . import model
@@ -79,13 +83,27 @@ async def test_invalid_diagrams_and_unknown_ids_are_repaired_once(
     await rig.offload.ingest(T, S, [pair])
     await run_l1(rig.offload.deps, T, S)
     bad_node = reply(FLOW, {"c7": "zzz"}, [])
-    bad_call = reply(FLOW, {"c0": "a", "c7": "a"}, [])  # c0 was not among the new calls
-    scripted_llm.push_for("offload-l2", bad_node, bad_call)
+    no_call = reply(FLOW, {"c0": "a"}, [])  # c0 was not among the new calls
+    scripted_llm.push_for("offload-l2", bad_node, no_call)
     with pytest.raises(LLMOutputInvalid):
         await run_l2(rig.offload.deps, T, S)
     [diagram] = (await rig.offload.diagrams(T, S)).diagrams
     assert diagram.version == 1  # nothing written
     assert [e.call_id for e in rig.store.unmapped_entries(Scope(T), S)] == ["c7"]
+    layers = SqliteLayerStore(rig.store._store)
+    [failure] = layers.list_failures(Scope(T))
+    assert (failure.kind, failure.stage, failure.status) == (
+        FailureKind.STAGE, "offload-l2", FailureStatus.OPEN,
+    )  # fmt: skip
+    assert "zzz" in failure.raws[0] and "was not among the new calls" in failure.error
+
+    mixed = reply(FLOW, {"c0": "a", "c7": "b"}, [])  # one bad item: dropped, the rest kept
+    scripted_llm.push_for("offload-l2", mixed)
+    assert (await run_l2(rig.offload.deps, T, S)).mapped == 1
+    assert layers.get_failure(Scope(T), failure.id).status is FailureStatus.RESOLVED
+    [note] = layers.list_failures(Scope(T), FailureQuery(kind=FailureKind.ITEM))
+    assert "'c0' was not among the new calls" in note.error
+    assert json.loads(note.raws[0]) == {"call_id": "c0", "node": "a"}
 
 
 async def test_unmapped_leftovers_rearm_then_become_orphans(

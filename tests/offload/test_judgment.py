@@ -6,14 +6,16 @@ import asyncio
 
 import pytest
 
-from stratamem.domain import Scope
-from stratamem.llm import LLMOutputInvalid
+from stratamem.domain import Mode, Scope
+from stratamem.llm import LLMHTTPError
 from stratamem.offload import TaskStatus, ToolPair
 from stratamem.offload.l1_summaries import run_l1
 from stratamem.offload.l15_judgment import JudgmentConflict, run_l15
 from stratamem.offload.models import Decision
 from stratamem.offload.schedule import l2_timer_key
 from stratamem.offload.store import DiagramWrite, VersionConflict
+from stratamem.store.failures import FailureKind, FailureStatus
+from stratamem.store.sqlite.layers import SqliteLayerStore
 from stratamem.testing import Reply, ScriptedLLM
 
 from . import model
@@ -117,7 +119,7 @@ async def test_continuing_an_earlier_task_routes_entries_and_arms_the_diagram(
     assert rig.store.get_mark(Scope(T), S, third).task_id == task_a
 
 
-async def test_an_unknown_task_id_is_repaired_once_then_fails(
+async def test_an_unknown_task_id_is_repaired_once_then_falls_back_offline(
     rig: Rig, scripted_llm: ScriptedLLM
 ) -> None:
     mark = await rig.offload.user_message(T, S, "Go on", timestamp=rig.clock.now())
@@ -134,10 +136,53 @@ async def test_an_unknown_task_id_is_repaired_once_then_fails(
     mark2 = await rig.offload.user_message(T, S, "More", timestamp=rig.clock.now() + 1)
     bad = model.judgment(None, continues="t-invented")
     scripted_llm.push_for("offload-l15", bad, bad)
-    with pytest.raises(LLMOutputInvalid) as failed:
-        await run_l15(rig.offload.deps, T, S, mark2)
-    assert len(failed.value.raws) == 2
-    assert not rig.store.get_mark(Scope(T), S, mark2).judged
+    second = await run_l15(rig.offload.deps, T, S, mark2)
+    assert second.decision is not None and second.decision.mode is Mode.OFFLINE
+    assert second.task_id == outcome.task_id  # the offline rule: the active task goes on
+    assert rig.store.get_mark(Scope(T), S, mark2).judged
+    [note] = SqliteLayerStore(rig.store._store).list_failures(Scope(T))
+    assert (note.kind, note.status, note.stage) == (
+        FailureKind.FALLBACK, FailureStatus.NOTED, "offload-l15",
+    )  # fmt: skip
+    assert note.detail == {"mark": mark2} and len(note.raws) == 2 and "t-invented" in note.raws[1]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply.truncated('{"completed": false, "continues": null, "new_task": "Fix the ref'),
+        Reply.json({"new_task": "add changelog entry", "long_task": False}),
+        Reply.text("The refund test in the shop repo is failing. To fix this issue, you need"),
+    ],
+    ids=["truncated", "missing-fields", "prose"],
+)
+async def test_an_unusable_judgment_is_never_read(
+    rig: Rig, scripted_llm: ScriptedLLM, reply: Reply
+) -> None:
+    mark = await rig.offload.user_message(T, S, "Fix the refund test", timestamp=rig.clock.now())
+    scripted_llm.push_for("offload-l15", reply, reply, reply, reply)
+    outcome = await run_l15(rig.offload.deps, T, S, mark)
+    assert outcome.decision is not None and outcome.decision.mode is Mode.OFFLINE
+    assert outcome.decision.new_label == "Fix the refund test"
+    [note] = SqliteLayerStore(rig.store._store).list_failures(Scope(T))
+    assert note.kind is FailureKind.FALLBACK and note.raws
+
+
+async def test_a_judgment_endpoint_failure_is_recorded_and_fails_the_task(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    mark = await rig.offload.user_message(T, S, "Fix the refund test", timestamp=rig.clock.now())
+    scripted_llm.push_for("offload-l15", Reply.error(500, "model crashed"))
+    with pytest.raises(LLMHTTPError):
+        await run_l15(rig.offload.deps, T, S, mark)
+    assert not rig.store.get_mark(Scope(T), S, mark).judged
+    layers = SqliteLayerStore(rig.store._store)
+    [failure] = layers.list_failures(Scope(T))
+    assert (failure.kind, failure.status) == (FailureKind.STAGE, FailureStatus.OPEN)
+    assert "model crashed" in failure.raws[0] and failure.detail == {"mark": mark}
+    scripted_llm.push_for("offload-l15", model.judgment("Refund test"))
+    await run_l15(rig.offload.deps, T, S, mark)  # the pipeline's retry: resolves the record
+    assert layers.get_failure(Scope(T), failure.id).status is FailureStatus.RESOLVED
 
 
 async def test_offline_judgment_opens_then_continues_a_task(offline_rig: Rig) -> None:

@@ -14,6 +14,8 @@ from stratamem.offload.l1_summaries import run_l1
 from stratamem.offload.models import NewEntry
 from stratamem.offload.schedule import l1_timer_key
 from stratamem.offload.stage import ref_id_for
+from stratamem.store.failures import FailureKind
+from stratamem.store.sqlite.layers import SqliteLayerStore
 from stratamem.store.sqlite.offload import SqliteOffloadStore
 from stratamem.testing import Reply, ScriptedLLM
 
@@ -63,7 +65,10 @@ async def test_a_pair_the_model_leaves_out_gets_a_fallback_entry(
     batch = pairs(rig.clock.now(), 3)
     await rig.offload.ingest(T, S, batch)
     outcome = await run_l1(rig.offload.deps, T, S)
-    assert outcome.fallbacks == ("c1", "c2") and outcome.unknown_ids == ("ghost",)
+    assert outcome.fallbacks == ("c1", "c2") and outcome.dropped == 2
+    notes = SqliteLayerStore(rig.store._store).list_failures(Scope(T))
+    assert sorted(n.error.split(" ")[0] for n in notes) == ["call", "summary"]
+    assert {n.kind for n in notes} == {FailureKind.ITEM}
     entries = {e.call_id: e for e in await rig.offload.entries(T, S)}
     assert set(entries) == {"c0", "c1", "c2"}
     assert entries["c0"].mode is Mode.LLM and entries["c0"].score == 9

@@ -8,8 +8,13 @@
   and history is dropped until the context fits.
 Every level aims at `mild_ratio` of the budget. The leading system messages and everything since
 the last user message are kept; an assistant message with tool calls and its tool results are
-kept or dropped together. The diagrams of the tasks whose calls were dropped are injected, with
-the refs of the dropped results, within `diagram_budget_share` of the budget.
+kept or dropped together. A tool result is never dropped without a ref: a unit holding a result
+with no entry is kept, and listed in `unreferenced` (`Offload.compact` makes offline entries
+and refs for those, then compacts again). A note injected where history was dropped lists the
+refs of the dropped results, quotes the first user message dropped (the request the work
+began with) and shows the diagrams of the tasks whose calls were dropped, within
+`diagram_budget_share` of the budget; refs that do not fit are counted, and the session's
+offload entries list every one.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 from stratamem.errors import InvalidInput
 from stratamem.offload.models import Diagram, Entry
+from stratamem.offload.offline import shorten
 from stratamem.offload.settings import OffloadSettings
 from stratamem.offload.tokens import context_tokens, message_tokens, text_tokens
 
@@ -44,6 +50,8 @@ class Compaction:
     replaced: tuple[str, ...] = ()
     dropped_messages: int = 0
     diagrams: tuple[str, ...] = ()
+    unreferenced: tuple[str, ...] = ()
+    """Call ids of results kept although their unit was to be dropped: they have no entry."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +63,7 @@ class Compaction:
             "replaced": list(self.replaced),
             "dropped_messages": self.dropped_messages,
             "diagrams": list(self.diagrams),
+            "unreferenced": list(self.unreferenced),
             "messages": self.messages,
         }
 
@@ -87,6 +96,7 @@ class _Work:
     tokens: int
     replaced: list[str] = field(default_factory=list)
     dropped: list[ChatMessage] = field(default_factory=list)
+    unreferenced: list[str] = field(default_factory=list)
 
 
 def compact(
@@ -112,12 +122,12 @@ def compact(
     else:
         emergency = level is Level.EMERGENCY
         _replace(work, entries, _min_score(level, settings), emergency, target - reserve)
-        _drop_oldest(work, target - reserve)
+        _drop_oldest(work, target - reserve, entries)
     injected = _inject(work, entries, diagrams, reserve)
     after = context_tokens(work.messages)
     return Compaction(
         work.messages, level, budget_tokens, before, after, tuple(work.replaced),
-        len(work.dropped), injected,
+        len(work.dropped), injected, tuple(work.unreferenced),
     )  # fmt: skip
 
 
@@ -184,48 +194,89 @@ def _units(messages: Sequence[ChatMessage], start: int, end: int) -> list[tuple[
     return units
 
 
-def _drop_oldest(work: _Work, target: int) -> None:
-    units = _units(work.messages, work.head, work.tail)
-    cut = work.head
-    for start, stop in units:
+def _drop_oldest(work: _Work, target: int, entries: Mapping[str, Entry]) -> None:
+    """Drop the oldest units between head and tail until the context fits `target`; a unit
+    holding a tool result without an entry is kept (it would leave no ref)."""
+    kept: list[ChatMessage] = []
+    for start, stop in _units(work.messages, work.head, work.tail):
+        unit = work.messages[start:stop]
         if work.tokens <= target:
-            break
-        work.tokens -= sum(message_tokens(m) for m in work.messages[start:stop])
-        cut = stop
-    work.dropped = work.messages[work.head : cut]
-    del work.messages[work.head : cut]
-    work.tail -= cut - work.head
+            kept.extend(unit)
+            continue
+        missing = [i for i in _tool_ids(unit) if i not in entries]
+        if missing:
+            work.unreferenced.extend(missing)
+            kept.extend(unit)
+            continue
+        work.tokens -= sum(message_tokens(m) for m in unit)
+        work.dropped.extend(unit)
+    work.messages[work.head : work.tail] = kept
+    work.tail = work.head + len(kept)
+
+
+def _tool_ids(messages: Sequence[ChatMessage]) -> list[str]:
+    return [str(m.get("tool_call_id") or "") for m in messages if m.get("role") == "tool"]
+
+
+@dataclass(slots=True)
+class _Note:
+    """The injected note, within a token reserve (its first line always)."""
+
+    reserve: int
+    parts: list[str] = field(default_factory=list)
+    used: int = 0
+
+    def add(self, text: str, *, always: bool = False) -> bool:
+        """Add `text` if it fits (or `always`); whether it was added."""
+        cost = text_tokens(text)
+        if not always and self.used + cost > self.reserve:
+            return False
+        self.parts.append(text)
+        self.used += cost
+        return True
 
 
 def _inject(
     work: _Work, entries: Mapping[str, Entry], diagrams: Sequence[Diagram], reserve: int
 ) -> tuple[str, ...]:
-    dropped_ids = [str(m.get("tool_call_id")) for m in work.dropped if m.get("role") == "tool"]
-    dropped = [entries[i] for i in dropped_ids if i in entries]
+    dropped = [entries[i] for i in _tool_ids(work.dropped) if i in entries]
     if not dropped:
         return ()
+    header = f"{len(work.dropped)} earlier messages were offloaded to save context."
+    note = _Note(reserve, used=text_tokens(header) + _MORE_REFS_TOKENS)
+    listed = _refs(note, dropped)
+    more = "" if listed == len(dropped) else f" (refs of {len(dropped) - listed}: offload entries)"
+    note.parts.insert(0, header + more)
+    request = next((m["content"] for m in work.dropped if m.get("role") == "user"
+                    and isinstance(m.get("content"), str)), None)  # fmt: skip
+    if request is not None:
+        note.add(f"The user's request this work followed: «{shorten(request, 400)}»")
     tasks = {e.task_id for e in dropped if e.task_id is not None}
-    parts = [f"{len(work.dropped)} earlier messages were offloaded to save context."]
-    used, shown = text_tokens(parts[0]), []
+    shown = []
     for diagram in (d for d in diagrams if d.task_id in tasks and d.mermaid):
         block = (
             f"Task «{diagram.label}» ({diagram.status.value}):\n```mermaid\n{diagram.mermaid}\n```"
         )
-        if used + text_tokens(block) <= reserve:
-            parts.append(block)
-            used += text_tokens(block)
+        if note.add(block):
             shown.append(diagram.task_id)
-    header = "Their tool results can be read back exactly by ref:"
+    message: ChatMessage = {"role": "system", "content": "\n\n".join(note.parts)}
+    work.messages.insert(work.head, message)
+    return tuple(shown)
+
+
+def _refs(note: _Note, dropped: Sequence[Entry]) -> int:
+    """Add the refs of the dropped results that fit; returns how many."""
     lines: list[str] = []
-    used += text_tokens(header)
     for entry in dropped:
         line = f"- {entry.tool} ({entry.call_id}): ref {entry.ref_id}"
-        if used + text_tokens(line) > reserve:
+        if note.used + text_tokens("\n".join([_REFS_HEADER, *lines, line])) > note.reserve:
             break
         lines.append(line)
-        used += text_tokens(line)
     if lines:
-        parts.append("\n".join([header, *lines]))
-    note: ChatMessage = {"role": "system", "content": "\n\n".join(parts)}
-    work.messages.insert(work.head, note)
-    return tuple(shown)
+        note.add("\n".join([_REFS_HEADER, *lines]), always=True)
+    return len(lines)
+
+
+_REFS_HEADER = "Their tool results can be read back exactly by ref:"
+_MORE_REFS_TOKENS = 8
+"""Room kept for the header's "(refs of N: offload entries)"."""

@@ -12,7 +12,7 @@ from stratamem.domain import Scope, check_ident
 from stratamem.errors import InvalidIdentifier, InvalidInput
 from stratamem.llm.base import LLM
 from stratamem.offload import ingest as intake
-from stratamem.offload import l1_summaries, l2_diagram, l15_judgment
+from stratamem.offload import l1_summaries, l2_diagram, l15_judgment, unreferenced
 from stratamem.offload.compaction import Compaction, compact
 from stratamem.offload.models import Diagram, Entry, ToolPair
 from stratamem.offload.offline import NEEDS_LLM
@@ -142,7 +142,12 @@ class Offload:
         messages: Sequence[Mapping[str, Any]],
         budget_tokens: int,
     ) -> Compaction:
-        """`messages` (OpenAI chat format) compacted for `budget_tokens` (see `compaction`)."""
+        """`messages` (OpenAI chat format) compacted for `budget_tokens` (see `compaction`).
+
+        A tool result to be dropped whose entry does not exist yet (its summary failed or has
+        not run) first gets an offline entry and its ref, here and now, so nothing leaves the
+        context without a ref (a result whose call id is not a valid identifier cannot have
+        one, and stays)."""
         check_ident(session, "session")
         call_ids = _known_call_ids(messages)
 
@@ -155,6 +160,12 @@ class Offload:
 
         entries, diagrams = await asyncio.to_thread(load)
         by_call = {e.call_id: e for e in entries}
+        result = compact(messages, budget_tokens, by_call, diagrams, self.deps.settings)
+        missing = [c for c in result.unreferenced if c in call_ids]
+        if not missing:
+            return result
+        made = await unreferenced.offline_entries(self.deps, tenant, session, messages, missing)
+        by_call.update({e.call_id: e for e in made})
         return compact(messages, budget_tokens, by_call, diagrams, self.deps.settings)
 
     async def read_back(

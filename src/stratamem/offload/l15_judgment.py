@@ -3,6 +3,13 @@
 The LLM call holds no lock. The write is a compare-and-set on the boundary's version (one short
 write transaction): when another judgment wrote first, the message is judged again on the new
 state, a bounded number of times, then the task fails and the pipeline retries it.
+
+A reply is accepted when it finished normally, has exactly the four fields (`continues` and
+`new_task` written out, null when unused), names only a task shown and labels a new task with
+at least one word; it gets one repair round. A reply still unusable then (truncated, prose …)
+gives way to the offline rule (the active task continues; the first message opens a task), so
+the stretch of work after the message is routed all the same; the failure is noted (`fallback`,
+with the raw replies). A transport failure is recorded and fails the task (the pipeline retries).
 """
 
 from __future__ import annotations
@@ -12,17 +19,20 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel
-
 from stratamem.domain import Mode, Scope
-from stratamem.errors import StoreError
+from stratamem.errors import LLMError, StoreError
+from stratamem.llm.errors import LLMOutputInvalid
 from stratamem.llm.prompts import load_prompt
-from stratamem.offload.checked import complete_checked
 from stratamem.offload.models import Boundary, Decision, Diagram, Entry, Mark
 from stratamem.offload.offline import shorten, squash
 from stratamem.offload.schedule import Stage
 from stratamem.offload.stage import StageDeps, arm_diagram_timer, derived_id
 from stratamem.offload.store import VersionConflict
+from stratamem.stages.checked import Unusable, ask_checked
+from stratamem.stages.content import content_problem
+from stratamem.stages.envelope import StrictReply
+from stratamem.stages.records import Origin
+from stratamem.store.failures import Failure, FailureKind
 
 STAGE = Stage.L15.value
 LABEL_CHARS = 80
@@ -35,11 +45,11 @@ class JudgmentConflict(StoreError):
     """Other judgments kept moving the boundary; the task is retried later."""
 
 
-class JudgmentReply(BaseModel):
-    completed: bool = False
-    continues: str | None = None
-    new_task: str | None = None
-    long_task: bool = False
+class JudgmentReply(StrictReply):
+    completed: bool
+    continues: str | None
+    new_task: str | None
+    long_task: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +76,12 @@ class _View:
 async def run_l15(deps: StageDeps, tenant: str, session: str, mark_id: str) -> L15Outcome:
     """Judge the boundary `mark_id`; re-judge on a compare-and-set conflict."""
     scope = Scope(tenant)
+    origin = Origin(tenant, session, f"{STAGE}:{mark_id}", deps.clock.now())
     for attempt in range(1, deps.settings.cas_attempts + 1):
         view = await _look(deps, scope, session, mark_id)
         if view.mark.judged:
             return L15Outcome(mark_id, skipped=True, attempts=attempt)
-        decision = await judge(deps, view)
+        decision, notes = await _judged(deps, view, origin)
         try:
             routed = await asyncio.to_thread(
                 deps.store.apply_decision, scope, session, mark_id, view.boundary.version,
@@ -78,6 +89,8 @@ async def run_l15(deps: StageDeps, tenant: str, session: str, mark_id: str) -> L
             )  # fmt: skip
         except VersionConflict:
             continue
+        if notes:
+            await asyncio.to_thread(deps.store.record_failures, notes)
         await arm_diagram_timer(deps, tenant, session)
         return L15Outcome(mark_id, False, decision, routed.task_id, routed.routed, attempt)
     raise JudgmentConflict(
@@ -107,18 +120,40 @@ async def _look(deps: StageDeps, scope: Scope, session: str, mark_id: str) -> _V
     return await asyncio.to_thread(read)
 
 
+async def _judged(
+    deps: StageDeps, view: _View, origin: Origin
+) -> tuple[Decision, list[Failure]]:
+    """The judgment, and the failure notes to keep once it is applied."""
+    detail = {"mark": view.mark.mark_id}
+    try:
+        return await judge(deps, view), []
+    except LLMOutputInvalid as exc:
+        note = origin.failed(STAGE, exc, FailureKind.FALLBACK, detail)
+        return offline_decision(view.mark, view.boundary), [note]
+    except LLMError as exc:
+        failure = origin.failed(STAGE, exc, detail=detail)
+        await asyncio.to_thread(deps.store.record_failures, [failure])
+        raise
+
+
 async def judge(deps: StageDeps, view: _View) -> Decision:
+    """The LLM's judgment (`LLMOutputInvalid` when unusable after its repair round), or the
+    offline rule's without an LLM."""
     if deps.llm is None:
         return offline_decision(view.mark, view.boundary)
     shown = {d.task_id for d in view.diagrams}
 
-    def check(reply: JudgmentReply) -> str | None:
+    def read(reply: JudgmentReply) -> JudgmentReply:
         if reply.continues is not None and reply.continues not in shown:
-            return f"`continues` must be one of the task ids shown {sorted(shown)} or null"
-        return None
+            raise Unusable(f"`continues` must be one of the task ids shown {sorted(shown)} or null")
+        if reply.new_task is not None:
+            problem = content_problem(reply.new_task, 1, "`new_task`")
+            if problem is not None:
+                raise Unusable(f"{problem}; give a short label, or null")
+        return reply
 
-    reply = await complete_checked(deps.llm, STAGE, _messages(view), JudgmentReply, check)
-    return _decision(reply, view.boundary)
+    answer = await ask_checked(deps.llm, STAGE, _messages(view), JudgmentReply, read)
+    return _decision(answer.value, view.boundary)
 
 
 def _decision(reply: JudgmentReply, boundary: Boundary) -> Decision:

@@ -2,30 +2,44 @@
 
 prompt → call → parse → validate → apply. The claim survives a crash (it expires after its
 lease and the pairs are claimed again); entries are unique per call id, so a re-run never
-duplicates one. Every claimed pair gets an entry: one the LLM left out gets the offline summary
-with a low score. A failed LLM call gives the claim back and fails the task (the pipeline
-retries it); nothing is lost.
+duplicates one. Every settled pair gets an entry and a ref:
+- a reply is accepted when it finished normally, parses as exactly `{"entries": [...]}` and
+  summarises at least one call shown; its invalid items (unknown call ids, empty summaries,
+  scores out of range) are dropped and noted; a pair it left out gets the offline summary with
+  a low score;
+- an unusable reply (truncated, invalid after its repair round, no valid entry) splits its
+  calls in halves (`stages.bisect`); a single call whose reply stays unusable gets the offline
+  summary, and the failure is noted (`fallback`, with the raw replies);
+- pairs the run's attempts did not reach are given back for the next run.
+A transport failure (endpoint down, timeouts, HTTP errors) gives the whole claim back, records
+a `stage` failure and fails the task (the pipeline retries it); nothing is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
 from stratamem.domain import Mode, Scope
 from stratamem.errors import LLMError
+from stratamem.llm.base import LLM
 from stratamem.llm.prompts import load_prompt
 from stratamem.offload.models import Claim, Entry, NewEntry, ToolPair
 from stratamem.offload.offline import offline_entry, shorten, squash
 from stratamem.offload.schedule import Stage, StageTask, l1_timer_key
 from stratamem.offload.stage import StageDeps, arm_diagram_timer, ref_id_for
+from stratamem.stages.bisect import Bisection, bisect
+from stratamem.stages.checked import Dropped, Items, Unusable, ask_checked, check_items
+from stratamem.stages.content import content_problem
+from stratamem.stages.envelope import StrictReply, array_of
+from stratamem.stages.records import Origin, reason
+from stratamem.store.failures import Failure, FailureKind
 
-log = logging.getLogger(__name__)
 STAGE = Stage.L1.value
 
 
@@ -35,8 +49,8 @@ class SummaryItem(BaseModel):
     score: int = Field(ge=0, le=10)
 
 
-class SummaryReply(BaseModel):
-    entries: list[SummaryItem]
+class SummaryReply(StrictReply):
+    entries: Annotated[list[Any], array_of(SummaryItem)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +59,25 @@ class L1Outcome:
     created: tuple[Entry, ...] = ()
     duplicates: tuple[str, ...] = ()
     fallbacks: tuple[str, ...] = ()
-    unknown_ids: tuple[str, ...] = field(default=())
+    dropped: int = 0
+    released: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class Summaries:
+    """What a run decided: entries for the settled pairs (in order), the call ids given the
+    offline summary, and the failure notes."""
+
+    entries: list[NewEntry]
+    fallbacks: list[str] = field(default_factory=list)
+    notes: list[Failure] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Summarised:
+    entries: list[NewEntry]
+    fallbacks: list[str]
+    dropped: list[Dropped]
 
 
 async def run_l1(deps: StageDeps, tenant: str, session: str) -> L1Outcome:
@@ -58,26 +90,37 @@ async def run_l1(deps: StageDeps, tenant: str, session: str) -> L1Outcome:
     if not claim.pairs:
         await _rearm_behind_live_claim(deps, tenant, session)
         return L1Outcome(duplicates=claim.duplicates)
+    origin = Origin(tenant, session, claim.claim_id, now)
     try:
-        entries, fallbacks, unknown = await summarise(deps, claim.pairs)
-    except LLMError:
+        done = await summarise(deps, claim.pairs, origin)
+    except LLMError as exc:
         await asyncio.to_thread(deps.store.release_claim, scope, session, claim.claim_id)
+        await asyncio.to_thread(deps.store.record_failures, [origin.failed(STAGE, exc)])
         raise
-    created = await _complete(deps, scope, session, claim, entries)
+    created = await _complete(deps, scope, session, claim, done)
+    left = tuple(p.call_id for p in claim.pairs[len(done.entries) :])
     await arm_diagram_timer(deps, tenant, session)
-    if len(claim.pairs) >= deps.settings.l1_claim_max:
+    if left or len(claim.pairs) >= deps.settings.l1_claim_max:
         await deps.scheduler.enqueue(StageTask(Stage.L1, tenant, session))
-    return L1Outcome(len(claim.pairs), tuple(created), claim.duplicates, fallbacks, unknown)
+    dropped = sum(n.kind is FailureKind.ITEM for n in done.notes)
+    return L1Outcome(len(claim.pairs), tuple(created), claim.duplicates,
+                     tuple(done.fallbacks), dropped, left)  # fmt: skip
 
 
 async def _complete(
-    deps: StageDeps, scope: Scope, session: str, claim: Claim, entries: Sequence[NewEntry]
+    deps: StageDeps, scope: Scope, session: str, claim: Claim, done: Summaries
 ) -> list[Entry]:
-    refs = {p.call_id: ref_id_for(session, p.call_id) for p in claim.pairs}
-    return await asyncio.to_thread(
-        deps.store.complete_claim, scope, session, claim.claim_id, entries, refs,
+    """Store the settled entries, note what failed, give the rest of the claim back."""
+    refs = {e.pair.call_id: ref_id_for(session, e.pair.call_id) for e in done.entries}
+    created = await asyncio.to_thread(
+        deps.store.complete_claim, scope, session, claim.claim_id, done.entries, refs,
         deps.clock.now(),
     )  # fmt: skip
+    if done.notes:
+        await asyncio.to_thread(deps.store.record_failures, done.notes)
+    if len(done.entries) < len(claim.pairs):
+        await asyncio.to_thread(deps.store.release_claim, scope, session, claim.claim_id)
+    return created
 
 
 async def _rearm_behind_live_claim(deps: StageDeps, tenant: str, session: str) -> None:
@@ -91,25 +134,79 @@ async def _rearm_behind_live_claim(deps: StageDeps, tenant: str, session: str) -
         await deps.scheduler.arm(l1_timer_key(tenant, session), task, expiry)
 
 
-async def summarise(
-    deps: StageDeps, pairs: Sequence[ToolPair]
-) -> tuple[list[NewEntry], tuple[str, ...], tuple[str, ...]]:
-    """Entries for `pairs` (in order), the call ids given fallback entries, and ids the LLM
-    named that were not shown."""
+async def summarise(deps: StageDeps, pairs: Sequence[ToolPair], origin: Origin) -> Summaries:
+    """Entries for a prefix of `pairs` (all of them unless the attempts ran out), in order."""
     max_chars = deps.settings.summary_max_chars
-    if deps.llm is None:
-        return [offline_entry(p, max_chars) for p in pairs], (), ()
-    entries: list[NewEntry] = []
-    fallbacks: list[str] = []
-    unknown: list[str] = []
-    for chunk in _chunks(pairs, deps.settings.l1_prompt_result_chars,
-                         deps.settings.l1_prompt_max_chars):  # fmt: skip
-        reply = await deps.llm.complete_json(STAGE, _messages(deps, chunk), SummaryReply)
-        done, left_out, named = _validated(reply, chunk, max_chars, deps.settings.fallback_score)
-        entries += done
-        fallbacks += left_out
-        unknown += named
-    return entries, tuple(fallbacks), tuple(unknown)
+    llm = deps.llm
+    if llm is None:
+        return Summaries([offline_entry(p, max_chars) for p in pairs])
+
+    async def attempt(chunk: tuple[ToolPair, ...]) -> _Summarised:
+        return await _summarise_chunk(deps, llm, chunk)
+
+    chunks = _chunks(pairs, deps.settings.l1_prompt_result_chars,
+                     deps.settings.l1_prompt_max_chars)  # fmt: skip
+    return _settled(deps, origin, await bisect(chunks, attempt, deps.settings.l1_max_attempts))
+
+
+async def _summarise_chunk(deps: StageDeps, llm: LLM, chunk: Sequence[ToolPair]) -> _Summarised:
+    shown = frozenset(p.call_id for p in chunk)
+    answer = await ask_checked(llm, STAGE, _messages(deps, chunk), SummaryReply,
+                               lambda reply: read_reply(reply, shown))  # fmt: skip
+    settings = deps.settings
+    entries, fallbacks = _entries(answer.value.kept, chunk, settings.summary_max_chars,
+                                  settings.fallback_score)  # fmt: skip
+    return _Summarised(entries, fallbacks, answer.value.dropped)
+
+
+def _settled(
+    deps: StageDeps, origin: Origin, bisection: Bisection[ToolPair, _Summarised]
+) -> Summaries:
+    """Entries of the settled pairs: accepted summaries, offline ones for failed calls."""
+    max_chars, low = deps.settings.summary_max_chars, deps.settings.fallback_score
+    out = Summaries([])
+    out.notes.extend(
+        origin.failure(STAGE, FailureKind.BATCH, reason(s.failure), s.failure.raws,
+                       detail={"call_ids": [p.call_id for p in s.items]})
+        for s in bisection.splits
+    )  # fmt: skip
+    for settled in bisection.settled:
+        calls = {"call_ids": [p.call_id for p in settled.items]}
+        if settled.result is not None:
+            out.entries.extend(settled.result.entries)
+            out.fallbacks.extend(settled.result.fallbacks)
+            out.notes.extend(origin.dropped(STAGE, settled.result.dropped, detail=calls))
+        elif settled.failure is not None:
+            pair = settled.items[0]
+            out.entries.append(offline_entry(pair, max_chars, cap_score=low))
+            out.fallbacks.append(pair.call_id)
+            out.notes.append(origin.failure(STAGE, FailureKind.FALLBACK, reason(settled.failure),
+                                            settled.failure.raws, detail=calls))  # fmt: skip
+    return out
+
+
+def read_reply(reply: SummaryReply, shown: frozenset[str]) -> Items[SummaryItem]:
+    """The reply's entries checked one by one; unusable when none summarises a call shown."""
+    seen: set[str] = set()
+
+    def check(raw: Any) -> SummaryItem:
+        item = SummaryItem.model_validate(raw)
+        if item.call_id not in shown:
+            raise Unusable(f"call id {item.call_id!r} was not shown; use only: {sorted(shown)}")
+        if item.call_id in seen:
+            raise Unusable(f"call id {item.call_id!r} is summarised already")
+        problem = content_problem(item.summary, 1, "summary")
+        if problem is not None:
+            raise Unusable(problem)
+        seen.add(item.call_id)
+        return item
+
+    items = check_items(reply.entries, check)
+    if not items.kept:
+        reasons = "; ".join(d.reason for d in items.dropped[:8]) or "no entries"
+        raise Unusable(f"no entry summarises a call shown ({reasons}); give one entry per call"
+                       f" id, exactly as shown: {sorted(shown)}")  # fmt: skip
+    return items
 
 
 def _chunks(pairs: Sequence[ToolPair], cap: int, max_chars: int) -> list[list[ToolPair]]:
@@ -143,19 +240,11 @@ def _pair_block(pair: ToolPair, cap: int) -> str:
     return f"[{pair.call_id}] tool: {pair.tool}\nparams: {params}\nresult{cut}:\n{shown}"
 
 
-def _validated(
-    reply: SummaryReply, pairs: Sequence[ToolPair], max_chars: int, fallback_score: int
-) -> tuple[list[NewEntry], tuple[str, ...], tuple[str, ...]]:
-    shown = {p.call_id for p in pairs}
-    chosen: dict[str, SummaryItem] = {}
-    unknown: list[str] = []
-    for item in reply.entries:
-        if item.call_id not in shown:
-            unknown.append(item.call_id)
-        elif item.call_id not in chosen and squash(item.summary):
-            chosen[item.call_id] = item
-    if unknown:
-        log.warning("offload-l1: the model named call ids it was not shown: %s", unknown[:10])
+def _entries(
+    items: Sequence[SummaryItem], pairs: Sequence[ToolPair], max_chars: int, fallback_score: int
+) -> tuple[list[NewEntry], list[str]]:
+    """An entry per pair, in order: the model's summary, else the offline one (a low score)."""
+    chosen = {item.call_id: item for item in items}
     entries: list[NewEntry] = []
     fallbacks: list[str] = []
     for pair in pairs:
@@ -166,4 +255,4 @@ def _validated(
         else:
             summary = shorten(squash(found.summary), max_chars)
             entries.append(NewEntry(pair, summary, found.score, Mode.LLM))
-    return entries, tuple(fallbacks), tuple(unknown)
+    return entries, fallbacks

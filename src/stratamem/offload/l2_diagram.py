@@ -13,20 +13,25 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
 from stratamem.domain import Scope
+from stratamem.errors import LLMError
 from stratamem.llm.base import LLM
 from stratamem.llm.prompts import load_prompt
 from stratamem.offload import mermaid
-from stratamem.offload.checked import complete_checked
 from stratamem.offload.models import Diagram, Entry
 from stratamem.offload.offline import NEEDS_LLM, shorten
 from stratamem.offload.schedule import Stage, StageTask, l2_timer_key
 from stratamem.offload.stage import StageDeps
 from stratamem.offload.store import DiagramWrite
+from stratamem.stages.checked import Dropped, Unusable, ask_checked, check_items
+from stratamem.stages.envelope import StrictReply, array_of
+from stratamem.stages.records import Origin
 from stratamem.store.base import Fence
+from stratamem.store.failures import Failure
 
 STAGE = Stage.L2.value
 ORPHAN_NODE = "orphans"
@@ -37,7 +42,7 @@ MAX_CALLS_PER_PROMPT = 40
 class EditItem(BaseModel):
     start: int = Field(ge=1)
     end: int = Field(ge=0)
-    lines: list[str] = Field(default_factory=list)
+    lines: list[str]
 
 
 class MapItem(BaseModel):
@@ -45,10 +50,10 @@ class MapItem(BaseModel):
     node: str
 
 
-class DiagramReply(BaseModel):
-    rewrite: str | None = None
-    edits: list[EditItem] = Field(default_factory=list)
-    mapping: list[MapItem] = Field(default_factory=list)
+class DiagramReply(StrictReply):
+    rewrite: str | None
+    edits: Annotated[list[EditItem], array_of(EditItem)]
+    mapping: Annotated[list[Any], array_of(MapItem)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,12 +147,22 @@ async def _update(
     in_use = frozenset(
         e.node_id for e in mapped if e.task_id == diagram.task_id and e.node_id is not None
     )
-    text, mapping = await propose(deps, llm, diagram, batch, in_use)
-    write = DiagramWrite(diagram.task_id, text, diagram.version, mapping)
+    origin = Origin(scope.tenant, diagram.session, f"{STAGE}:{diagram.task_id}", deps.clock.now())
+    detail = {"task": diagram.task_id}
+    try:
+        proposal = await propose(deps, llm, diagram, batch, in_use)
+    except LLMError as exc:
+        failure = origin.failed(STAGE, exc, detail=detail)
+        await asyncio.to_thread(deps.store.record_failures, [failure])
+        raise
+    write = DiagramWrite(diagram.task_id, proposal.text, diagram.version, proposal.mapping)
     await asyncio.to_thread(
         deps.store.save_diagram, scope, diagram.session, write, deps.clock.now(), fence
     )
-    return len(mapping)
+    notes: list[Failure] = origin.dropped(STAGE, proposal.dropped, detail=detail)
+    if notes:
+        await asyncio.to_thread(deps.store.record_failures, notes)
+    return len(proposal.mapping)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,51 +176,65 @@ class _Rules:
     max_chars: int
 
 
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A checked reply: the diagram (canonical), call id → node, the mapping items dropped."""
+
+    text: str
+    mapping: dict[str, str]
+    dropped: list[Dropped]
+
+
 async def propose(
     deps: StageDeps,
     llm: LLM,
     diagram: Diagram,
     entries: Sequence[Entry],
     in_use: frozenset[str] = frozenset(),
-) -> tuple[str, dict[str, str]]:
-    """The LLM's new diagram text (validated, canonical) and call id → node for `entries`;
-    the nodes in `in_use` (earlier calls are mapped to them) must stay."""
+) -> Proposal:
+    """The LLM's new diagram for `entries` (`LLMOutputInvalid` when unusable after its repair
+    round); the nodes in `in_use` (earlier calls are mapped to them) must stay."""
     rules = _Rules(
         diagram.mermaid, frozenset(e.call_id for e in entries), in_use,
         deps.settings.diagram_max_lines - 1, deps.settings.diagram_max_chars,
     )  # fmt: skip
-    result: dict[str, tuple[str, dict[str, str]]] = {}
-
-    def check(reply: DiagramReply) -> str | None:
-        try:
-            result["ok"] = _checked(reply, rules)
-        except mermaid.InvalidDiagram as problem:
-            return str(problem)
-        return None
-
     messages = _messages(deps, diagram, entries, in_use)
-    await complete_checked(llm, STAGE, messages, DiagramReply, check)
-    return result["ok"]
+    answer = await ask_checked(llm, STAGE, messages, DiagramReply,
+                               lambda reply: _checked(reply, rules))  # fmt: skip
+    return answer.value
 
 
-def _checked(reply: DiagramReply, rules: _Rules) -> tuple[str, dict[str, str]]:
-    if reply.rewrite is not None:
-        proposed = reply.rewrite
-    else:
-        edits = [mermaid.Edit(e.start, e.end, tuple(e.lines)) for e in reply.edits]
-        proposed = mermaid.apply_edits(rules.current, edits)
-    text, nodes = mermaid.validate(proposed, rules.max_lines, rules.max_chars)
+def _checked(reply: DiagramReply, rules: _Rules) -> Proposal:
+    try:
+        if reply.rewrite is not None:
+            proposed = reply.rewrite
+        else:
+            edits = [mermaid.Edit(e.start, e.end, tuple(e.lines)) for e in reply.edits]
+            proposed = mermaid.apply_edits(rules.current, edits)
+        text, nodes = mermaid.validate(proposed, rules.max_lines, rules.max_chars)
+    except mermaid.InvalidDiagram as problem:
+        raise Unusable(str(problem)) from problem
     lost = sorted(rules.in_use - nodes)
     if lost:
-        raise mermaid.InvalidDiagram(f"earlier tool calls are mapped to nodes it removed: {lost}")
-    mapping: dict[str, str] = {}
-    for item in reply.mapping:
+        raise Unusable(f"earlier tool calls are mapped to nodes it removed: {lost}")
+
+    def check(raw: Any) -> MapItem:
+        item = MapItem.model_validate(raw)
         if item.call_id not in rules.shown:
-            raise mermaid.InvalidDiagram(f"call id {item.call_id!r} was not among the new calls")
+            raise Unusable(f"call id {item.call_id!r} was not among the new calls")
         if item.node not in nodes:
-            raise mermaid.InvalidDiagram(f"node {item.node!r} is not in the diagram")
+            raise Unusable(f"node {item.node!r} is not in the diagram")
+        return item
+
+    items = check_items(reply.mapping, check)
+    if not items.kept:
+        reasons = "; ".join(d.reason for d in items.dropped[:8]) or "the mapping is empty"
+        raise Unusable(f"no new call is mapped to a node ({reasons}); map every new call id:"
+                       f" {sorted(rules.shown)}")  # fmt: skip
+    mapping: dict[str, str] = {}
+    for item in items.kept:
         mapping.setdefault(item.call_id, item.node)
-    return text, mapping
+    return Proposal(text, mapping, items.dropped)
 
 
 def _messages(

@@ -25,6 +25,13 @@ class OffloadSettings(BaseSettings):
     l1_prompt_max_chars: int = Field(
         24_000, ge=1000, description="Characters of tool calls in one summary prompt."
     )
+    l1_max_attempts: int = Field(
+        12,
+        ge=1,
+        le=200,
+        description="Summary attempts per offload-l1 run: an unusable reply splits its calls in"
+        " halves, down to one call, which gets the offline summary.",
+    )
     summary_max_chars: int = Field(400, ge=40, description="Longest summary kept.")
     fallback_score: int = Field(
         1, ge=0, le=10, description="Score of an entry the LLM left out (offline summary)."

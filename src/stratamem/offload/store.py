@@ -11,6 +11,10 @@ Implementation: `stratamem.store.sqlite.offload.SqliteOffloadStore`.
   one transaction.
 - The boundary (active task, version) changes only by compare-and-set (`apply_decision`).
 - Diagrams change only by compare-and-set on their version, under the writer's fence.
+- Failure records of the offload stages go into the record set the layer store reads
+  (`store.failures`, `LayerStore.list_failures`): `record_failures` writes them, and each
+  stage's commit (`complete_claim`, `apply_decision`, `save_diagram`) resolves the session's
+  open `stage` failures of that stage in its own transaction.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from stratamem.offload.models import (
     ToolPair,
 )
 from stratamem.store.base import Fence
+from stratamem.store.failures import Failure
 
 
 class VersionConflict(StoreError):
@@ -100,7 +105,9 @@ class OffloadStore(Protocol):
         now: float,
     ) -> list[Entry]:
         """In one transaction: insert entries (routed by the boundary covering their time) and
-        their refs, skip call ids with an entry, mark the pairs done; returns the new entries."""
+        their refs, skip call ids with an entry, mark the pairs done, resolve the session's open
+        offload-l1 failures; returns the new entries. `claim_id` may be one no pair holds (an
+        entry made outside a claim, by compaction)."""
 
     # -- entries and refs --------------------------------------------------------------------
     def list_entries(
@@ -145,7 +152,8 @@ class OffloadStore(Protocol):
     ) -> Routed:
         """Compare-and-set: apply a judgment of `mark_id` if the boundary is still at
         `expected_version`, else raise `VersionConflict`. Creates, switches or clears the active
-        task and routes the mark's unrouted entries to the task it chose."""
+        task, routes the mark's unrouted entries to the task it chose and resolves the session's
+        open offload-l15 failures."""
 
     # -- diagrams ----------------------------------------------------------------------------
     def list_diagrams(self, scope: Scope, session: str) -> list[Diagram]:
@@ -154,5 +162,10 @@ class OffloadStore(Protocol):
     def save_diagram(
         self, scope: Scope, session: str, write: DiagramWrite, now: float, fence: Fence | None
     ) -> Diagram:
-        """Compare-and-set the diagram and map entries to nodes, under `fence` if given;
-        `VersionConflict` if the version moved, `StaleFencingToken` if the fence is old."""
+        """Compare-and-set the diagram and map entries to nodes, under `fence` if given, and
+        resolve the session's open offload-l2 failures; `VersionConflict` if the version moved,
+        `StaleFencingToken` if the fence is old."""
+
+    # -- failures ----------------------------------------------------------------------------
+    def record_failures(self, failures: Sequence[Failure]) -> None:
+        """Keep failure records of the offload stages (their ids are new), in one transaction."""
