@@ -13,6 +13,7 @@ import httpx
 
 from stratamem.api import Services
 from stratamem.pipeline.task import Task, TaskType
+from stratamem.store.failures import Failure, FailureKind
 from tests.api.conftest import ADMIN, Caller, message
 
 SECRET = "zanzibar"
@@ -31,12 +32,14 @@ class Alice:
     dead_id: str
     task_id: str
     ref_id: str
+    failure_id: str
 
     @property
     def ids(self) -> list[str]:
         """Ids that are unique strings (a dead letter's id may be a small number: its task's
         id stands for it)."""
-        return [*self.turn_ids, *self.memory_ids, *self.scene_ids, self.task_id, self.ref_id]
+        return [*self.turn_ids, *self.memory_ids, *self.scene_ids, self.task_id, self.ref_id,
+                self.failure_id]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,9 @@ def probes(alice: Alice) -> list[Probe]:
         Probe("GET", f"/v1/offload/sessions/{SESSION}/entries", 200),
         Probe("GET", f"/v1/offload/sessions/{SESSION}/diagrams", 200),
         Probe("GET", f"/v1/offload/refs/{alice.ref_id}", 404),
+        Probe("GET", "/v1/failures", 200, params={"session": SESSION}),
+        Probe("GET", f"/v1/failures/{alice.failure_id}", 404),
+        Probe("POST", f"/v1/failures/{alice.failure_id}/retry", 404),
         Probe("DELETE", f"/v1/sessions/{SESSION}", 200),  # bob's own session of that name
         Probe("GET", "/v1/health", 200),
         Probe("GET", "/metrics", 200),
@@ -105,6 +111,7 @@ def _template(path: str, alice: Alice) -> str:
         ("dead-letters", alice.dead_id): "{dead_id}",
         ("sessions", SESSION): "{session}",
         ("refs", alice.ref_id): "{ref_id}",
+        ("failures", alice.failure_id): "{failure_id}",
     }
     parts = path.split("/")
     for i in range(1, len(parts)):
@@ -129,8 +136,13 @@ async def _seed(client: httpx.AsyncClient, services: Services, caller: Caller) -
     [delivery] = await backend.consume("test", count=1, block_ms=0, now=0.0)
     dead = await backend.dead_letter(delivery, "failed on purpose", now=0.0)
     ref_id = await _seed_offload(client, services, caller)
+    quarantined = Failure("task-q", caller.tenant, SESSION, "L1", f"{SECRET} unreadable",
+                          (f"the {PRIVATE} private reply",), 0.0, kind=FailureKind.QUARANTINE,
+                          turn_ids=(captured.json()["ids"][0],))  # fmt: skip
+    services.layers.record_failures([quarantined])
     return Alice(caller, captured.json()["ids"], [m["id"] for m in memories],
-                 [s["id"] for s in scenes], dead.id, task.id, ref_id)  # fmt: skip
+                 [s["id"] for s in scenes], dead.id, task.id, ref_id,
+                 quarantined.id)  # fmt: skip
 
 
 async def _seed_offload(client: httpx.AsyncClient, services: Services, caller: Caller) -> str:
@@ -151,7 +163,8 @@ async def _view(client: httpx.AsyncClient, alice: Alice) -> dict[str, Any]:
     gets = ["/v1/stats", "/v1/memories", "/v1/scenes", "/v1/profile", "/v1/profile/history",
             "/v1/pipeline", "/v1/dead-letters", f"/v1/memories/{alice.memory_ids[0]}/history",
             f"/v1/offload/sessions/{SESSION}/entries", f"/v1/offload/sessions/{SESSION}/diagrams",
-            f"/v1/offload/refs/{alice.ref_id}"]
+            f"/v1/offload/refs/{alice.ref_id}", "/v1/failures",
+            f"/v1/failures/{alice.failure_id}"]
     view = {path: (await client.get(path, headers=headers)).json() for path in gets}
     for path in ("/v1/search/conversations", "/v1/search/memories", "/v1/recall"):
         found = (await client.post(path, json=query, headers=headers)).json()
@@ -184,6 +197,7 @@ async def test_bob_sees_and_changes_nothing_of_alice(
     before = await _view(client, seeded)
     assert before["/v1/profile"]["profile"] is not None
     assert before["/v1/dead-letters"] and before["/v1/search/memories"]["hits"]
+    assert before["/v1/failures"][0]["raws"] == [f"the {PRIVATE} private reply"]
     for probe in probes(seeded):
         response = await client.request(
             probe.method, probe.path, json=probe.body, params=probe.params, headers=bob.headers

@@ -14,7 +14,7 @@ from stratamem.api import errors
 from stratamem.api.background import Background
 from stratamem.api.mcp_server import build_mcp, http_route, tenant_from_key
 from stratamem.api.middleware import BodyLimit, RequestMetrics
-from stratamem.api.routes import admin, health, layers, memory, offload, pipeline
+from stratamem.api.routes import admin, failures, health, layers, memory, offload, pipeline
 from stratamem.api.services import Services
 from stratamem.api.strict_query import reject_unknown_query
 
@@ -54,7 +54,7 @@ def create_app(
     )
     app.state.services = services
     errors.install(app)
-    routers = (health, memory, layers, offload, pipeline, admin)
+    routers = (health, memory, layers, offload, pipeline, failures, admin)
     for module in routers:
         app.include_router(module.router)
     app.router.routes.append(http_route(mcp, services.tenants))

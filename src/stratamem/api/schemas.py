@@ -226,6 +226,27 @@ class DeadLetterOut(BaseModel):
     failed_at: float
 
 
+class FailureOut(BaseModel):
+    id: str
+    kind: str = Field(description="quarantine, stage, batch, item or fallback.")
+    status: str = Field(description="open (retryable), resolved, or noted (nothing to retry).")
+    stage: str = Field(description="L1, L1-reconcile, L2, L3, offload-l1, offload-l15 …")
+    session: str | None
+    task_id: str
+    error: str = Field(description="Why it failed.")
+    turn_ids: list[str] = Field(description="The turns it is about (a quarantine: one).")
+    detail: dict[str, Any]
+    attempts: int
+    failed_at: float
+    resolved_at: float | None
+    raws: list[str] = Field(description="The raw replies (text, or JSON as parsed).")
+
+
+class RetryOut(BaseModel):
+    failure: FailureOut = Field(description="The record after the retry.")
+    result: dict[str, Any] = Field(description="What the re-run did.")
+
+
 class PipelineOut(BaseModel):
     queued: int = Field(description="The caller's tasks queued or running (oldest 10,000 seen).")
     dead_letters: int = Field(description="The caller's dead letters.")

@@ -11,6 +11,7 @@ from stratamem.api.settings import ServerSettings
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.errors import ConfigError, PipelineError
+from stratamem.failures import Failures
 from stratamem.offload import Offload
 from stratamem.offload.executors import PipelineScheduler
 from stratamem.pipeline.backend import PipelineBackend
@@ -71,6 +72,11 @@ class Services:
         if self.memory.layers is None:
             raise ConfigError("the memory layers need the embedded (SQLite) store")
         return self.memory.layers
+
+    @property
+    def failures(self) -> Failures:
+        """The failure records of the LLM stages, and their retry."""
+        return Failures(self.memory.layer_service(), self.offload)
 
     def require_offload(self) -> Offload:
         if self.offload is None:
