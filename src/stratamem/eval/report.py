@@ -76,8 +76,43 @@ def _qa_lines(summary: dict[str, Any]) -> list[str]:
     ]
 
 
+def _failure_lines(summary: dict[str, Any]) -> list[str]:
+    """The layers' failures of the run: counts per stage and kind, and the flushes stopped."""
+    if "failures" not in summary:
+        return []
+    failures = summary["failures"]
+    stages = "; ".join(
+        f"{stage} " + ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+        for stage, kinds in failures["by_stage"].items()
+    )
+    lines = [
+        f"Layer failures: {stages or 'none'}; flushes stopped by an error:"
+        f" {failures['stopped_flushes']}"
+    ]
+    return lines + [f"  stopped: {line}" for line in failures["stopped"]]
+
+
 def _systems(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [report, *([report["baseline"]] if "baseline" in report else [])]
+
+
+def _failure_table(summary: dict[str, Any]) -> list[str]:
+    """The layers' failures as a markdown table (a row per stage, a column per kind) and
+    the flushes stopped."""
+    if "failures" not in summary:
+        return []
+    failures = summary["failures"]
+    by_stage: dict[str, dict[str, int]] = failures["by_stage"]
+    kinds = sorted({kind for counts in by_stage.values() for kind in counts})
+    out = ["", "Failures of the memory layers (records kept; `stratamem failures list`):", ""]
+    if by_stage:
+        out += ["| stage | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
+        out += [f"| {stage} | " + " | ".join(str(counts.get(k, 0)) for k in kinds) + " |"
+                for stage, counts in by_stage.items()]  # fmt: skip
+    else:
+        out.append("none")
+    out += ["", f"Flushes stopped by an error: {failures['stopped_flushes']}"]
+    return out + [f"- {line}" for line in failures["stopped"]]
 
 
 def text_table(report: dict[str, Any]) -> str:
@@ -91,7 +126,7 @@ def text_table(report: dict[str, Any]) -> str:
         for row in rows:
             lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                    for i, (c, w) in enumerate(zip(row, widths, strict=True))))
-        lines.extend([_footer(summary), *_qa_lines(summary), ""])
+        lines.extend([_footer(summary), *_qa_lines(summary), *_failure_lines(summary), ""])
     if "ratio" in report:
         lines.append(_ratio_line(report["ratio"]))
     return "\n".join(lines).rstrip() + "\n"
@@ -114,7 +149,7 @@ def markdown(report: dict[str, Any], chart_name: str | None = None) -> str:
         out.append("| " + " | ".join(_header(ks)) + " |")
         out.append("|" + "---|" * len(_header(ks)))
         out += ["| " + " | ".join([n, *_cells(b, ks)]) + " |" for n, b in _rows(summary)]
-        out += ["", _footer(summary), *_qa_lines(summary), ""]
+        out += ["", _footer(summary), *_qa_lines(summary), *_failure_table(summary), ""]
     if "ratio" in report:
         out += [_ratio_line(report["ratio"]), ""]
     skipped = ", ".join(f"{k}: {v}" for k, v in report["skipped"].items())

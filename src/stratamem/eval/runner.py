@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 import time
 from collections.abc import Sequence
@@ -14,15 +15,17 @@ import numpy as np
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.datasets.locomo import Sample
-from stratamem.domain import Hit, Layer
+from stratamem.domain import Hit, Layer, Scope
 from stratamem.embed import make_embedder
 from stratamem.embed.base import Embedder
-from stratamem.errors import InvalidInput, Unavailable
+from stratamem.errors import InvalidInput, LayerError, LLMError, Unavailable
 from stratamem.eval.ingest import Ingested, Timer, ingest_sample
 from stratamem.eval.metrics import QuestionResult, summarise
 from stratamem.eval.qa import QAResult, answer_and_judge, qa_summary
 from stratamem.eval.questions import Probe
 from stratamem.llm import LLM, LLMSettings
+from stratamem.store.failures import FailureQuery
+from stratamem.store.layers_base import LayerStore
 
 #: `raw`: search the captured turns. `offline` / `llm`: run the memory layers first.
 MODES = ("raw", "offline", "llm")
@@ -49,6 +52,7 @@ class SystemRun:
     layers_s: float = 0.0
     qa: list[QAResult] = field(default_factory=list)
     llm_usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    failures: LayerFailures | None = None
 
     def summary(self, ks: Sequence[int]) -> dict[str, Any]:
         summary = summarise(self.results, ks)
@@ -56,6 +60,8 @@ class SystemRun:
             summary["qa"] = qa_summary(self.qa, self.llm_usage)
         if self.llm_usage:
             summary["llm_usage"] = self.llm_usage
+        if self.failures is not None:
+            summary["failures"] = self.failures.to_json()
         summary.update(
             system=self.name,
             turns=self.turns,
@@ -147,7 +153,8 @@ async def _run_sample(
             run.capture_s += ingested.capture_s
             run.embed_s += ingested.embed_s
             if asker.options.mode != "raw":
-                run.layers_s += await run_layers(memory, sample, asker.timer)
+                run.failures = run.failures or LayerFailures()
+                run.layers_s += await run_layers(memory, sample, asker.timer, run.failures)
             context = _Sample(memory, ingested, " and ".join(sample.speakers))
             for probe in probes:
                 await asker.ask(context, probe, run)
@@ -155,14 +162,59 @@ async def _run_sample(
             await memory.aclose()
 
 
-async def run_layers(memory: AsyncMemory, sample: Sample, timer: Timer) -> float:
+async def run_layers(
+    memory: AsyncMemory, sample: Sample, timer: Timer, failures: LayerFailures | None = None
+) -> float:
     """Flush every session through the memory layers (L1, L2, L3), embed what they made, and
-    return the seconds it took."""
+    return the seconds it took. A flush that fails (an L2 or L3 reply still unusable after its
+    repair round, the endpoint down) is counted in `failures` and the next session goes on; the
+    failure records the layers kept (quarantined turns, rejected batches, dropped items …)
+    are counted there too."""
     started = timer()
     for session in sample.sessions:
-        await memory.flush(sample.sample_id, session)
+        try:
+            await memory.flush(sample.sample_id, session)
+        except (LayerError, LLMError) as exc:
+            if failures is None:
+                raise
+            failures.stopped.append(f"{sample.sample_id}/{session}: {type(exc).__name__}: {exc}")
     await memory.embed_pending()
+    if failures is not None and memory.layers is not None:
+        await failures.count(memory.layers, Scope(sample.sample_id))
     return timer() - started
+
+
+@dataclass(slots=True)
+class LayerFailures:
+    """The layers' failure records over a run, by stage and kind, and the flushes that stopped
+    on an error."""
+
+    by_stage: dict[str, dict[str, int]] = field(default_factory=dict)
+    stopped: list[str] = field(default_factory=list)
+
+    async def count(self, layers: LayerStore, scope: Scope) -> None:
+        offset = 0
+        while True:
+            query = FailureQuery(limit=_PAGE, offset=offset)
+            page = await asyncio.to_thread(layers.list_failures, scope, query)
+            for failure in page:
+                kinds = self.by_stage.setdefault(failure.stage, {})
+                kinds[failure.kind.value] = kinds.get(failure.kind.value, 0) + 1
+            if len(page) < _PAGE:
+                return
+            offset += _PAGE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "by_stage": {stage: dict(sorted(kinds.items()))
+                         for stage, kinds in sorted(self.by_stage.items())},
+            "stopped_flushes": len(self.stopped),
+            "stopped": self.stopped[:_STOPPED_SHOWN],
+        }  # fmt: skip
+
+
+_PAGE = 500
+_STOPPED_SHOWN = 20
 
 
 @dataclass(slots=True)
