@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from stratamem.clock import ManualClock
 from stratamem.core import AsyncMemory
 from stratamem.domain import MemoryType, Mode, Scope
+from stratamem.errors import StageOutputRejected
 from stratamem.layers.service import Run
 from stratamem.testing import Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers
@@ -128,3 +131,32 @@ async def test_an_l3_with_nothing_new_is_skipped_without_an_llm_call(
                                               "text": "I adopted a cat named Tom."}])  # fmt: skip
     await llm_memory.flush("acme", "s2")  # new memories and scenes: the profile is written again
     assert scripted_llm.usage()["L3"]["calls"] == 2
+
+
+async def test_l3_does_not_run_without_scenes(
+    llm_memory: AsyncMemory, scripted_llm: ScriptedLLM
+) -> None:
+    """A profile written from no scenes is one the model invents (corpus runE2): no call."""
+    install_layer_handlers(scripted_llm)
+    await llm_memory.capture("acme", "s1", TURNS)
+    service = llm_memory.layer_service()
+    await service.run_l1(Run("acme", "l1", "s1"))
+    result = await service.run_l3(Run("acme", "l3", None))
+    assert result.skipped and result.counts == {"scenes": 0}
+    assert "L3" not in scripted_llm.usage()
+    assert llm_memory.layers is not None
+    assert llm_memory.layers.profile(SCOPE) is None
+    assert llm_memory.layers.tenant_state(SCOPE).memories_since_l3 == 0  # not asked again
+    again = await service.run_l3(Run("acme", "l3-again", None))
+    assert again.skipped and "L3" not in scripted_llm.usage()
+
+
+async def test_a_one_word_profile_is_refused(
+    llm_memory: AsyncMemory, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    await llm_memory.capture("acme", "s1", TURNS)
+    scripted_llm.push_for("L3", Reply.json({"profile": "Paris!"}), Reply.json({"profile": ""}))
+    with pytest.raises(StageOutputRejected, match="says too little"):
+        await llm_memory.flush("acme", "s1")
+    assert llm_memory.layers is not None and llm_memory.layers.profile(SCOPE) is None

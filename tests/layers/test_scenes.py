@@ -10,6 +10,7 @@ from stratamem.core import AsyncMemory
 from stratamem.domain import Scope
 from stratamem.errors import StageOutputRejected
 from stratamem.layers.service import Run
+from stratamem.store.failures import FailureKind, FailureQuery, FailureStatus
 from stratamem.testing import Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers
 
@@ -95,3 +96,60 @@ async def test_nothing_changed_since_last_run_is_skipped(
     assert (await service.run_l2(Run("acme", "l2-1", "s1"))).changed
     again = await service.run_l2(Run("acme", "l2-2", "s1"))
     assert again.skipped and len(scripted_llm.calls("L2")) == 1
+
+
+async def test_a_reply_that_folds_nothing_in_is_refused_after_a_repair(
+    llm_memory: AsyncMemory, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    await add_turns(llm_memory, "s1", "I work as a nurse.")
+    scripted_llm.push_for("L2", Reply.json({"operations": []}), Reply.json({"operations": []}))
+    with pytest.raises(StageOutputRejected, match="no operation folds in the changed memories"):
+        await llm_memory.layer_service().run_l2(Run("acme", "l2-1", "s1"))
+    repair = scripted_llm.calls("L2")[1].messages[-1]["content"]
+    assert "(M1)" in repair and "update the fitting scenes or create one" in repair
+    assert llm_memory.layers is not None
+    [failure] = llm_memory.layers.list_failures(SCOPE)
+    assert (failure.stage, failure.kind, failure.status) == (
+        "L2", FailureKind.STAGE, FailureStatus.OPEN,
+    )  # fmt: skip
+    assert failure.raws == ('{"operations":[]}', '{"operations":[]}')
+
+    result = await llm_memory.layer_service().run_l2(Run("acme", "l2-2", "s1"))  # handler: ok
+    assert result.changed
+    assert llm_memory.layers.get_failure(SCOPE, failure.id).status is FailureStatus.RESOLVED
+
+
+async def test_invalid_operations_are_dropped_and_the_rest_applied(
+    llm_memory: AsyncMemory, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    await add_turns(llm_memory, "s1", "I work as a nurse.")
+    scripted_llm.push_for("L2", Reply.json({"operations": [
+        {"op": "create", "scene": None, "scenes": [], "title": "...", "summary": "...",
+         "body": "...", "memory_ids": ["M1"]},  # the prompt's example, copied
+        {"op": "update", "scene": None},
+        create("Work", "M1"),
+    ]}))  # fmt: skip
+    result = await llm_memory.layer_service().run_l2(Run("acme", "l2-1", "s1"))
+    assert result.changed and result.counts["scene_versions"] == 1
+    assert llm_memory.layers is not None
+    assert [s.title for s in llm_memory.layers.current_scenes(SCOPE)] == ["Work"]
+    notes = llm_memory.layers.list_failures(SCOPE, FailureQuery(kind=FailureKind.ITEM))
+    assert sorted(n.detail["index"] for n in notes) == [0, 1]
+    assert len(scripted_llm.calls("L2")) == 1
+
+
+async def test_a_reply_of_placeholders_only_is_refused(
+    llm_memory: AsyncMemory, scripted_llm: ScriptedLLM
+) -> None:
+    """The real model's L2 replies (corpus runE3): the prompt's example, fields left out."""
+    install_layer_handlers(scripted_llm)
+    await add_turns(llm_memory, "s1", "I work as a nurse.")
+    placeholders = Reply.json({"operations": [
+        {"op": "create", "scene": None, "scenes": [], "title": "...", "summary": "..."},
+        {"op": "update", "scene": None}, {"op": "delete", "scene": None},
+    ]})  # fmt: skip
+    scripted_llm.push_for("L2", placeholders, placeholders)
+    with pytest.raises(StageOutputRejected, match="every operation of the reply was invalid"):
+        await llm_memory.layer_service().run_l2(Run("acme", "l2-1", "s1"))

@@ -1,0 +1,141 @@
+"""The failure records on a real SQLite file: written with the commits they belong to, read
+tenant by tenant and paged, retried, migrated from the old `layer_failures`, erased."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stratamem.domain import MemoryRecord, MemoryType, Mode, Role, Scope, Turn
+from stratamem.errors import LayerConflict, NotFound
+from stratamem.store.failures import RETRYABLE, Failure, FailureKind, FailureQuery, FailureStatus
+from stratamem.store.layers_base import L1Commit, RetryCommit
+from stratamem.store.sqlite import SqliteStore
+from stratamem.store.sqlite.connection import connect
+from stratamem.store.sqlite.layers import SqliteLayerStore
+from stratamem.store.sqlite.migrations import MIGRATIONS, migrate
+
+ACME, OTHER = Scope("acme"), Scope("other")
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[tuple[SqliteStore, SqliteLayerStore]]:
+    store = SqliteStore(tmp_path / "db.sqlite")
+    store.add_turns(ACME, [Turn(f"t{i}", "acme", "s1", Role.USER, f"turn {i}", 100.0 + i)
+                           for i in range(3)])  # fmt: skip
+    yield store, SqliteLayerStore(store)
+    store.close()
+
+
+def record(
+    kind: FailureKind,
+    session: str | None = "s1",
+    stage: str = "L1",
+    turn_ids: tuple[str, ...] = (),
+) -> Failure:
+    status = FailureStatus.OPEN if kind in RETRYABLE else FailureStatus.NOTED
+    return Failure("task", "acme", session, stage, f"{kind.value} failed", ("raw",), 10.0,
+                   kind=kind, status=status, turn_ids=turn_ids)  # fmt: skip
+
+
+def memory(memory_id: str) -> MemoryRecord:
+    return MemoryRecord(memory_id, "acme", MemoryType.PERSONA, "Maria grows beans",
+                        source_turn_ids=("t1",), valid_from=1.0, created_at=1.0, updated_at=1.0,
+                        mode=Mode.LLM)  # fmt: skip
+
+
+def test_a_quarantine_is_written_with_the_cursor_move_or_not_at_all(
+    stores: tuple[SqliteStore, SqliteLayerStore],
+) -> None:
+    _, layers = stores
+    quarantine = record(FailureKind.QUARANTINE, turn_ids=("t1",))
+    note = record(FailureKind.BATCH, turn_ids=("t0", "t1"))
+    stale = L1Commit("s1", "a", 5, 3, 50.0, quarantined=[quarantine], notes=[note])
+    with pytest.raises(LayerConflict):  # the cursor moved: nothing is written
+        layers.commit_l1(ACME, stale)
+    assert layers.list_failures(ACME) == []
+    layers.commit_l1(ACME, L1Commit("s1", "a", 0, 3, 50.0, quarantined=[quarantine], notes=[note]))
+    assert layers.session_state(ACME, "s1").cursor_seq == 3
+    assert [f.id for f in layers.list_failures(ACME)] == [note.id, quarantine.id]
+    assert layers.get_failure(ACME, quarantine.id) == quarantine
+
+
+def test_records_are_read_by_tenant_filtered_and_paged(
+    stores: tuple[SqliteStore, SqliteLayerStore],
+) -> None:
+    _, layers = stores
+    made = [record(FailureKind.ITEM, session=f"s{i % 2}", stage="L1" if i < 4 else "L2")
+            for i in range(6)]  # fmt: skip
+    layers.record_failures(made)
+    newest_first = [f.id for f in reversed(made)]
+    assert [f.id for f in layers.list_failures(ACME, FailureQuery(limit=4))] == newest_first[:4]
+    page = layers.list_failures(ACME, FailureQuery(limit=4, offset=4))
+    assert [f.id for f in page] == newest_first[4:]
+    assert len(layers.list_failures(ACME, FailureQuery(session="s1"))) == 3
+    assert len(layers.list_failures(ACME, FailureQuery(stage="L2"))) == 2
+    assert layers.list_failures(ACME, FailureQuery(kind=FailureKind.QUARANTINE)) == []
+    assert layers.list_failures(OTHER) == []
+    with pytest.raises(NotFound):
+        layers.get_failure(OTHER, made[0].id)
+
+
+def test_a_commit_resolves_its_stages_open_failures(
+    stores: tuple[SqliteStore, SqliteLayerStore],
+) -> None:
+    _, layers = stores
+    mine, elsewhere = record(FailureKind.STAGE), record(FailureKind.STAGE, session="s2")
+    l2 = record(FailureKind.STAGE, stage="L2")
+    layers.record_failures([mine, elsewhere, l2])
+    layers.commit_l1(ACME, L1Commit("s1", "a", 0, 1, 50.0))
+    assert layers.get_failure(ACME, mine.id).status is FailureStatus.RESOLVED
+    assert layers.get_failure(ACME, mine.id).resolved_at == 50.0
+    assert layers.get_failure(ACME, elsewhere.id).status is FailureStatus.OPEN
+    assert layers.get_failure(ACME, l2.id).status is FailureStatus.OPEN
+
+
+def test_a_retry_resolves_a_quarantine_once(stores: tuple[SqliteStore, SqliteLayerStore]) -> None:
+    store, layers = stores
+    quarantine = record(FailureKind.QUARANTINE, turn_ids=("t1",))
+    layers.commit_l1(ACME, L1Commit("s1", "a", 0, 3, 50.0, quarantined=[quarantine]))
+    failed = layers.note_retry(ACME, quarantine.id, 60.0, error="still bad", raws=("again",))
+    assert (failed.status, failed.attempts) == (FailureStatus.OPEN, 2)
+    assert failed.raws == ("raw", "again") and failed.error == "still bad"
+    layers.commit_retry(ACME, RetryCommit(quarantine.id, "retry-1", 70.0, [memory("m1")]))
+    done = layers.get_failure(ACME, quarantine.id)
+    assert (done.status, done.attempts, done.resolved_at) == (FailureStatus.RESOLVED, 3, 70.0)
+    assert [m.id for m in store.list_memories(ACME)] == ["m1"]
+    assert layers.receipt(ACME, "retry-1") is not None
+    with pytest.raises(LayerConflict):  # resolved already: the second retry writes nothing
+        layers.commit_retry(ACME, RetryCommit(quarantine.id, "retry-2", 80.0, [memory("m2")]))
+    assert [m.id for m in store.list_memories(ACME)] == ["m1"]
+
+
+def test_old_layer_failures_are_carried_over_by_the_migration(tmp_path: Path) -> None:
+    conn = connect(tmp_path / "old.db")
+    migrate(conn, tuple(m for m in MIGRATIONS if m.version < 12))
+    conn.execute(
+        "INSERT INTO layer_failures (tenant, task_id, session, stage, error, raws, failed_at)"
+        " VALUES ('acme', 'task-1', 's1', 'L1', 'StageOutputRejected: no', '[\"{bad\"]', 5.0)"
+    )
+    conn.close()
+    store = SqliteStore(tmp_path / "old.db")
+    [old] = SqliteLayerStore(store).list_failures(ACME)
+    assert (old.kind, old.status, old.stage, old.raws) == (
+        FailureKind.STAGE, FailureStatus.OPEN, "L1", ("{bad",),
+    )  # fmt: skip
+    assert old.id.startswith("f_") and old.task_id == "task-1"
+    store.close()
+
+
+def test_erasing_a_session_erases_its_failures(
+    stores: tuple[SqliteStore, SqliteLayerStore],
+) -> None:
+    store, layers = stores
+    layers.record_failures([record(FailureKind.STAGE), record(FailureKind.STAGE, session="s2"),
+                            record(FailureKind.STAGE, session=None, stage="L3")])  # fmt: skip
+    store.erase_session(ACME, "s1")
+    assert {f.session for f in layers.list_failures(ACME)} == {"s2", None}
+    store.erase_tenant(ACME)
+    assert layers.list_failures(ACME) == []
