@@ -13,7 +13,10 @@ from click.testing import CliRunner
 from stratamem.cli.main import cli
 from stratamem.datasets import locomo
 from stratamem.eval.questions import select
+from stratamem.eval.report import markdown, text_table
 from stratamem.eval.runner import EvalOptions, SystemRun, run_stratamem
+from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
+from stratamem.testing.layers import install_layer_handlers, l1_reply
 
 SAMPLE = Path(__file__).parent.parent / "data" / "locomo_sample.json"
 
@@ -153,3 +156,35 @@ def test_mem0_baseline_runs_side_by_side_offline() -> None:
     assert report["baseline"]["system"] == "mem0"
     assert report["baseline"]["questions"] == report["questions"]
     assert set(report["ratio"]["recall_at_k"]) == {"1", "5", "10", "20"}
+
+
+def test_llm_mode_goes_on_past_failures_and_reports_them(
+    scripted_llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn the model cannot read is quarantined, an L2 that folds nothing in stops its
+    session's flush: the evaluation still runs every session and question, and says so."""
+    monkeypatch.setenv("STRATAMEM_LLM_BASE_URL", scripted_llm.base_url)
+    monkeypatch.setenv("STRATAMEM_LLM_MODEL", "scripted-chat")
+    install_layer_handlers(scripted_llm)
+
+    def unreadable_boat(request: RecordedRequest) -> Reply:
+        if "rowing boat" in str(request.messages[-1]["content"]).split("NEW turns", 1)[-1]:
+            return Reply.truncated('{"memories": [{"type": "episodic", "content": "Tomasz')
+        return l1_reply(request)
+
+    scripted_llm.on("L1", unreadable_boat)
+    scripted_llm.on("L2", lambda request: Reply.json({"operations": []}))
+    result = run_cli("--mode", "llm", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output[result.output.index("{"):])
+    assert report["questions"] == 9
+    failures = report["failures"]
+    assert failures["by_stage"]["L1"]["quarantine"] == 1
+    assert failures["by_stage"]["L1"]["batch"] >= 1
+    assert failures["by_stage"]["L2"]["stage"] == 3  # one per session: every flush stopped
+    assert failures["stopped_flushes"] == 3
+    assert all("StageOutputRejected" in line for line in failures["stopped"])
+    page = markdown(report)
+    assert "| stage | batch | quarantine | stage |" in page and "| L2 | 0 | 0 | 3 |" in page
+    assert "Flushes stopped by an error: 3" in page
+    assert "Layer failures: L1 " in text_table(report)

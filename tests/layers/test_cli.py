@@ -9,6 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from stratamem.cli.main import cli
+from stratamem.testing import Reply, ScriptedLLM
+from stratamem.testing.layers import install_layer_handlers, l1_reply
 
 CONVERSATION = [
     "I'm a nurse and I live in Lisbon.",
@@ -73,3 +75,37 @@ def test_schedule_once_enqueues_due_sessions(flushed: Path) -> None:
     assert code == 0 and out.strip() == ""  # requested already
     code, out = run(flushed, "pipeline", "status", "--json")
     assert code == 0 and json.loads(out)["depth"]["ready"] == 1
+
+
+def test_failures_list_show_retry(
+    tmp_path: Path, scripted_llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRATAMEM_LLM_BASE_URL", scripted_llm.base_url)
+    monkeypatch.setenv("STRATAMEM_LLM_MODEL", "scripted-chat")
+    install_layer_handlers(scripted_llm)
+    scripted_llm.on("L1", lambda request: Reply.truncated('{"memories": [{"type": "pers'))
+    code, out = run(tmp_path, "capture", "--tenant", "t1", "--session", "s1", "--speaker",
+                    "Maria", "--text", CONVERSATION[0])  # fmt: skip
+    assert code == 0, out
+    code, out = run(tmp_path, "flush", "--tenant", "t1", "--session", "s1")
+    assert code == 0 and "L1: 1 batch(es), 0 memories written" in out
+
+    code, out = run(tmp_path, "failures", "list", "--tenant", "t1", "--json")
+    [record] = json.loads(out)
+    assert code == 0 and record["kind"] == "quarantine" and record["status"] == "open"
+    assert record["raws"] == ['{"memories": [{"type": "pers']
+    code, out = run(tmp_path, "failures", "list", "--tenant", "t1", "--status", "resolved")
+    assert code == 0 and out == ""
+    code, out = run(tmp_path, "failures", "show", "--tenant", "t1", record["id"])
+    assert code == 0 and "LLMReplyTruncated" in out and '{"memories": [{"type": "pers' in out
+    code, out = run(tmp_path, "failures", "show", "--tenant", "t2", record["id"])
+    assert code == 3 and "no failure" in out  # another tenant's record is not found
+
+    scripted_llm.on("L1", l1_reply)
+    code, out = run(tmp_path, "failures", "retry", "--tenant", "t1", record["id"], "--json")
+    assert code == 0, out
+    assert json.loads(out)["failure"]["status"] == "resolved"
+    code, out = run(tmp_path, "memories", "list", "--tenant", "t1")
+    assert code == 0 and "Lisbon" in out
+    code, out = run(tmp_path, "failures", "retry", "--tenant", "t1", record["id"])
+    assert code == 1 and "resolved already" in out
