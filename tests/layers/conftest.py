@@ -3,7 +3,7 @@ clients pointed at the scripted OpenAI-compatible server (real HTTP)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -11,6 +11,10 @@ import pytest
 from stratamem.clock import ManualClock
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
+from stratamem.domain import Scope
+from stratamem.errors import LLMError
+from stratamem.layers.model import StageResult
+from stratamem.layers.service import LayerService, Run
 from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLMClient, LLMSettings
 from stratamem.testing import RecordingSleep, ScriptedLLM
@@ -62,3 +66,38 @@ async def llm_memory(
     yield core
     await core.aclose()
     await client.aclose()
+
+
+async def settle_l1(
+    service: LayerService,
+    session: str,
+    *,
+    tenant: str = "acme",
+    per_run: Callable[[], None] = lambda: None,
+    runs: int = 500,
+    retries: int = 50,
+) -> list[StageResult]:
+    """Run L1 until the session is caught up, as the pipeline would: a task that fails in
+    transport is retried under the same id. Returns every commit's result, those a failed task
+    kept of what it had settled before the failure included (receipts `<task>@<cursor>`);
+    `per_run` is called after each attempt."""
+    results: list[StageResult] = []
+    scope = Scope(tenant)
+    for n in range(runs):
+        for _ in range(retries):
+            cursor = service.layers.session_state(scope, session).cursor_seq
+            try:
+                result = await service.run_l1(Run(tenant, f"task-{n}", session))
+            except LLMError:
+                kept = service.layers.receipt(scope, f"task-{n}@{cursor}")
+                results += [StageResult.replay(kept.result)] if kept else []
+                continue
+            finally:
+                per_run()
+            break
+        else:
+            pytest.fail("a transport failure never cleared")
+        if result.skipped:
+            return results
+        results.append(result)
+    pytest.fail("the session never caught up")

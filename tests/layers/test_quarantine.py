@@ -37,7 +37,7 @@ from stratamem.store.layers_base import LayerStore
 from stratamem.testing import RecordedRequest, RecordingSleep, Reply, ScriptedLLM
 from stratamem.testing.layers import reconcile_reply
 
-from .conftest import llm_settings
+from .conftest import llm_settings, settle_l1
 
 SCOPE = Scope("acme")
 SESSION = "s1"
@@ -125,25 +125,14 @@ async def capture(memory: AsyncMemory, modes: list[str | None]) -> None:
 async def catch_up(
     service: LayerService, scripted_llm: ScriptedLLM, budget_calls: int
 ) -> list[StageResult]:
-    """Run L1 until the session is caught up, retrying a task that failed in transport under
-    the same task id (as the pipeline does); every run within its call bound."""
-    results: list[StageResult] = []
-    for n in range(200):
-        for _ in range(50):
-            before = len(scripted_llm.calls("L1"))
-            try:
-                result = await service.run_l1(Run("acme", f"task-{n}", SESSION))
-            except LLMError:
-                continue
-            finally:
-                assert len(scripted_llm.calls("L1")) - before <= budget_calls
-            break
-        else:
-            pytest.fail("a transport failure never cleared")
-        if result.skipped:
-            return results
-        results.append(result)
-    pytest.fail("the session never caught up")
+    """L1 until caught up (`settle_l1`), every run within its call bound."""
+    calls = [len(scripted_llm.calls("L1"))]
+
+    def bounded() -> None:
+        calls.append(len(scripted_llm.calls("L1")))
+        assert calls[-1] - calls[-2] <= budget_calls
+
+    return await settle_l1(service, SESSION, per_run=bounded)
 
 
 def assert_invariant(memory: AsyncMemory, bad: set[int]) -> None:
@@ -281,6 +270,37 @@ async def test_a_transport_failure_keeps_the_cursor_and_is_recorded(
 
     result = await service.run_l1(Run("acme", "task-1", SESSION))  # the pipeline's retry
     assert result.counts["quarantined"] == 1 and result.counts["covered"] == 2
+    assert layers.get_failure(SCOPE, failure.id).status is FailureStatus.RESOLVED
+    assert_invariant(memory, {1})
+
+
+async def test_what_settled_before_an_endpoint_failure_is_kept(
+    memory: AsyncMemory, scripted_llm: ScriptedLLM
+) -> None:
+    """The endpoint fails in the middle of a bisection: the turns settled before are committed
+    (under a receipt of their own), the cursor stops before the turn the failure hit, the task
+    fails; its retry goes on from there."""
+    await capture(memory, [None, "one_word", None, None])
+    turn_0 = {"type": "persona", "content": "Maria said turn 0", "source_turn_ids": ["T1"]}
+    scripted_llm.push_for(
+        "L1", *[bad_reply("one_word", "T2")] * 4,  # the batch, then T1-T2: split
+        Reply.json({"memories": [turn_0]}), *[bad_reply("one_word", "T1")] * 2,  # T1, T2
+        Reply.error(503, "down"), Reply.error(503, "down"),  # T3-T4: the endpoint fails
+    )  # fmt: skip
+    scripted_llm.on("L1", Model())
+    service = memory.layer_service()
+    with pytest.raises(LLMError):
+        await service.run_l1(Run("acme", "task-1", SESSION))
+    layers = layers_of(memory)
+    assert layers.session_state(SCOPE, SESSION).cursor_seq == 2  # T1 covered, T2 quarantined
+    kept = layers.receipt(SCOPE, "task-1@0")
+    assert kept is not None and kept.result["counts"]["quarantined"] == 1
+    assert layers.receipt(SCOPE, "task-1") is None
+    [failure] = layers.list_failures(SCOPE, FailureQuery(kind=FailureKind.STAGE))
+    assert failure.status is FailureStatus.OPEN and "down" in failure.raws[0]
+
+    again = await service.run_l1(Run("acme", "task-1", SESSION))  # the pipeline's retry
+    assert again.counts["turns"] == 2 and again.counts["covered"] == 2
     assert layers.get_failure(SCOPE, failure.id).status is FailureStatus.RESOLVED
     assert_invariant(memory, {1})
 

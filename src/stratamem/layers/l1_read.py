@@ -6,8 +6,8 @@ object and at least one of its items (or none at all, written out) passes the it
 invalid items are dropped and noted. An unusable reply (truncated, invalid after its repair
 round, every item invalid) splits the segment in halves (`stages.bisect`), down to the single
 turn that fails: that turn is quarantined (a `quarantine` failure with the raw replies and the
-reason, open, retryable) and the cursor moves past it. Transport failures propagate: nothing of
-the run is kept and the cursor stays.
+reason, open, retryable) and the cursor moves past it. A transport failure stops the reading
+(`interrupted`): what was settled before it is kept, the cursor never passes the turns it hit.
 
 So every turn up to the new cursor is either covered by an accepted extraction or quarantined,
 never skipped. Calls per run: at most `l1_max_attempts` attempts (raised to the depth that
@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from stratamem.domain import Turn
+from stratamem.errors import LLMError
 from stratamem.layers import l1_extract
 from stratamem.layers.model import NewMemory, stable_id
 from stratamem.layers.schemas import Extraction
@@ -54,6 +55,7 @@ class L1Read:
     quarantined: list[Failure] = field(default_factory=list)
     notes: list[Failure] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    interrupted: LLMError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +122,7 @@ def outcome(run: ReadRun, bisection: Bisection[Turn, Extracted]) -> L1Read:
         "dropped_items": sum(n.kind is FailureKind.ITEM for n in notes),
         "attempts": bisection.attempts,
     }
-    return L1Read(memories, settled_turns, quarantined, notes, counts)
+    return L1Read(memories, settled_turns, quarantined, notes, counts, bisection.interrupted)
 
 
 def quarantine(origin: Origin, turn: Turn, failure: LLMOutputInvalid) -> Failure:

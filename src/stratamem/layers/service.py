@@ -126,14 +126,25 @@ class LayerService:
             return StageResult("L1", self.mode, skipped=True)
         background = await self._background(run.scope, session, state.cursor_seq)
         read = await self._read(run, batch, background)
+        if read.interrupted is None:
+            return await self._commit_l1(run, run.task_id, state.cursor_seq, read)
+        if read.settled:  # keep what settled before the endpoint failed (its own receipt)
+            await self._commit_l1(run, f"{run.task_id}@{state.cursor_seq}", state.cursor_seq,
+                                  read)  # fmt: skip
+        await self._record(run, l1_read.STAGE, read.interrupted)
+        raise read.interrupted
+
+    async def _commit_l1(self, run: Run, task_id: str, cursor: int, read: L1Read) -> StageResult:
+        """Reconcile what a run read and commit it with the quarantined turns, the notes and
+        the new cursor (the last settled turn) and the receipt of `task_id`."""
+        session = _session_of(run)
         proposed = l1_reconcile.unique(read.memories)
-        plan, notes = await self._reconcile(run, proposed, f"{session}:{state.cursor_seq}")
+        plan, notes = await self._reconcile(run, proposed, f"{session}:{cursor}")
         counts = {**read.counts, **plan.counts}
         result = StageResult("L1", self.mode, changed=bool(plan.memories), counts=counts)
         commit = L1Commit(
-            session, run.task_id, state.cursor_seq, read.settled[-1].seq, self.clock.now(),
-            plan.memories, plan.supersedes, result.to_json(), read.quarantined,
-            [*read.notes, *notes],
+            session, task_id, cursor, read.settled[-1].seq, self.clock.now(), plan.memories,
+            plan.supersedes, result.to_json(), read.quarantined, [*read.notes, *notes],
         )  # fmt: skip
         await asyncio.to_thread(self.layers.commit_l1, run.scope, commit, run.fence)
         await self._embed_new(len(plan.memories))
@@ -147,17 +158,14 @@ class LayerService:
         return await asyncio.to_thread(self.store.list_turns, scope, session, start, cursor - start)
 
     async def _read(self, run: Run, batch: Sequence[Turn], background: Sequence[Turn]) -> L1Read:
-        """The batch read by the LLM (bisecting, quarantining) or by the offline extractor."""
+        """The batch read by the LLM (bisecting, quarantining; `interrupted` by a transport
+        failure) or by the offline extractor."""
         if self.llm is None:
             memories = offline.extract(batch, self.settings.max_memories_per_batch)
             counts = {"turns": len(batch), "covered": len(batch)}
             return L1Read(memories, list(batch), counts=counts)
         reader = ReadRun(self.llm, run.origin(self.clock.now()), self.settings)
-        try:
-            return await l1_read.read_batch(reader, batch, background)
-        except LLMError as exc:  # transport: nothing of the run counts, the cursor stays
-            await self._record(run, l1_read.STAGE, exc)
-            raise
+        return await l1_read.read_batch(reader, batch, background)
 
     async def _reconcile(
         self, run: Run, proposed: Sequence[NewMemory], id_seed: str

@@ -239,9 +239,9 @@ class _Note:
 def _inject(
     work: _Work, entries: Mapping[str, Entry], diagrams: Sequence[Diagram], reserve: int
 ) -> tuple[str, ...]:
-    dropped = [entries[i] for i in _tool_ids(work.dropped) if i in entries]
-    if not dropped:
+    if not work.dropped:
         return ()
+    dropped = [entries[i] for i in _tool_ids(work.dropped) if i in entries]
     header = f"{len(work.dropped)} earlier messages were offloaded to save context."
     note = _Note(reserve, used=text_tokens(header) + _MORE_REFS_TOKENS)
     listed = _refs(note, dropped)

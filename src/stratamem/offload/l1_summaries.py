@@ -11,8 +11,9 @@ duplicates one. Every settled pair gets an entry and a ref:
   calls in halves (`stages.bisect`); a single call whose reply stays unusable gets the offline
   summary, and the failure is noted (`fallback`, with the raw replies);
 - pairs the run's attempts did not reach are given back for the next run.
-A transport failure (endpoint down, timeouts, HTTP errors) gives the whole claim back, records
-a `stage` failure and fails the task (the pipeline retries it); nothing is lost.
+A transport failure (endpoint down, timeouts, HTTP errors) stops the run: the pairs settled
+before it are stored, the rest of the claim is given back, a `stage` failure is recorded and
+the task fails (the pipeline retries it); nothing is lost.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class Summaries:
     entries: list[NewEntry]
     fallbacks: list[str] = field(default_factory=list)
     notes: list[Failure] = field(default_factory=list)
+    interrupted: LLMError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +93,12 @@ async def run_l1(deps: StageDeps, tenant: str, session: str) -> L1Outcome:
         await _rearm_behind_live_claim(deps, tenant, session)
         return L1Outcome(duplicates=claim.duplicates)
     origin = Origin(tenant, session, claim.claim_id, now)
-    try:
-        done = await summarise(deps, claim.pairs, origin)
-    except LLMError as exc:
-        await asyncio.to_thread(deps.store.release_claim, scope, session, claim.claim_id)
-        await asyncio.to_thread(deps.store.record_failures, [origin.failed(STAGE, exc)])
-        raise
+    done = await summarise(deps, claim.pairs, origin)
     created = await _complete(deps, scope, session, claim, done)
+    if done.interrupted is not None:
+        failure = origin.failed(STAGE, done.interrupted)
+        await asyncio.to_thread(deps.store.record_failures, [failure])
+        raise done.interrupted
     left = tuple(p.call_id for p in claim.pairs[len(done.entries) :])
     await arm_diagram_timer(deps, tenant, session)
     if left or len(claim.pairs) >= deps.settings.l1_claim_max:
@@ -112,10 +113,12 @@ async def _complete(
 ) -> list[Entry]:
     """Store the settled entries, note what failed, give the rest of the claim back."""
     refs = {e.pair.call_id: ref_id_for(session, e.pair.call_id) for e in done.entries}
-    created = await asyncio.to_thread(
-        deps.store.complete_claim, scope, session, claim.claim_id, done.entries, refs,
-        deps.clock.now(),
-    )  # fmt: skip
+    created: list[Entry] = []
+    if done.entries:
+        created = await asyncio.to_thread(
+            deps.store.complete_claim, scope, session, claim.claim_id, done.entries, refs,
+            deps.clock.now(),
+        )  # fmt: skip
     if done.notes:
         await asyncio.to_thread(deps.store.record_failures, done.notes)
     if len(done.entries) < len(claim.pairs):
@@ -135,7 +138,8 @@ async def _rearm_behind_live_claim(deps: StageDeps, tenant: str, session: str) -
 
 
 async def summarise(deps: StageDeps, pairs: Sequence[ToolPair], origin: Origin) -> Summaries:
-    """Entries for a prefix of `pairs` (all of them unless the attempts ran out), in order."""
+    """Entries for a prefix of `pairs` (all of them unless the attempts ran out or a transport
+    failure interrupted the run), in order."""
     max_chars = deps.settings.summary_max_chars
     llm = deps.llm
     if llm is None:
@@ -164,7 +168,7 @@ def _settled(
 ) -> Summaries:
     """Entries of the settled pairs: accepted summaries, offline ones for failed calls."""
     max_chars, low = deps.settings.summary_max_chars, deps.settings.fallback_score
-    out = Summaries([])
+    out = Summaries([], interrupted=bisection.interrupted)
     out.notes.extend(
         origin.failure(STAGE, FailureKind.BATCH, reason(s.failure), s.failure.raws,
                        detail={"call_ids": [p.call_id for p in s.items]})

@@ -4,8 +4,9 @@
 invalid after its repair round, all items invalid …: an `LLMOutputInvalid`) it splits the
 segment in halves and tries the first half first; a single item whose attempt fails is settled
 as failed (the caller quarantines it or falls back). Transport failures (endpoint down,
-timeouts, HTTP errors, rate limits) are not the batch's fault: they propagate, and nothing of
-the run counts.
+timeouts, HTTP errors, rate limits) are not the batch's fault: bisection stops there and
+returns what it settled before, with the error in `interrupted`; the caller keeps that prefix
+and raises the error (the task is retried from the first item not settled).
 
 The settled items are always a prefix of the input, so a cursor can move to the last of them.
 Calls stay bounded: at most `max_attempts` attempts per run (raised to the depth that settles
@@ -21,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from stratamem.errors import LLMError
 from stratamem.llm.errors import LLMOutputInvalid
 
 I = TypeVar("I")  # noqa: E741 - the item type
@@ -49,6 +51,8 @@ class Bisection(Generic[I, R]):
     settled: list[Settled[I, R]] = field(default_factory=list)
     splits: list[Split[I]] = field(default_factory=list)
     attempts: int = 0
+    interrupted: LLMError | None = None
+    """The transport failure that stopped it, if one did (the caller must raise it)."""
 
     @property
     def accepted(self) -> list[Settled[I, R]]:
@@ -91,4 +95,7 @@ async def bisect(
                 out.splits.append(Split(segment, failure))
                 half = len(segment) // 2
                 todo += [segment[half:], segment[:half]]
+        except LLMError as exc:
+            out.interrupted = exc
+            break
     return out
