@@ -134,6 +134,28 @@ async def test_an_unreadable_batch_is_quarantined_and_never_blocks_the_session(
     assert [m.content for m in rig.memory.store.list_memories(SCOPE)] == ["user: I moved to Porto."]
 
 
+async def test_an_l1_out_of_attempts_queues_the_rest_of_its_batch(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    """Every turn unreadable, a budget that settles only part of the batch: the rest is queued
+    at once, not left until the scheduler's request goes stale."""
+    scripted_llm.on("L1", lambda request: Reply.truncated('{"memories": ['))
+    rig.memory.layer_settings.l1_max_attempts = 1
+    texts = [f"I planted row {i} of beans." for i in range(6)]
+    await rig.memory.capture("acme", "s1", [{"role": "user", "text": t} for t in texts])
+    await rig.scheduler.tick()
+    for _ in range(6):
+        assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+        assert rig.memory.layers is not None
+        if rig.memory.layers.session_state(SCOPE, "s1").pending_turns == 0:
+            break
+    else:
+        pytest.fail("the batch was not carried on")
+    assert await rig.scheduler.tick() == []  # nothing left to request
+    quarantined = rig.memory.layers.list_failures(SCOPE, FailureQuery(kind=FailureKind.QUARANTINE))
+    assert len(quarantined) == 6
+
+
 async def test_a_lock_taken_over_during_the_call_aborts_then_redelivery_writes_once(
     rig: Rig, scripted_llm: ScriptedLLM
 ) -> None:

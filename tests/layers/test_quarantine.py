@@ -15,14 +15,11 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
-from stratamem.clock import ManualClock
-from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.domain import Scope
 from stratamem.errors import LLMError, StageOutputRejected
@@ -30,14 +27,13 @@ from stratamem.failures import Failures
 from stratamem.layers.model import StageResult
 from stratamem.layers.service import LayerService, Run
 from stratamem.layers.settings import LayerSettings
-from stratamem.llm import LLMClient
 from stratamem.stages.bisect import attempts_to_first
 from stratamem.store.failures import FailureKind, FailureQuery, FailureStatus
 from stratamem.store.layers_base import LayerStore
-from stratamem.testing import RecordedRequest, RecordingSleep, Reply, ScriptedLLM
+from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
 from stratamem.testing.layers import reconcile_reply
 
-from .conftest import llm_settings, settle_l1
+from .conftest import settle_l1
 
 SCOPE = Scope("acme")
 SESSION = "s1"
@@ -95,17 +91,14 @@ class Model:
 
 
 @pytest.fixture
-async def memory(
-    tmp_path: Path, clock: ManualClock, scripted_llm: ScriptedLLM
-) -> AsyncIterator[AsyncMemory]:
-    client = LLMClient(llm_settings(scripted_llm), sleep=RecordingSleep())
-    settings = Settings(data_dir=tmp_path / "data", embedder="hash:64", background_embedding=False)
-    layer_settings = LayerSettings(max_batch_turns=8, context_turns=2, l1_max_attempts=6)
-    core = AsyncMemory.open(settings, clock=clock, llm=client, layer_settings=layer_settings)
+def layer_settings() -> LayerSettings:
+    return LayerSettings(max_batch_turns=8, context_turns=2, l1_max_attempts=6)
+
+
+@pytest.fixture
+def memory(llm_memory: AsyncMemory, scripted_llm: ScriptedLLM) -> AsyncMemory:
     scripted_llm.on("L1-reconcile", reconcile_reply)
-    yield core
-    await core.aclose()
-    await client.aclose()
+    return llm_memory
 
 
 def layers_of(memory: AsyncMemory) -> LayerStore:

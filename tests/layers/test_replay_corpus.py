@@ -15,25 +15,21 @@ import contextlib
 import itertools
 import json
 import re
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
-from stratamem.clock import ManualClock
-from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.domain import Scope
 from stratamem.errors import LLMError, StageOutputRejected
 from stratamem.layers.service import Run
 from stratamem.layers.settings import LayerSettings
-from stratamem.llm import LLMClient
 from stratamem.store.failures import FailureKind, FailureQuery, FailureStatus
-from stratamem.testing import RecordedRequest, RecordingSleep, Reply, ScriptedLLM
+from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers
 from tests.replay_corpus import Exchange, exchanges
 
-from .conftest import llm_settings, settle_l1
+from .conftest import settle_l1
 
 pytestmark = pytest.mark.llm_replies
 
@@ -68,16 +64,13 @@ def replaying(recorded: list[Exchange]) -> Callable[[RecordedRequest], Reply]:
 
 
 @pytest.fixture
-async def memory(
-    tmp_path: Path, clock: ManualClock, scripted_llm: ScriptedLLM
-) -> AsyncIterator[AsyncMemory]:
-    client = LLMClient(llm_settings(scripted_llm), sleep=RecordingSleep())
-    settings = Settings(data_dir=tmp_path / "data", embedder="hash:64", background_embedding=False)
-    layer_settings = LayerSettings(max_batch_turns=8, max_memories_per_batch=5)  # as runE
-    core = AsyncMemory.open(settings, clock=clock, llm=client, layer_settings=layer_settings)
-    yield core
-    await core.aclose()
-    await client.aclose()
+def layer_settings() -> LayerSettings:
+    return LayerSettings(max_batch_turns=8, max_memories_per_batch=5)  # as runE
+
+
+@pytest.fixture
+def memory(llm_memory: AsyncMemory) -> AsyncMemory:
+    return llm_memory
 
 
 @pytest.mark.parametrize("run", RUNS)

@@ -57,6 +57,10 @@ class LayerExecutors:
     async def l1(self, ctx: ExecutionContext) -> ExecResult:
         stage = await self.service.run_l1(_run(ctx))
         await self._l3_by_count(ctx)
+        if stage.counts.get("left", 0) > 0:  # its attempts ran out: the batch goes on at once
+            task = ctx.task
+            ctx.enqueue_after_release(Task(TaskType.L1, task.tenant, task.session,
+                                           {"trigger": "continue"}))  # fmt: skip
         return _result(stage)
 
     async def flush(self, ctx: ExecutionContext) -> ExecResult:

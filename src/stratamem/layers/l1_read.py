@@ -94,10 +94,11 @@ async def read_batch(run: ReadRun, batch: Sequence[Turn], background: Sequence[T
         start = start_of[segment[0].id]
         return await extract(run, segment, seen[max(0, start - shown) : start])
 
-    return outcome(run, await bisect([batch], attempt, run.settings.l1_max_attempts))
+    bisection = await bisect([batch], attempt, run.settings.l1_max_attempts)
+    return outcome(run, bisection, len(batch))
 
 
-def outcome(run: ReadRun, bisection: Bisection[Turn, Extracted]) -> L1Read:
+def outcome(run: ReadRun, bisection: Bisection[Turn, Extracted], batch: int) -> L1Read:
     origin = run.origin
     memories: list[NewMemory] = []
     notes = [
@@ -121,6 +122,7 @@ def outcome(run: ReadRun, bisection: Bisection[Turn, Extracted]) -> L1Read:
         "rejected_batches": len(bisection.splits),
         "dropped_items": sum(n.kind is FailureKind.ITEM for n in notes),
         "attempts": bisection.attempts,
+        "left": batch - len(settled_turns),
     }
     return L1Read(memories, settled_turns, quarantined, notes, counts, bisection.interrupted)
 

@@ -162,7 +162,7 @@ class LayerService:
         failure) or by the offline extractor."""
         if self.llm is None:
             memories = offline.extract(batch, self.settings.max_memories_per_batch)
-            counts = {"turns": len(batch), "covered": len(batch)}
+            counts = {"turns": len(batch), "covered": len(batch), "left": 0}
             return L1Read(memories, list(batch), counts=counts)
         reader = ReadRun(self.llm, run.origin(self.clock.now()), self.settings)
         return await l1_read.read_batch(reader, batch, background)

@@ -35,7 +35,14 @@ from stratamem.offload.offline import offline_entry, shorten, squash
 from stratamem.offload.schedule import Stage, StageTask, l1_timer_key
 from stratamem.offload.stage import StageDeps, arm_diagram_timer, ref_id_for
 from stratamem.stages.bisect import Bisection, bisect
-from stratamem.stages.checked import Dropped, Items, Unusable, ask_checked, check_items
+from stratamem.stages.checked import (
+    Dropped,
+    Items,
+    Unusable,
+    ask_checked,
+    check_items,
+    require_kept,
+)
 from stratamem.stages.content import content_problem
 from stratamem.stages.envelope import StrictReply, array_of
 from stratamem.stages.records import Origin, reason
@@ -205,12 +212,8 @@ def read_reply(reply: SummaryReply, shown: frozenset[str]) -> Items[SummaryItem]
         seen.add(item.call_id)
         return item
 
-    items = check_items(reply.entries, check)
-    if not items.kept:
-        reasons = "; ".join(d.reason for d in items.dropped[:8]) or "no entries"
-        raise Unusable(f"no entry summarises a call shown ({reasons}); give one entry per call"
-                       f" id, exactly as shown: {sorted(shown)}")  # fmt: skip
-    return items
+    return require_kept(check_items(reply.entries, check), "no entry summarises a call shown",
+                        f"give one entry per call id, exactly as shown: {sorted(shown)}")
 
 
 def _chunks(pairs: Sequence[ToolPair], cap: int, max_chars: int) -> list[list[ToolPair]]:

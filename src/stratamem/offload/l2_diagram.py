@@ -27,7 +27,7 @@ from stratamem.offload.offline import NEEDS_LLM, shorten
 from stratamem.offload.schedule import Stage, StageTask, l2_timer_key
 from stratamem.offload.stage import StageDeps
 from stratamem.offload.store import DiagramWrite
-from stratamem.stages.checked import Dropped, Unusable, ask_checked, check_items
+from stratamem.stages.checked import Dropped, Unusable, ask_checked, check_items, require_kept
 from stratamem.stages.envelope import StrictReply, array_of
 from stratamem.stages.records import Origin
 from stratamem.store.base import Fence
@@ -226,11 +226,8 @@ def _checked(reply: DiagramReply, rules: _Rules) -> Proposal:
             raise Unusable(f"node {item.node!r} is not in the diagram")
         return item
 
-    items = check_items(reply.mapping, check)
-    if not items.kept:
-        reasons = "; ".join(d.reason for d in items.dropped[:8]) or "the mapping is empty"
-        raise Unusable(f"no new call is mapped to a node ({reasons}); map every new call id:"
-                       f" {sorted(rules.shown)}")  # fmt: skip
+    items = require_kept(check_items(reply.mapping, check), "no new call is mapped to a node",
+                         f"map every new call id: {sorted(rules.shown)}")
     mapping: dict[str, str] = {}
     for item in items.kept:
         mapping.setdefault(item.call_id, item.node)

@@ -7,7 +7,8 @@ to the model); a second failure raises `RepliesRejected` with both replies. So o
 costs at most four calls: two replies, each possibly repaired once by the client.
 
 `check_items` checks a reply's items one by one: an invalid item is dropped with its reason; a
-reply whose items are all invalid is unusable (`require_some`).
+reply whose items are all invalid is unusable (`require_some`; `require_kept` where a reply
+must keep at least one).
 """
 
 from __future__ import annotations
@@ -127,6 +128,15 @@ def require_some(items: Items[T], what: str) -> Items[T]:
         reasons = "; ".join(f"{what} {d.index + 1}: {d.reason}" for d in
                             items.dropped[:_REASONS_SHOWN])  # fmt: skip
         raise Unusable(f"every {what} of the reply was invalid: {reasons}")
+    return items
+
+
+def require_kept(items: Items[T], problem: str, hint: str) -> Items[T]:
+    """`items`, unless none was kept (none given, or every one dropped): `Unusable` saying
+    `problem`, why each was dropped, and `hint` (what to do instead)."""
+    if not items.kept:
+        reasons = "; ".join(d.reason for d in items.dropped[:_REASONS_SHOWN]) or "none given"
+        raise Unusable(f"{problem} ({reasons}); {hint}")
     return items
 
 
