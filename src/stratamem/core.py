@@ -7,11 +7,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stratamem import backfill
+from stratamem import backfill, manual
 from stratamem.capture import CaptureResult, build_turns
 from stratamem.clock import Clock, SystemClock
 from stratamem.config import Settings
-from stratamem.domain import Hit, Layer, MemoryType, Message, Scope, Turn, check_ident
+from stratamem.domain import (
+    Hit,
+    Layer,
+    MemoryRecord,
+    MemoryType,
+    Message,
+    Profile,
+    Scene,
+    Scope,
+    Turn,
+    check_ident,
+)
 from stratamem.embed import make_embedder
 from stratamem.embed.base import Embedder
 from stratamem.errors import ConfigError
@@ -19,6 +30,8 @@ from stratamem.layers.service import FlushResult, LayerService
 from stratamem.layers.settings import LayerSettings
 from stratamem.layers.stable import stable_parts
 from stratamem.llm import LLM, LLMClient, LLMSettings
+from stratamem.offload import Compaction, DiagramsView, Entry, IngestResult, ReadBack, ToolPair
+from stratamem.offload.background import EmbeddedOffload
 from stratamem.retrieval.render import render_recall, render_stable
 from stratamem.retrieval.search import SearchRequest, hybrid_search
 from stratamem.store.base import EmbeddingInfo, Filters, Store
@@ -74,6 +87,7 @@ class AsyncMemory:
         self.settings = settings or Settings()
         self.clock = clock or SystemClock()
         self._backfill: backfill.Backfill | None = None
+        self._offload: EmbeddedOffload | None = None
         if embedder is not None:
             if verify_embedding:
                 backfill.bind_if_known(store, embedder)
@@ -259,6 +273,186 @@ class AsyncMemory:
         """Run the layers for a session now (L1 until caught up, L2, L3) and wait."""
         return await self.layer_service().flush(tenant, session)
 
+    # -- memories, stated and read directly -------------------------------------------------
+    async def add_memory(
+        self,
+        tenant: str,
+        content: str,
+        *,
+        type: MemoryType | str = MemoryType.PERSONA,
+        session: str | None = None,
+        priority: int = 50,
+    ) -> MemoryRecord:
+        """Remember what the caller states directly (mode `manual`); stating it again returns
+        the memory already known."""
+        record, _ = await self.remember(
+            tenant, content, type=type, session=session, priority=priority
+        )
+        return record
+
+    async def remember(
+        self,
+        tenant: str,
+        content: str,
+        *,
+        type: MemoryType | str = MemoryType.PERSONA,
+        session: str | None = None,
+        priority: int = 50,
+    ) -> tuple[MemoryRecord, bool]:
+        """`add_memory`, and whether the memory was new."""
+        record, created = await asyncio.to_thread(
+            manual.add_memory, self.store, Scope(tenant), content,
+            memory_type=MemoryType(type), now=self.clock.now(),
+            max_chars=self.settings.max_turn_chars, session=session, priority=priority,
+        )  # fmt: skip
+        if created:
+            self.start_background()
+        return record, created
+
+    async def list_memories(
+        self,
+        tenant: str,
+        *,
+        types: Sequence[MemoryType | str] | None = None,
+        sessions: Sequence[str] | None = None,
+        as_of: float | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[MemoryRecord]:
+        """Current memories (or those valid at `as_of`), newest first."""
+        checked = None if sessions is None else tuple(check_ident(s, "session") for s in sessions)
+        filters = Filters(
+            types=None if types is None else tuple(MemoryType(t) for t in types),
+            sessions=checked,
+            as_of=as_of,
+        )
+        return await asyncio.to_thread(
+            self.store.list_memories, Scope(tenant), filters, limit, offset
+        )
+
+    async def get_memory(self, tenant: str, memory_id: str) -> MemoryRecord:
+        """One memory with its provenance and validity (`NotFound` otherwise)."""
+        return await asyncio.to_thread(self.store.get_memory, Scope(tenant), memory_id)
+
+    async def update_memory(
+        self,
+        tenant: str,
+        memory_id: str,
+        *,
+        content: str | None = None,
+        type: MemoryType | str | None = None,
+        priority: int | None = None,
+    ) -> MemoryRecord:
+        """Correct a current memory: a new version (mode `manual`) supersedes it."""
+        updated = await asyncio.to_thread(
+            manual.update_memory, self.store, Scope(tenant), memory_id, now=self.clock.now(),
+            max_chars=self.settings.max_turn_chars, content=content,
+            memory_type=None if type is None else MemoryType(type), priority=priority,
+        )  # fmt: skip
+        self.start_background()
+        return updated
+
+    async def forget_memory(self, tenant: str, memory_id: str) -> MemoryRecord:
+        """End a memory's validity now: out of search and recall, kept in its history."""
+        return await asyncio.to_thread(
+            manual.forget_memory, self.store, Scope(tenant), memory_id, now=self.clock.now()
+        )
+
+    async def memory_history(self, tenant: str, memory_id: str) -> list[MemoryRecord]:
+        """Every version of a memory, oldest first."""
+        return await asyncio.to_thread(
+            self._layer_store().memory_history, Scope(tenant), memory_id
+        )
+
+    async def scenes(self, tenant: str) -> list[Scene]:
+        """The current L2 scenes, hottest first."""
+        return await asyncio.to_thread(self._layer_store().current_scenes, Scope(tenant))
+
+    async def scene_history(self, tenant: str, scene_id: str) -> list[Scene]:
+        """Every version of one scene, oldest first."""
+        return await asyncio.to_thread(self._layer_store().scene_history, Scope(tenant), scene_id)
+
+    async def profile(self, tenant: str) -> Profile | None:
+        """The L3 profile, or None until the layers have written one."""
+        return await asyncio.to_thread(self._layer_store().profile, Scope(tenant))
+
+    async def profile_history(self, tenant: str) -> list[Profile]:
+        """Every version of the profile, oldest first."""
+        return await asyncio.to_thread(self._layer_store().profile_history, Scope(tenant))
+
+    def _layer_store(self) -> LayerStore:
+        if self.layers is None:
+            raise ConfigError("the memory layers need the embedded (SQLite) store")
+        return self.layers
+
+    # -- context offload -------------------------------------------------------------------
+    @property
+    def embedded_offload(self) -> EmbeddedOffload:
+        """Context offload over this memory's store; its stages run in this process."""
+        if self._offload is None:
+            if not isinstance(self.store, SqliteStore):
+                raise ConfigError("context offload needs the embedded (SQLite) store")
+            self._offload = EmbeddedOffload(self.store, self.clock, self.llm)
+        return self._offload
+
+    async def offload_tool_results(
+        self, tenant: str, session: str, pairs: Sequence[ToolPair | Mapping[str, Any]]
+    ) -> IngestResult:
+        """Finished tool calls to offload (idempotent by `call_id`); the summaries, task
+        judgment and diagrams run in the background."""
+        result = await self.embedded_offload.offload.ingest(tenant, session, pairs)
+        self.embedded_offload.poke()
+        return result
+
+    async def offload_user_message(
+        self,
+        tenant: str,
+        session: str,
+        text: str,
+        *,
+        id: str | None = None,
+        timestamp: float | None = None,
+    ) -> str:
+        """A user message, a possible task boundary; returns its id."""
+        found = await self.embedded_offload.offload.user_message(
+            tenant, session, text, message_id=id, timestamp=timestamp
+        )
+        self.embedded_offload.poke()
+        return found
+
+    async def compact(
+        self,
+        tenant: str,
+        session: str,
+        messages: Sequence[Mapping[str, Any]],
+        budget_tokens: int,
+    ) -> Compaction:
+        """`messages` (OpenAI chat format) compacted for `budget_tokens`."""
+        return await self.embedded_offload.offload.compact(
+            tenant, session, messages, budget_tokens
+        )
+
+    async def offload_entries(self, tenant: str, session: str) -> list[Entry]:
+        """The session's offloaded calls: summary, 0-10 score, ref, task and diagram node."""
+        return await self.embedded_offload.offload.entries(tenant, session)
+
+    async def offload_diagrams(self, tenant: str, session: str) -> DiagramsView:
+        """The session's tasks and their Mermaid diagrams."""
+        return await self.embedded_offload.offload.diagrams(tenant, session)
+
+    async def read_back(
+        self, tenant: str, ref_id: str, *, query: str | None = None, max_tokens: int | None = None
+    ) -> ReadBack:
+        """The exact tool result behind a ref, or the slice around `query`."""
+        return await self.embedded_offload.offload.read_back(
+            tenant, ref_id, query=query, max_tokens=max_tokens
+        )
+
+    async def run_offload(self, *, flush: bool = True) -> int:
+        """Run the offload stages that wait now (with `flush`, those waiting for a timer too),
+        instead of in the background; returns how many ran."""
+        return len((await self.embedded_offload.run(flush=flush)).done)
+
     # -- embeddings --------------------------------------------------------------------------
     async def embed_pending(
         self, max_records: int | None = None, progress: ProgressFn | None = None
@@ -320,6 +514,8 @@ class AsyncMemory:
         """Stop background work; with `drain`, embed what is still pending first."""
         if self._backfill is not None:
             await self._backfill.stop()
+        if self._offload is not None:
+            await self._offload.stop()
         if drain:
             await self.embed_pending()
         if self.embedder is not None and self._owns_embedder:

@@ -59,6 +59,8 @@ def probes(alice: Alice) -> list[Probe]:
         Probe("POST", "/v1/capture", 200, {"session": SESSION, "messages": [
             message(f"{SECRET} from bob", id="m-1")]}),
         Probe("POST", "/v1/recall", 200, {"query": SECRET, "session": SESSION}),
+        Probe("POST", "/v1/search", 200, words),
+        Probe("GET", "/v1/whoami", 200),
         Probe("POST", "/v1/search/memories", 200, words),
         Probe("POST", "/v1/search/conversations", 200, words),
         Probe("GET", "/v1/stats", 200),
@@ -166,7 +168,7 @@ async def _view(client: httpx.AsyncClient, alice: Alice) -> dict[str, Any]:
             f"/v1/offload/refs/{alice.ref_id}", "/v1/failures",
             f"/v1/failures/{alice.failure_id}"]
     view = {path: (await client.get(path, headers=headers)).json() for path in gets}
-    for path in ("/v1/search/conversations", "/v1/search/memories", "/v1/recall"):
+    for path in ("/v1/search", "/v1/search/conversations", "/v1/search/memories", "/v1/recall"):
         found = (await client.post(path, json=query, headers=headers)).json()
         view[path] = {"hits": _unranked(found["hits"]), "stable": found.get("stable")}
     for path in ("/v1/admin/tenants", f"/v1/admin/tenants/{alice.caller.tenant}/keys"):

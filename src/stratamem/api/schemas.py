@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stratamem.domain import MemoryType
+from stratamem.domain import Layer, MemoryType
 
 Ident = Annotated[str, Field(min_length=1, max_length=128, examples=["s1"])]
 Query = Annotated[str, Field(min_length=1, max_length=10_000, examples=["what is my dog's name?"])]
@@ -24,7 +24,9 @@ class Strict(BaseModel):
 
 class MessageIn(Strict):
     role: str = Field(
-        max_length=32, description="user, assistant, system or tool.", examples=["user"]
+        max_length=32,
+        description="user, assistant, system or tool (human, ai and bot are taken as aliases).",
+        examples=["user"],
     )
     content: str = Field(description="The message, verbatim.", examples=["I adopted a dog"])
     speaker: str | None = Field(None, max_length=200, description="Who said it (a name).")
@@ -88,8 +90,21 @@ class SearchMemoriesIn(SearchConversationsIn):
     as_of: Time = None
 
 
+class SearchIn(SearchMemoriesIn):
+    layers: list[Layer] = Field(
+        default_factory=lambda: [Layer.L1, Layer.L0],
+        min_length=1,
+        max_length=2,
+        description="L1 memories, L0 conversation turns, or both, fused into one ranking.",
+    )
+
+
 class HitsOut(BaseModel):
     hits: list[HitOut]
+
+
+class WhoAmIOut(BaseModel):
+    tenant: str
 
 
 class HealthOut(BaseModel):

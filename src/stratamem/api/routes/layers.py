@@ -3,12 +3,11 @@ profile, and flushing a session through the layers."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
 
-from stratamem.api.deps import ServicesDep, TenantDep
+from stratamem.api.deps import MemoryDep, ServicesDep, TenantDep
 from stratamem.api.schemas import (
     ERRORS,
     CurrentProfileOut,
@@ -21,10 +20,8 @@ from stratamem.api.schemas import (
     SceneOut,
 )
 from stratamem.api.views import memory_json, profile_json, scene_json, task_json
-from stratamem.domain import MemoryType, Scope, check_ident
-from stratamem.manual import add_memory, forget_memory, update_memory
+from stratamem.domain import MemoryType, check_ident
 from stratamem.pipeline.task import Task, TaskType
-from stratamem.store.base import Filters
 
 router = APIRouter(prefix="/v1", tags=["layers"], responses=ERRORS)
 
@@ -32,7 +29,7 @@ router = APIRouter(prefix="/v1", tags=["layers"], responses=ERRORS)
 @router.get("/memories", response_model=list[MemoryOut])
 async def list_memories(
     tenant: TenantDep,
-    services: ServicesDep,
+    memory: MemoryDep,
     types: Annotated[list[MemoryType] | None, Query(alias="type")] = None,
     sessions: Annotated[list[Ident] | None, Query(alias="session", max_length=100)] = None,
     as_of: Annotated[float | None, Query(allow_inf_nan=False)] = None,
@@ -40,13 +37,8 @@ async def list_memories(
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
 ) -> list[dict[str, Any]]:
     """Current memories (or those valid at `as_of`), newest first."""
-    filters = Filters(
-        types=None if types is None else tuple(types),
-        sessions=None if sessions is None else tuple(check_ident(s, "session") for s in sessions),
-        as_of=as_of,
-    )
-    found = await asyncio.to_thread(
-        services.memory.store.list_memories, Scope(tenant), filters, limit, offset
+    found = await memory.list_memories(
+        tenant, types=types, sessions=sessions, as_of=as_of, limit=limit, offset=offset
     )
     return [memory_json(m) for m in found]
 
@@ -58,92 +50,72 @@ async def list_memories(
     responses={200: {"model": MemoryOut, "description": "Known already: left as it was."}},
 )
 async def create_memory(
-    body: MemoryIn, tenant: TenantDep, services: ServicesDep, response: Response
+    body: MemoryIn, tenant: TenantDep, memory: MemoryDep, response: Response
 ) -> dict[str, Any]:
     """Remember something the caller states directly (mode `manual`); 200 if it was known."""
-    memory, created = await asyncio.to_thread(
-        add_memory, services.memory.store, Scope(tenant), body.content,
-        memory_type=body.type, now=services.memory.clock.now(),
-        max_chars=services.memory.settings.max_turn_chars, session=body.session,
-        priority=body.priority,
-    )  # fmt: skip
-    if created:
-        services.memory.start_background()
-    else:
+    record, created = await memory.remember(
+        tenant, body.content, type=body.type, session=body.session, priority=body.priority
+    )
+    if not created:
         response.status_code = 200
-    return memory_json(memory)
+    return memory_json(record)
 
 
 @router.get("/memories/{memory_id}", response_model=MemoryOut)
-async def get_memory(memory_id: str, tenant: TenantDep, services: ServicesDep) -> dict[str, Any]:
+async def get_memory(memory_id: str, tenant: TenantDep, memory: MemoryDep) -> dict[str, Any]:
     """One memory with its provenance (`source_turn_ids`) and validity."""
-    found = await asyncio.to_thread(services.memory.store.get_memory, Scope(tenant), memory_id)
-    return memory_json(found)
+    return memory_json(await memory.get_memory(tenant, memory_id))
 
 
 @router.patch("/memories/{memory_id}", response_model=MemoryOut)
 async def patch_memory(
-    memory_id: str, body: MemoryPatch, tenant: TenantDep, services: ServicesDep
+    memory_id: str, body: MemoryPatch, tenant: TenantDep, memory: MemoryDep
 ) -> dict[str, Any]:
     """Correct a current memory: a new version (mode `manual`) supersedes it."""
-    memory = services.memory
-    updated = await asyncio.to_thread(
-        update_memory, memory.store, Scope(tenant), memory_id, now=memory.clock.now(),
-        max_chars=memory.settings.max_turn_chars, content=body.content,
-        memory_type=body.type, priority=body.priority,
-    )  # fmt: skip
-    memory.start_background()
+    updated = await memory.update_memory(
+        tenant, memory_id, content=body.content, type=body.type, priority=body.priority
+    )
     return memory_json(updated)
 
 
 @router.delete("/memories/{memory_id}", response_model=MemoryOut)
-async def delete_memory(
-    memory_id: str, tenant: TenantDep, services: ServicesDep
-) -> dict[str, Any]:
+async def delete_memory(memory_id: str, tenant: TenantDep, memory: MemoryDep) -> dict[str, Any]:
     """Forget a memory: no longer valid from now on (kept in its history, out of recall)."""
-    memory = services.memory
-    forgotten = await asyncio.to_thread(
-        forget_memory, memory.store, Scope(tenant), memory_id, now=memory.clock.now()
-    )
-    return memory_json(forgotten)
+    return memory_json(await memory.forget_memory(tenant, memory_id))
 
 
 @router.get("/memories/{memory_id}/history", response_model=list[MemoryOut])
 async def memory_history(
-    memory_id: str, tenant: TenantDep, services: ServicesDep
+    memory_id: str, tenant: TenantDep, memory: MemoryDep
 ) -> list[dict[str, Any]]:
     """Every version of a memory (what it superseded and what superseded it), oldest first."""
-    found = await asyncio.to_thread(services.layers.memory_history, Scope(tenant), memory_id)
-    return [memory_json(m) for m in found]
+    return [memory_json(m) for m in await memory.memory_history(tenant, memory_id)]
 
 
 @router.get("/scenes", response_model=list[SceneOut])
-async def list_scenes(tenant: TenantDep, services: ServicesDep) -> list[dict[str, Any]]:
+async def list_scenes(tenant: TenantDep, memory: MemoryDep) -> list[dict[str, Any]]:
     """The current scenes, hottest first."""
-    found = await asyncio.to_thread(services.layers.current_scenes, Scope(tenant))
-    return [scene_json(s) for s in found]
+    return [scene_json(s) for s in await memory.scenes(tenant)]
 
 
 @router.get("/scenes/{scene_id}/history", response_model=list[SceneOut])
 async def scene_history(
-    scene_id: str, tenant: TenantDep, services: ServicesDep
+    scene_id: str, tenant: TenantDep, memory: MemoryDep
 ) -> list[dict[str, Any]]:
     """Every version of one scene, oldest first."""
-    found = await asyncio.to_thread(services.layers.scene_history, Scope(tenant), scene_id)
-    return [scene_json(s) for s in found]
+    return [scene_json(s) for s in await memory.scene_history(tenant, scene_id)]
 
 
 @router.get("/profile", response_model=CurrentProfileOut)
-async def profile(tenant: TenantDep, services: ServicesDep) -> dict[str, Any]:
+async def profile(tenant: TenantDep, memory: MemoryDep) -> dict[str, Any]:
     """The L3 profile (null until the layers have written one)."""
-    found = await asyncio.to_thread(services.layers.profile, Scope(tenant))
+    found = await memory.profile(tenant)
     return {"profile": None if found is None else profile_json(found)}
 
 
 @router.get("/profile/history", response_model=list[ProfileOut])
-async def profile_history(tenant: TenantDep, services: ServicesDep) -> list[dict[str, Any]]:
-    found = await asyncio.to_thread(services.layers.profile_history, Scope(tenant))
-    return [profile_json(p) for p in found]
+async def profile_history(tenant: TenantDep, memory: MemoryDep) -> list[dict[str, Any]]:
+    return [profile_json(p) for p in await memory.profile_history(tenant)]
 
 
 @router.post("/sessions/{session}/flush", response_model=FlushOut, status_code=202)

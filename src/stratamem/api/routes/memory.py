@@ -16,7 +16,9 @@ from stratamem.api.schemas import (
     RecallIn,
     RecallOut,
     SearchConversationsIn,
+    SearchIn,
     SearchMemoriesIn,
+    WhoAmIOut,
 )
 from stratamem.domain import Layer, check_ident
 from stratamem.pipeline.timers import clear_session_timers
@@ -45,6 +47,29 @@ async def recall(body: RecallIn, tenant: TenantDep, memory: MemoryDep) -> dict[s
         include_turns=body.include_turns,
     )
     return result.to_json()
+
+
+@router.get("/whoami", response_model=WhoAmIOut)
+async def whoami(tenant: TenantDep) -> dict[str, Any]:
+    """The tenant of the caller's key (what `stratamem.client` checks its calls against)."""
+    return {"tenant": tenant}
+
+
+@router.post("/search", response_model=HitsOut)
+async def search(body: SearchIn, tenant: TenantDep, memory: MemoryDep) -> dict[str, Any]:
+    """Hybrid search over L1 memories and L0 turns (`layers`), fused into one ranking."""
+    hits = await memory.search(
+        tenant,
+        body.query,
+        k=body.k,
+        layers=tuple(body.layers),
+        types=body.types,
+        sessions=body.sessions,
+        since=body.since,
+        until=body.until,
+        as_of=body.as_of,
+    )
+    return {"hits": [h.to_json() for h in hits]}
 
 
 @router.post("/search/memories", response_model=HitsOut)
