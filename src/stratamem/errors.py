@@ -62,6 +62,10 @@ class Throttled(StratamemError):
     retry_after_s: float | None = None
 
 
+class Unreachable(StratamemError):
+    """A service could not be reached, or did not answer within the timeout (client side)."""
+
+
 class LLMError(StratamemError):
     """An LLM endpoint failed or returned output that could not be validated."""
 

@@ -42,10 +42,6 @@ class RetryPolicy:
         return float(min(self.base_delay_s * 2 ** (attempt - 1), self.max_delay_s))
 
 
-def is_retryable(response: httpx.Response) -> bool:
-    return response.status_code in RETRYABLE_STATUS
-
-
 def parse_retry_after(value: str | None, now_s: float) -> float | None:
     """Seconds to wait from a Retry-After header (delta-seconds or HTTP date), or None."""
     if value is None or not value.strip():
@@ -68,8 +64,10 @@ async def send_with_retry(
     *,
     sleep: Sleep = asyncio.sleep,
     clock: Clock | None = None,
+    retry_on: frozenset[int] = RETRYABLE_STATUS,
 ) -> httpx.Response:
-    """Call `send` until it returns a response that is not 429/5xx, or retrying must stop.
+    """Call `send` until it returns a response whose status is not in `retry_on` (by default
+    429 and 5xx), or retrying must stop.
 
     Returns the last response in every case; the caller checks its status. Transport errors
     (timeouts, refused connections) propagate unchanged: they are not retried here.
@@ -78,7 +76,7 @@ async def send_with_retry(
     attempt = 1
     while True:
         response = await send()
-        if not is_retryable(response) or attempt >= policy.max_attempts:
+        if response.status_code not in retry_on or attempt >= policy.max_attempts:
             return response
         delay_s = _delay_for(response, attempt, policy, now())
         if delay_s is None:

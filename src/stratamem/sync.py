@@ -1,7 +1,8 @@
-"""`Memory`: the synchronous facade over `AsyncMemory`, for scripts and notebooks.
+"""The synchronous facade, for scripts and notebooks: `Memory` over the embedded `AsyncMemory`,
+and (in `stratamem.client`) `Client` over the service's `AsyncClient`.
 
-It runs the async core on an event loop in a private thread and waits for each call; it holds no
-logic of its own.
+`SyncFacade` runs any `MemoryAPI` on an event loop in a private thread and waits for each call;
+it holds no logic of its own, so the embedded memory and the client share one facade.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from stratamem.capture import CaptureResult
 from stratamem.clock import Clock
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory, ProgressFn, Recall
-from stratamem.domain import Hit, Message
+from stratamem.domain import Hit, MemoryRecord, Message, Profile, Scene
 from stratamem.embed.base import Embedder
 from stratamem.layers.service import FlushResult
+from stratamem.offload import Compaction, DiagramsView, Entry, IngestResult, ReadBack, ToolPair
+from stratamem.protocol import MemoryAPI
 
 T = TypeVar("T")
 
@@ -39,8 +42,107 @@ class _LoopThread:
         self.loop.close()
 
 
-class Memory:
-    """Synchronous stratamem: `Memory(data_dir=...)`, then `capture`, `search`, `recall`."""
+class SyncFacade:
+    """Each method waits for the same-named coroutine of `core` (see `MemoryAPI`)."""
+
+    core: MemoryAPI
+
+    def __init__(self) -> None:
+        self._portal = _LoopThread()
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._portal.run(coro)
+
+    def capture(
+        self, tenant: str, session: str, messages: Sequence[Message | Mapping[str, Any]]
+    ) -> CaptureResult:
+        return self._run(self.core.capture(tenant, session, messages))
+
+    def search(self, tenant: str, query: str, **options: Any) -> list[Hit]:
+        return self._run(self.core.search(tenant, query, **options))
+
+    def recall(self, tenant: str, query: str, **options: Any) -> Recall:
+        return self._run(self.core.recall(tenant, query, **options))
+
+    def flush(self, tenant: str, session: str) -> FlushResult:
+        return self._run(self.core.flush(tenant, session))
+
+    def stats(self, tenant: str) -> dict[str, Any]:
+        return self._run(self.core.stats(tenant))
+
+    def erase_session(self, tenant: str, session: str) -> dict[str, int]:
+        """See `AsyncMemory.erase_session`."""
+        return self._run(self.core.erase_session(tenant, session))
+
+    def add_memory(self, tenant: str, content: str, **options: Any) -> MemoryRecord:
+        return self._run(self.core.add_memory(tenant, content, **options))
+
+    def list_memories(self, tenant: str, **options: Any) -> list[MemoryRecord]:
+        return self._run(self.core.list_memories(tenant, **options))
+
+    def get_memory(self, tenant: str, memory_id: str) -> MemoryRecord:
+        return self._run(self.core.get_memory(tenant, memory_id))
+
+    def update_memory(self, tenant: str, memory_id: str, **changes: Any) -> MemoryRecord:
+        return self._run(self.core.update_memory(tenant, memory_id, **changes))
+
+    def forget_memory(self, tenant: str, memory_id: str) -> MemoryRecord:
+        return self._run(self.core.forget_memory(tenant, memory_id))
+
+    def memory_history(self, tenant: str, memory_id: str) -> list[MemoryRecord]:
+        return self._run(self.core.memory_history(tenant, memory_id))
+
+    def scenes(self, tenant: str) -> list[Scene]:
+        return self._run(self.core.scenes(tenant))
+
+    def scene_history(self, tenant: str, scene_id: str) -> list[Scene]:
+        return self._run(self.core.scene_history(tenant, scene_id))
+
+    def profile(self, tenant: str) -> Profile | None:
+        return self._run(self.core.profile(tenant))
+
+    def profile_history(self, tenant: str) -> list[Profile]:
+        return self._run(self.core.profile_history(tenant))
+
+    def offload_tool_results(
+        self, tenant: str, session: str, pairs: Sequence[ToolPair | Mapping[str, Any]]
+    ) -> IngestResult:
+        return self._run(self.core.offload_tool_results(tenant, session, pairs))
+
+    def offload_user_message(self, tenant: str, session: str, text: str, **options: Any) -> str:
+        return self._run(self.core.offload_user_message(tenant, session, text, **options))
+
+    def compact(
+        self, tenant: str, session: str, messages: Sequence[Mapping[str, Any]], budget_tokens: int
+    ) -> Compaction:
+        return self._run(self.core.compact(tenant, session, messages, budget_tokens))
+
+    def offload_entries(self, tenant: str, session: str) -> list[Entry]:
+        return self._run(self.core.offload_entries(tenant, session))
+
+    def offload_diagrams(self, tenant: str, session: str) -> DiagramsView:
+        return self._run(self.core.offload_diagrams(tenant, session))
+
+    def read_back(self, tenant: str, ref_id: str, **options: Any) -> ReadBack:
+        return self._run(self.core.read_back(tenant, ref_id, **options))
+
+    def close(self) -> None:
+        try:
+            self._run(self.core.aclose())
+        finally:
+            self._portal.stop()
+
+    def __enter__(self) -> SyncFacade:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class Memory(SyncFacade):
+    """Synchronous stratamem: `Memory(data_dir=...)`, then `capture`, `search`, `recall` …"""
+
+    core: AsyncMemory
 
     def __init__(
         self,
@@ -54,7 +156,7 @@ class Memory:
         if overrides:
             base = settings.model_dump() if settings else {}
             settings = Settings(**{**base, **overrides})
-        self._portal = _LoopThread()
+        super().__init__()
         try:
             self.core = AsyncMemory.open(
                 settings, embedder=embedder, clock=clock, verify_embedding=verify_embedding
@@ -63,10 +165,8 @@ class Memory:
             self._portal.stop()
             raise
 
-    def capture(
-        self, tenant: str, session: str, messages: Sequence[Message | Mapping[str, Any]]
-    ) -> CaptureResult:
-        return self._portal.run(self.core.capture(tenant, session, messages))
+    def __enter__(self) -> Memory:
+        return self
 
     def import_batches(
         self,
@@ -74,44 +174,30 @@ class Memory:
         batches: Sequence[tuple[str, Sequence[Message | Mapping[str, Any]]]],
         progress: ProgressFn | None = None,
     ) -> CaptureResult:
-        return self._portal.run(self.core.import_batches(tenant, batches, progress))
+        return self._run(self.core.import_batches(tenant, batches, progress))
 
-    def search(self, tenant: str, query: str, **options: Any) -> list[Hit]:
-        return self._portal.run(self.core.search(tenant, query, **options))
-
-    def recall(self, tenant: str, query: str, **options: Any) -> Recall:
-        return self._portal.run(self.core.recall(tenant, query, **options))
-
-    def flush(self, tenant: str, session: str) -> FlushResult:
-        return self._portal.run(self.core.flush(tenant, session))
+    def stats(self, tenant: str | None = None) -> dict[str, Any]:
+        """Counts of one tenant, or (`None`) of the whole store."""
+        return self._run(self.core.stats(tenant))
 
     def embed_pending(
         self, max_records: int | None = None, progress: ProgressFn | None = None
     ) -> int:
-        return self._portal.run(self.core.embed_pending(max_records, progress))
+        return self._run(self.core.embed_pending(max_records, progress))
 
     def reindex(self, progress: ProgressFn | None = None) -> int:
-        return self._portal.run(self.core.reindex(progress))
-
-    def erase_session(self, tenant: str, session: str) -> dict[str, int]:
-        """See `AsyncMemory.erase_session`."""
-        return self._portal.run(self.core.erase_session(tenant, session))
+        return self._run(self.core.reindex(progress))
 
     def erase_tenant(self, tenant: str) -> dict[str, int]:
         """See `AsyncMemory.erase_tenant`."""
-        return self._portal.run(self.core.erase_tenant(tenant))
+        return self._run(self.core.erase_tenant(tenant))
 
-    def stats(self, tenant: str | None = None) -> dict[str, Any]:
-        return self._portal.run(self.core.stats(tenant))
+    def run_offload(self, *, flush: bool = True) -> int:
+        """See `AsyncMemory.run_offload`."""
+        return self._run(self.core.run_offload(flush=flush))
 
     def close(self, drain: bool = False) -> None:
         try:
-            self._portal.run(self.core.aclose(drain=drain))
+            self._run(self.core.aclose(drain=drain))
         finally:
             self._portal.stop()
-
-    def __enter__(self) -> Memory:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

@@ -182,6 +182,7 @@ class MemoryOut(BaseModel):
     created_at: float
     updated_at: float
     mode: str
+    metadata: dict[str, Any] = Field(description="What made it (e.g. `made_by`).")
 
 
 class SceneOut(BaseModel):

@@ -24,6 +24,7 @@ def memory_json(memory: MemoryRecord) -> dict[str, Any]:
         "created_at": memory.created_at,
         "updated_at": memory.updated_at,
         "mode": memory.mode.value,
+        "metadata": memory.metadata,
     }
 
 

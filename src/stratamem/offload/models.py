@@ -156,6 +156,7 @@ class Diagram:
             "long_task": self.long_task,
             "mermaid": self.mermaid,
             "version": self.version,
+            "created_at": self.created_at,
             "updated_at": self.updated_at,
         }
 
