@@ -132,7 +132,7 @@ async def test_a_timeout_is_unreachable_not_a_hang() -> None:
 
 
 def test_the_client_error_table_inverts_the_service_table() -> None:
-    for family, status, kind in STATUS_OF_ERROR:
+    for _family, status, kind in STATUS_OF_ERROR:
         raised = ERROR_OF_TYPE[kind]  # every type the service sends is known
         same_kind = [f for f, _, k in STATUS_OF_ERROR if k == kind]
         assert any(issubclass(raised, f) or issubclass(f, raised) for f in same_kind), kind
