@@ -282,11 +282,12 @@ class AsyncMemory:
         type: MemoryType | str = MemoryType.PERSONA,
         session: str | None = None,
         priority: int = 50,
+        metadata: Mapping[str, Any] | None = None,
     ) -> MemoryRecord:
-        """Remember what the caller states directly (mode `manual`); stating it again returns
-        the memory already known."""
+        """Remember what the caller states directly (mode `manual`); stating it again (with the
+        same metadata) returns the memory already known."""
         record, _ = await self.remember(
-            tenant, content, type=type, session=session, priority=priority
+            tenant, content, type=type, session=session, priority=priority, metadata=metadata
         )
         return record
 
@@ -298,12 +299,14 @@ class AsyncMemory:
         type: MemoryType | str = MemoryType.PERSONA,
         session: str | None = None,
         priority: int = 50,
+        metadata: Mapping[str, Any] | None = None,
     ) -> tuple[MemoryRecord, bool]:
         """`add_memory`, and whether the memory was new."""
         record, created = await asyncio.to_thread(
             manual.add_memory, self.store, Scope(tenant), content,
             memory_type=MemoryType(type), now=self.clock.now(),
             max_chars=self.settings.max_turn_chars, session=session, priority=priority,
+            metadata=metadata,
         )  # fmt: skip
         if created:
             self.start_background()

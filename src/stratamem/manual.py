@@ -11,9 +11,12 @@ is written, so an edit never forks a memory's history.
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
-from stratamem.capture import strip_injected
+from stratamem.capture import MAX_METADATA_CHARS, strip_injected
 from stratamem.domain import MemoryRecord, MemoryType, Mode, Scope, check_ident
 from stratamem.errors import InvalidInput, NotFound
 from stratamem.store.base import Store
@@ -21,9 +24,14 @@ from stratamem.store.base import Store
 MIN_PRIORITY, MAX_PRIORITY = 0, 100
 
 
-def manual_memory_id(tenant: str, memory_type: MemoryType, content: str) -> str:
-    digest = hashlib.sha256(f"{tenant}\x1f{memory_type.value}\x1f{content}".encode()).hexdigest()
-    return f"m_{digest[:24]}"
+def manual_memory_id(
+    tenant: str, memory_type: MemoryType, content: str, metadata_json: str = ""
+) -> str:
+    """Derived from what was stated (and its metadata, when it has some)."""
+    base = f"{tenant}\x1f{memory_type.value}\x1f{content}"
+    if metadata_json:
+        base += f"\x1f{metadata_json}"
+    return f"m_{hashlib.sha256(base.encode()).hexdigest()[:24]}"
 
 
 def add_memory(
@@ -36,24 +44,45 @@ def add_memory(
     max_chars: int,
     session: str | None = None,
     priority: int = 50,
+    metadata: Mapping[str, Any] | None = None,
 ) -> tuple[MemoryRecord, bool]:
-    """Store one memory; returns it and whether it was new (an existing one is left as it is)."""
+    """Store one memory; returns it and whether it was new (a current one is left as it is;
+    a forgotten one stated again is stored anew, under a new id)."""
     text = _checked_text(content, max_chars)
     if session is not None:
         check_ident(session, "session")
     if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
         raise InvalidInput(f"priority must be {MIN_PRIORITY}-{MAX_PRIORITY}, not {priority}")
-    memory_id = manual_memory_id(scope.tenant, memory_type, text)
+    extra = _checked_metadata(metadata)
+    memory_id = manual_memory_id(scope.tenant, memory_type, text, extra)
     try:
-        return store.get_memory(scope, memory_id), False
+        known = store.get_memory(scope, memory_id)
     except NotFound:
-        pass
+        known = None
+    if known is not None:
+        if known.is_current:
+            return known, False
+        memory_id = manual_memory_id(scope.tenant, memory_type, text, f"{extra}\x1f{now!r}")
     record = MemoryRecord(
         id=memory_id, tenant=scope.tenant, type=memory_type, content=text, priority=priority,
         session=session, valid_from=now, created_at=now, updated_at=now, mode=Mode.MANUAL,
+        metadata=dict(metadata or {}),
     )  # fmt: skip
     store.upsert_memories(scope, [record])
     return record, True
+
+
+def _checked_metadata(metadata: Mapping[str, Any] | None) -> str:
+    """The metadata as canonical JSON ("" for none), within the size capture allows."""
+    if not metadata:
+        return ""
+    try:
+        encoded = json.dumps(metadata, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"metadata is not JSON: {exc}") from exc
+    if len(encoded) > MAX_METADATA_CHARS:
+        raise InvalidInput(f"metadata is {len(encoded)} characters, more than {MAX_METADATA_CHARS}")
+    return encoded
 
 
 def _checked_text(content: str, max_chars: int) -> str:

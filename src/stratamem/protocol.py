@@ -64,6 +64,7 @@ class MemoryAPI(Protocol):
         type: MemoryType | str = MemoryType.PERSONA,
         session: str | None = None,
         priority: int = 50,
+        metadata: Mapping[str, Any] | None = None,
     ) -> MemoryRecord: ...
 
     async def list_memories(

@@ -69,6 +69,10 @@ async def _scenario(side: Side) -> list[Any]:
     updated = await api.update_memory(TENANT, stated.id, content="Prefers green tea", priority=70)
     seen += [updated, await api.memory_history(TENANT, updated.id)]
     seen.append(await api.forget_memory(TENANT, updated.id))
+    again = await api.add_memory(TENANT, "Prefers green tea", priority=70)
+    assert again.id != updated.id and again.is_current  # a forgotten fact stated anew
+    seen.append(again)
+    seen.append(await api.add_memory(TENANT, "Prefers tea to coffee", metadata={"key": "k1"}))
     seen.append(await api.list_memories(TENANT, limit=100))
     seen.append(await api.list_memories(TENANT, types=["persona"], as_of=updated.valid_from))
     seen += [await api.scenes(TENANT), await api.profile(TENANT), await api.profile_history(TENANT)]

@@ -159,6 +159,9 @@ class MemoryIn(Strict):
     type: MemoryType = MemoryType.PERSONA
     session: Ident | None = None
     priority: int = Field(50, strict=True, ge=0, le=100)
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="Kept with the memory (part of its identity)."
+    )
 
 
 class MemoryPatch(Strict):

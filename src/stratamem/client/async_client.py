@@ -158,8 +158,10 @@ class AsyncClient:
         type: MemoryType | str = MemoryType.PERSONA,
         session: str | None = None,
         priority: int = 50,
+        metadata: Mapping[str, Any] | None = None,
     ) -> MemoryRecord:
-        body = _present(content=content, type=str(type), session=session, priority=priority)
+        body = _present(content=content, type=str(type), session=session, priority=priority,
+                        metadata=None if metadata is None else dict(metadata))  # fmt: skip
         answer = await self._call(tenant, "POST", "/v1/memories", json=body)
         return records.memory(answer, tenant)
 

@@ -54,8 +54,9 @@ async def create_memory(
 ) -> dict[str, Any]:
     """Remember something the caller states directly (mode `manual`); 200 if it was known."""
     record, created = await memory.remember(
-        tenant, body.content, type=body.type, session=body.session, priority=body.priority
-    )
+        tenant, body.content, type=body.type, session=body.session, priority=body.priority,
+        metadata=body.metadata,
+    )  # fmt: skip
     if not created:
         response.status_code = 200
     return memory_json(record)
