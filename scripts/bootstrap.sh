@@ -11,4 +11,4 @@ fi
 "$venv/bin/python" -m pip install --quiet "torch==2.13.0"
 echo "torch==2.13.0" > "$venv/torch-constraint.txt"
 "$venv/bin/python" -m pip install --quiet -c "$venv/torch-constraint.txt" \
-    -e ".[local,redis,server,eval,bench,mem0,dev]"
+    -e ".[local,redis,server,eval,bench,mem0,integrations,dev]"

@@ -50,85 +50,92 @@ class SyncFacade:
     def __init__(self) -> None:
         self._portal = _LoopThread()
 
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine over `core` on the facade's loop and wait for it (from any thread
+        without a running loop); adapters call the async core through this."""
         return self._portal.run(coro)
+
+    async def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
+        """The same from async code running on another event loop."""
+        future = asyncio.run_coroutine_threadsafe(coro, self._portal.loop)
+        return await asyncio.wrap_future(future)
 
     def capture(
         self, tenant: str, session: str, messages: Sequence[Message | Mapping[str, Any]]
     ) -> CaptureResult:
-        return self._run(self.core.capture(tenant, session, messages))
+        return self.run(self.core.capture(tenant, session, messages))
 
     def search(self, tenant: str, query: str, **options: Any) -> list[Hit]:
-        return self._run(self.core.search(tenant, query, **options))
+        return self.run(self.core.search(tenant, query, **options))
 
     def recall(self, tenant: str, query: str, **options: Any) -> Recall:
-        return self._run(self.core.recall(tenant, query, **options))
+        return self.run(self.core.recall(tenant, query, **options))
 
     def flush(self, tenant: str, session: str) -> FlushResult:
-        return self._run(self.core.flush(tenant, session))
+        return self.run(self.core.flush(tenant, session))
 
     def stats(self, tenant: str) -> dict[str, Any]:
-        return self._run(self.core.stats(tenant))
+        return self.run(self.core.stats(tenant))
 
     def erase_session(self, tenant: str, session: str) -> dict[str, int]:
         """See `AsyncMemory.erase_session`."""
-        return self._run(self.core.erase_session(tenant, session))
+        return self.run(self.core.erase_session(tenant, session))
 
     def add_memory(self, tenant: str, content: str, **options: Any) -> MemoryRecord:
-        return self._run(self.core.add_memory(tenant, content, **options))
+        return self.run(self.core.add_memory(tenant, content, **options))
 
     def list_memories(self, tenant: str, **options: Any) -> list[MemoryRecord]:
-        return self._run(self.core.list_memories(tenant, **options))
+        return self.run(self.core.list_memories(tenant, **options))
 
     def get_memory(self, tenant: str, memory_id: str) -> MemoryRecord:
-        return self._run(self.core.get_memory(tenant, memory_id))
+        return self.run(self.core.get_memory(tenant, memory_id))
 
     def update_memory(self, tenant: str, memory_id: str, **changes: Any) -> MemoryRecord:
-        return self._run(self.core.update_memory(tenant, memory_id, **changes))
+        return self.run(self.core.update_memory(tenant, memory_id, **changes))
 
     def forget_memory(self, tenant: str, memory_id: str) -> MemoryRecord:
-        return self._run(self.core.forget_memory(tenant, memory_id))
+        return self.run(self.core.forget_memory(tenant, memory_id))
 
     def memory_history(self, tenant: str, memory_id: str) -> list[MemoryRecord]:
-        return self._run(self.core.memory_history(tenant, memory_id))
+        return self.run(self.core.memory_history(tenant, memory_id))
 
     def scenes(self, tenant: str) -> list[Scene]:
-        return self._run(self.core.scenes(tenant))
+        return self.run(self.core.scenes(tenant))
 
     def scene_history(self, tenant: str, scene_id: str) -> list[Scene]:
-        return self._run(self.core.scene_history(tenant, scene_id))
+        return self.run(self.core.scene_history(tenant, scene_id))
 
     def profile(self, tenant: str) -> Profile | None:
-        return self._run(self.core.profile(tenant))
+        return self.run(self.core.profile(tenant))
 
     def profile_history(self, tenant: str) -> list[Profile]:
-        return self._run(self.core.profile_history(tenant))
+        return self.run(self.core.profile_history(tenant))
 
     def offload_tool_results(
         self, tenant: str, session: str, pairs: Sequence[ToolPair | Mapping[str, Any]]
     ) -> IngestResult:
-        return self._run(self.core.offload_tool_results(tenant, session, pairs))
+        return self.run(self.core.offload_tool_results(tenant, session, pairs))
 
     def offload_user_message(self, tenant: str, session: str, text: str, **options: Any) -> str:
-        return self._run(self.core.offload_user_message(tenant, session, text, **options))
+        return self.run(self.core.offload_user_message(tenant, session, text, **options))
 
     def compact(
         self, tenant: str, session: str, messages: Sequence[Mapping[str, Any]], budget_tokens: int
     ) -> Compaction:
-        return self._run(self.core.compact(tenant, session, messages, budget_tokens))
+        return self.run(self.core.compact(tenant, session, messages, budget_tokens))
 
     def offload_entries(self, tenant: str, session: str) -> list[Entry]:
-        return self._run(self.core.offload_entries(tenant, session))
+        return self.run(self.core.offload_entries(tenant, session))
 
     def offload_diagrams(self, tenant: str, session: str) -> DiagramsView:
-        return self._run(self.core.offload_diagrams(tenant, session))
+        return self.run(self.core.offload_diagrams(tenant, session))
 
     def read_back(self, tenant: str, ref_id: str, **options: Any) -> ReadBack:
-        return self._run(self.core.read_back(tenant, ref_id, **options))
+        return self.run(self.core.read_back(tenant, ref_id, **options))
 
     def close(self) -> None:
         try:
-            self._run(self.core.aclose())
+            self.run(self.core.aclose())
         finally:
             self._portal.stop()
 
@@ -174,30 +181,30 @@ class Memory(SyncFacade):
         batches: Sequence[tuple[str, Sequence[Message | Mapping[str, Any]]]],
         progress: ProgressFn | None = None,
     ) -> CaptureResult:
-        return self._run(self.core.import_batches(tenant, batches, progress))
+        return self.run(self.core.import_batches(tenant, batches, progress))
 
     def stats(self, tenant: str | None = None) -> dict[str, Any]:
         """Counts of one tenant, or (`None`) of the whole store."""
-        return self._run(self.core.stats(tenant))
+        return self.run(self.core.stats(tenant))
 
     def embed_pending(
         self, max_records: int | None = None, progress: ProgressFn | None = None
     ) -> int:
-        return self._run(self.core.embed_pending(max_records, progress))
+        return self.run(self.core.embed_pending(max_records, progress))
 
     def reindex(self, progress: ProgressFn | None = None) -> int:
-        return self._run(self.core.reindex(progress))
+        return self.run(self.core.reindex(progress))
 
     def erase_tenant(self, tenant: str) -> dict[str, int]:
         """See `AsyncMemory.erase_tenant`."""
-        return self._run(self.core.erase_tenant(tenant))
+        return self.run(self.core.erase_tenant(tenant))
 
     def run_offload(self, *, flush: bool = True) -> int:
         """See `AsyncMemory.run_offload`."""
-        return self._run(self.core.run_offload(flush=flush))
+        return self.run(self.core.run_offload(flush=flush))
 
     def close(self, drain: bool = False) -> None:
         try:
-            self._run(self.core.aclose(drain=drain))
+            self.run(self.core.aclose(drain=drain))
         finally:
             self._portal.stop()

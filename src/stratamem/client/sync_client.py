@@ -23,7 +23,7 @@ class Client(SyncFacade):
 
     def tenant(self) -> str:
         """The tenant of this client's key."""
-        return self._run(self.core.tenant())
+        return self.run(self.core.tenant())
 
     def __enter__(self) -> Client:
         return self
