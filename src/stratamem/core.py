@@ -25,7 +25,7 @@ from stratamem.domain import (
 )
 from stratamem.embed import make_embedder
 from stratamem.embed.base import Embedder
-from stratamem.errors import ConfigError
+from stratamem.errors import ConfigError, InvalidInput
 from stratamem.layers.service import FlushResult, LayerService
 from stratamem.layers.settings import LayerSettings
 from stratamem.layers.stable import stable_parts
@@ -40,6 +40,8 @@ from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.layers import SqliteLayerStore
 
 ProgressFn = Callable[[int], None]
+#: Most turns one `turns` call returns.
+MAX_TURNS_PAGE = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +274,17 @@ class AsyncMemory:
     async def flush(self, tenant: str, session: str) -> FlushResult:
         """Run the layers for a session now (L1 until caught up, L2, L3) and wait."""
         return await self.layer_service().flush(tenant, session)
+
+    async def turns(
+        self, tenant: str, session: str, *, after_seq: int = 0, limit: int = 100
+    ) -> list[Turn]:
+        """A session's captured turns, verbatim, in order: those with `seq > after_seq`."""
+        check_ident(session, "session")
+        if not 1 <= limit <= MAX_TURNS_PAGE:
+            raise InvalidInput(f"limit must be 1-{MAX_TURNS_PAGE}, not {limit}")
+        return await asyncio.to_thread(
+            self.store.list_turns, Scope(tenant), session, after_seq, limit
+        )
 
     # -- memories, stated and read directly -------------------------------------------------
     async def add_memory(

@@ -13,7 +13,16 @@ from typing import Any, Protocol
 
 from stratamem.capture import CaptureResult
 from stratamem.core import Recall
-from stratamem.domain import Hit, Layer, MemoryRecord, MemoryType, Message, Profile, Scene
+from stratamem.domain import (
+    Hit,
+    Layer,
+    MemoryRecord,
+    MemoryType,
+    Message,
+    Profile,
+    Scene,
+    Turn,
+)
 from stratamem.layers.service import FlushResult
 from stratamem.offload import Compaction, DiagramsView, Entry, IngestResult, ReadBack, ToolPair
 
@@ -49,6 +58,10 @@ class MemoryAPI(Protocol):
         budget_chars: int | None = None,
         include_turns: bool = True,
     ) -> Recall: ...
+
+    async def turns(
+        self, tenant: str, session: str, *, after_seq: int = 0, limit: int = 100
+    ) -> list[Turn]: ...
 
     async def flush(self, tenant: str, session: str) -> FlushResult: ...
 

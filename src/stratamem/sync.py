@@ -16,7 +16,7 @@ from stratamem.capture import CaptureResult
 from stratamem.clock import Clock
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory, ProgressFn, Recall
-from stratamem.domain import Hit, MemoryRecord, Message, Profile, Scene
+from stratamem.domain import Hit, MemoryRecord, Message, Profile, Scene, Turn
 from stratamem.embed.base import Embedder
 from stratamem.layers.service import FlushResult
 from stratamem.offload import Compaction, DiagramsView, Entry, IngestResult, ReadBack, ToolPair
@@ -70,6 +70,9 @@ class SyncFacade:
 
     def recall(self, tenant: str, query: str, **options: Any) -> Recall:
         return self.run(self.core.recall(tenant, query, **options))
+
+    def turns(self, tenant: str, session: str, **options: Any) -> list[Turn]:
+        return self.run(self.core.turns(tenant, session, **options))
 
     def flush(self, tenant: str, session: str) -> FlushResult:
         return self.run(self.core.flush(tenant, session))

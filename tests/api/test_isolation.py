@@ -61,6 +61,7 @@ def probes(alice: Alice) -> list[Probe]:
         Probe("POST", "/v1/recall", 200, {"query": SECRET, "session": SESSION}),
         Probe("POST", "/v1/search", 200, words),
         Probe("GET", "/v1/whoami", 200),
+        Probe("GET", f"/v1/sessions/{SESSION}/turns", 200),
         Probe("POST", "/v1/search/memories", 200, words),
         Probe("POST", "/v1/search/conversations", 200, words),
         Probe("GET", "/v1/stats", 200),
@@ -162,7 +163,8 @@ async def _seed_offload(client: httpx.AsyncClient, services: Services, caller: C
 
 async def _view(client: httpx.AsyncClient, alice: Alice) -> dict[str, Any]:
     headers, query = alice.caller.headers, {"query": SECRET, "k": 20}
-    gets = ["/v1/stats", "/v1/memories", "/v1/scenes", "/v1/profile", "/v1/profile/history",
+    gets = ["/v1/stats", "/v1/memories", f"/v1/sessions/{SESSION}/turns", "/v1/scenes",
+            "/v1/profile", "/v1/profile/history",
             "/v1/pipeline", "/v1/dead-letters", f"/v1/memories/{alice.memory_ids[0]}/history",
             f"/v1/offload/sessions/{SESSION}/entries", f"/v1/offload/sessions/{SESSION}/diagrams",
             f"/v1/offload/refs/{alice.ref_id}", "/v1/failures",

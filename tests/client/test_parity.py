@@ -58,6 +58,8 @@ async def _scenario(side: Side) -> list[Any]:
     turns = [{"role": "user", "content": "I adopted a dog called Biscuit", "id": "u1"},
              {"role": "human", "content": "Always answer in kilometres", "id": "u2"}]  # fmt: skip
     seen.append(await api.capture(TENANT, SESSION, turns))
+    seen.append(await api.turns(TENANT, SESSION))
+    seen.append(await api.turns(TENANT, SESSION, after_seq=1, limit=5))
     seen.append(_found(await api.search(TENANT, "dog Biscuit", k=5)))
     seen.append(_found(await api.search(TENANT, "dog", layers=["L0"], sessions=[SESSION])))
     recalled = await api.recall(TENANT, "what is my dog called?", session=SESSION)

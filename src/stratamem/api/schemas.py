@@ -103,6 +103,17 @@ class HitsOut(BaseModel):
     hits: list[HitOut]
 
 
+class TurnOut(BaseModel):
+    id: str
+    session: str
+    seq: int
+    role: str
+    speaker: str | None
+    text: str
+    timestamp: float
+    metadata: dict[str, Any]
+
+
 class WhoAmIOut(BaseModel):
     tenant: str
 

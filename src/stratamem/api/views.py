@@ -4,8 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from stratamem.domain import MemoryRecord, Profile, Scene
+from stratamem.domain import MemoryRecord, Profile, Scene, Turn
 from stratamem.pipeline.task import DeadLetter, Task
+
+
+def turn_json(turn: Turn) -> dict[str, Any]:
+    """A turn without its tenant (the caller's own)."""
+    return {
+        "id": turn.id,
+        "session": turn.session,
+        "seq": turn.seq,
+        "role": turn.role.value,
+        "speaker": turn.speaker,
+        "text": turn.text,
+        "timestamp": turn.timestamp,
+        "metadata": turn.metadata,
+    }
 
 
 def memory_json(memory: MemoryRecord) -> dict[str, Any]:

@@ -25,7 +25,16 @@ from stratamem.client import records
 from stratamem.client.errors import error_from
 from stratamem.clock import Clock, SystemClock
 from stratamem.core import Recall
-from stratamem.domain import Hit, Layer, MemoryRecord, MemoryType, Message, Profile, Scene
+from stratamem.domain import (
+    Hit,
+    Layer,
+    MemoryRecord,
+    MemoryType,
+    Message,
+    Profile,
+    Scene,
+    Turn,
+)
 from stratamem.errors import ConfigError, Forbidden, Unreachable
 from stratamem.httpretry import RetryPolicy, Sleep, send_with_retry
 from stratamem.layers.service import FlushResult
@@ -135,6 +144,14 @@ class AsyncClient:
         body = _present(query=query, session=session, k=k, budget_chars=budget_chars,
                         include_turns=include_turns)  # fmt: skip
         return records.recall(await self._call(tenant, "POST", "/v1/recall", json=body))
+
+    async def turns(
+        self, tenant: str, session: str, *, after_seq: int = 0, limit: int = 100
+    ) -> list[Turn]:
+        path = f"/v1/sessions/{_seg(session)}/turns"
+        answer = await self._call(tenant, "GET", path, params={"after": after_seq, "limit": limit})
+        found = records.parse_list(dict, answer)
+        return [records.parse(Turn, {**t, "tenant": tenant}) for t in found]
 
     async def flush(self, tenant: str, session: str) -> FlushResult:
         """Run the layers for a session now and wait (`POST …/flush?wait=true`)."""

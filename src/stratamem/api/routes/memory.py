@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from stratamem.api.deps import MemoryDep, ServicesDep, TenantDep
 from stratamem.api.schemas import (
@@ -18,8 +18,11 @@ from stratamem.api.schemas import (
     SearchConversationsIn,
     SearchIn,
     SearchMemoriesIn,
+    TurnOut,
     WhoAmIOut,
 )
+from stratamem.api.views import turn_json
+from stratamem.core import MAX_TURNS_PAGE
 from stratamem.domain import Layer, check_ident
 from stratamem.pipeline.timers import clear_session_timers
 
@@ -114,6 +117,19 @@ async def stats(tenant: TenantDep, memory: MemoryDep) -> dict[str, Any]:
     result = await memory.stats(tenant)
     result.pop("embedding_last_error", None)
     return result
+
+
+@router.get("/sessions/{session}/turns", response_model=list[TurnOut])
+async def turns(
+    session: str,
+    tenant: TenantDep,
+    memory: MemoryDep,
+    after: Annotated[int, Query(ge=0, description="Turns after this sequence number.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_TURNS_PAGE)] = 100,
+) -> list[dict[str, Any]]:
+    """The session's captured turns, verbatim, in order (page with `after` = the last `seq`)."""
+    found = await memory.turns(tenant, session, after_seq=after, limit=limit)
+    return [turn_json(t) for t in found]
 
 
 @router.delete("/sessions/{session}", response_model=ErasedOut)
