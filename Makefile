@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stratamem-installed
 
-.PHONY: run test setup clean
+.PHONY: run test setup clean image-check
 
 run: $(STAMP)
 	./scripts/run-service.sh
@@ -18,6 +18,10 @@ test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 setup: $(STAMP)
+
+# The Dockerfile's build steps in a fresh venv, then its command and health check (minutes).
+image-check: $(STAMP)
+	STRATAMEM_TEST_IMAGE=1 $(PY) -m pytest -q tests/test_container.py
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	./scripts/bootstrap.sh $(VENV)

@@ -83,6 +83,16 @@ def test_stats_json(tmp_path: Path) -> None:
     assert json.loads(out)["L0"] == {"records": 1, "pending_embeddings": 1}
 
 
+def test_stats_is_a_table(tmp_path: Path) -> None:
+    run(tmp_path, "capture", "--tenant", "t1", "--session", "s", "--text", "hello")
+    code, out, _ = run(tmp_path, "stats", "--tenant", "t1")
+    assert code == 0 and "{" not in out
+    header, l0, l1 = out.splitlines()[:3]
+    assert header.split() == ["layer", "records", "pending", "embeddings"]
+    assert l0.split() == ["L0", "turns", "1", "1"] and l1.split() == ["L1", "memories", "0", "0"]
+    assert "sessions   1" in out
+
+
 def test_erase_a_session_then_a_tenant(tmp_path: Path) -> None:
     code, _, _ = run(tmp_path, "import", str(SAMPLE), "--tenant", "maya", "--json")
     assert code == 0

@@ -259,5 +259,23 @@ def stats(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
     if as_json:
         print_json(result)
         return
-    for key, value in result.items():
-        click.echo(f"{key}: {value}")
+    click.echo(stats_table(result))
+
+
+def stats_table(stats: dict[str, Any]) -> str:
+    """The counts as a table: one row per layer, then the store's other figures."""
+    rows = [("layer", "records", "pending embeddings")]
+    for layer, name in (("L0", "L0 turns"), ("L1", "L1 memories")):
+        counts = stats.get(layer) or {}
+        rows.append((name, str(counts.get("records", 0)), str(counts.get("pending_embeddings", 0))))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = [f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}" for r in rows]
+    model = stats.get("embedding_model")
+    embedding = f"{model} ({stats.get('embedding_dim')} dims)" if model else "none yet"
+    lines += ["", f"sessions   {stats.get('sessions', 0)}"]
+    if "tenants" in stats:
+        lines.append(f"tenants    {stats['tenants']}")
+    lines.append(f"embedding  {embedding}")
+    if stats.get("embedding_last_error"):
+        lines.append(f"last embedding error: {stats['embedding_last_error']}")
+    return "\n".join(lines)
