@@ -15,6 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from stratamem.api import Services
 from stratamem.api.mcp_server import build_mcp, fixed_tenant
+from stratamem.api.views import package_version
 from tests.api.conftest import Caller, message
 from tests.api.process import SRC, serving, stratamem
 
@@ -34,6 +35,7 @@ async def test_the_tools_in_process(services: Services, client: httpx.AsyncClien
     await client.post("/v1/capture", json=body, headers=alice.headers)
     server = build_mcp(services.memory, fixed_tenant("alice"))
     async with Client(server) as mcp:
+        assert mcp.server_info.version == package_version() != ""
         assert {t.name for t in (await mcp.list_tools()).tools} == TOOLS
         added = structured(await mcp.call_tool(
             "add_memory", {"content": "Prefers metric units", "type": "instruction"}))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import httpx
+
 from stratamem.api.metrics import Metrics, store_gauges
 
 
@@ -26,3 +28,14 @@ def test_store_gauges_are_totals() -> None:
         "tenants": 2.0, "turns": 3.0, "turns_pending_embeddings": 1.0,
         "memories": 2.0, "memories_pending_embeddings": 0.0,
     }  # fmt: skip
+
+
+async def test_requests_are_labelled_by_route_template(client: httpx.AsyncClient) -> None:
+    await client.get("/openapi.json")
+    await client.get("/v1/memories/m_1", headers={"Authorization": "Bearer nope"})
+    await client.get("/no/such/path")
+    text = (await client.get("/metrics")).text
+    counter = "stratamem_http_requests_total"
+    assert f'{counter}{{method="GET",route="/openapi.json",status="200"}} 1' in text
+    assert 'route="/v1/memories/{memory_id}",status="401"' in text
+    assert 'route="unmatched",status="404"' in text

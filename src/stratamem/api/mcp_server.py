@@ -22,16 +22,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stratamem.api import auth
 from stratamem.api.errors import error_response
-from stratamem.api.views import profile_json
+from stratamem.api.views import package_version, profile_json
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.domain import Layer, MemoryType
 from stratamem.domain import Scope as TenantScope
 from stratamem.errors import Unauthenticated
-from stratamem.manual import add_memory
-from stratamem.offload import InProcessRunner, Offload
+from stratamem.offload import Offload
 from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.offload import SqliteOffloadStore
 from stratamem.store.sqlite.tenants import TenantStore
 
 MCP_PATH = "/mcp"
@@ -75,7 +73,9 @@ def build_mcp(
 ) -> MCPServer:
     """An MCP server with the memory tools (and, with `offload`, the read-back of offloaded
     tool results), each scoped by `tenant_of`."""
-    server: MCPServer = MCPServer("stratamem", instructions=INSTRUCTIONS, log_level="WARNING")
+    server: MCPServer = MCPServer(
+        "stratamem", version=package_version(), instructions=INSTRUCTIONS, log_level="WARNING"
+    )
     for tool in _tools(memory, tenant_of):
         server.add_tool(tool)
     if offload is not None:
@@ -144,13 +144,7 @@ def _add_memory(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[..., Any]:
         """Remember a lasting fact, preference (persona), event (episodic) or standing rule
         (instruction) the user stated."""
         tenant = await tenant_of(ctx)
-        record, created = await asyncio.to_thread(
-            add_memory, memory.store, TenantScope(tenant), content,
-            memory_type=MemoryType(type), now=memory.clock.now(),
-            max_chars=memory.settings.max_turn_chars,
-        )  # fmt: skip
-        if created:
-            memory.start_background()
+        record, created = await memory.remember(tenant, content, type=MemoryType(type))
         return {"id": record.id, "type": record.type.value, "created": created}
 
     add_memory_tool.__name__ = "add_memory"
@@ -208,11 +202,10 @@ def http_route(server: MCPServer, tenants: TenantStore) -> Route:
 
 
 def _read_only_offload(memory: AsyncMemory) -> Offload | None:
-    """Offload for reading refs back (its stages are not run from here)."""
+    """Offload for reading refs back (nothing ingested here starts its stages)."""
     if not isinstance(memory.store, SqliteStore):
         return None
-    store = SqliteOffloadStore(memory.store)
-    return Offload(store, InProcessRunner(memory.clock), clock=memory.clock)
+    return memory.embedded_offload.offload
 
 
 def run_stdio(core: Settings, tenant: str) -> None:

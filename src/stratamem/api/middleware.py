@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 
 from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stratamem.api.errors import error_body
@@ -111,10 +112,15 @@ class RequestMetrics:
 
 
 def _route_of(scope: Scope) -> str:
-    route = scope.get("route")
-    path = getattr(route, "path", None)
+    """The template of the route that answered: FastAPI's routes name themselves in the scope;
+    plain Starlette routes (`/openapi.json`, `/mcp`) are found by matching the app's routes."""
+    path = getattr(scope.get("route"), "path", None)
     if isinstance(path, str):
         return path
-    if str(scope.get("path", "")).startswith("/mcp"):
-        return "/mcp"
+    app = scope.get("app")
+    for route in getattr(getattr(app, "router", None), "routes", ()):
+        if isinstance(route, BaseRoute) and route.matches(scope)[0] is Match.FULL:
+            found = getattr(route, "path", None)
+            if isinstance(found, str):
+                return found
     return "unmatched"

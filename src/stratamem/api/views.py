@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from stratamem.domain import MemoryRecord, Profile, Scene, Turn
 from stratamem.pipeline.task import DeadLetter, Task
+
+
+def package_version() -> str:
+    """The installed stratamem's version (what /v1/health and the MCP server report)."""
+    try:
+        return version("stratamem")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def turn_json(turn: Turn) -> dict[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
@@ -12,22 +11,16 @@ from stratamem.api.deps import ServicesDep
 from stratamem.api.metrics import CONTENT_TYPE, store_gauges
 from stratamem.api.schemas import HealthOut
 from stratamem.api.services import Services
+from stratamem.api.views import package_version
 
 router = APIRouter(tags=["service"])
-
-
-def _version() -> str:
-    try:
-        return version("stratamem")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 @router.get("/v1/health", response_model=HealthOut)
 async def health(services: ServicesDep) -> HealthOut:
     """`ok` when the store answers."""
     await asyncio.to_thread(services.tenants.count_tenants)
-    return HealthOut(status="ok", version=_version())
+    return HealthOut(status="ok", version=package_version())
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
