@@ -4,10 +4,16 @@
     .venv/bin/python examples/agent_loop.py    # in another: a short scripted conversation
     .venv/bin/python examples/agent_loop.py --interactive
 
-Before each model call the loop asks `/v1/recall` for the memories that matter; after each turn
-it captures the user message and the answer with `/v1/capture`; when the conversation ends it
-flushes the session through the memory layers. The "model" here is a stand-in that shows what
-it was given, so the example runs without an LLM: replace `call_model` with your client.
+Before each model call the loop recalls the memories that matter; after each turn it captures
+the user's message and the model's answer; when the conversation ends it flushes the session
+through the memory layers. It uses `stratamem.client.Client`; with the embedded memory instead,
+only the constructor changes (`stratamem.Memory(data_dir=...)`).
+
+The "model" is a stand-in, so the example runs without an LLM: it shows what it was given and
+answers without repeating it. (What a loop captures is the conversation: the user's message and
+the model's answer, never the recalled blocks. An answer that merely restated recalled memories
+would come back at the next recall as conversation, not as the memory it quoted.) Replace
+`call_model` with your LLM client.
 
 Settings: STRATAMEM_URL (default http://127.0.0.1:8420) and STRATAMEM_KEY (default: the key
 `make run` wrote to ./stratamem-data/demo.key).
@@ -21,9 +27,9 @@ import sys
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
-import httpx
+from stratamem import Recall
+from stratamem.client import Client
 
 SCRIPT = [
     "Hi! I'm Maya. I just adopted a dog called Biscuit.",
@@ -32,63 +38,37 @@ SCRIPT = [
 ]
 
 
-class Memory:
-    """The two calls an agent loop needs, and the one at the end of a session."""
-
-    def __init__(self, url: str, key: str) -> None:
-        self.http = httpx.Client(
-            base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30
-        )
-
-    def recall(self, query: str, session: str) -> dict[str, Any]:
-        return self._post("/v1/recall", {"query": query, "session": session})
-
-    def capture(self, session: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """Idempotent: each message carries its own id, so a retried capture stores it once."""
-        return self._post("/v1/capture", {"session": session, "messages": messages})
-
-    def end_session(self, session: str) -> dict[str, Any]:
-        return self._post(f"/v1/sessions/{session}/flush", {})
-
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = self.http.post(path, json=body)
-        if response.is_error:
-            error = response.json().get("error", {})
-            sys.exit(f"{path}: {response.status_code} {error.get('type')}: {error.get('message')}")
-        result: dict[str, Any] = response.json()
-        return result
-
-
 def call_model(system: str, messages: list[dict[str, str]]) -> str:
-    """Stand-in for an LLM call: answers with what the memory put in front of it."""
-    recalled = [line for line in messages[-1]["content"].splitlines() if line.startswith("- [")]
-    if not recalled:
-        return "(model) Noted."
-    return "(model) From memory:\n" + "\n".join(f"  {line}" for line in recalled)
+    """Stand-in for an LLM call: prints what a model would read, answers with a placeholder."""
+    print(f"  [the model reads] system: {system!r}")
+    print(f"  [the model reads] user: {messages[-1]['content']!r}")
+    return "(a model's answer would go here)"
 
 
-def prompt_for(user_text: str, recall: dict[str, Any]) -> tuple[str, list[dict[str, str]]]:
+def prompt_for(user_text: str, recall: Recall) -> tuple[str, list[dict[str, str]]]:
     """The stable block (profile, scenes) goes in the system prompt, where a provider can cache
     it; the per-turn block goes with the user's message. Both are tagged, so capturing the
     prompt text would not store recalled memories again."""
-    system = "You are a helpful assistant.\n" + recall["stable"]
-    turn = f"{recall['context']}\n\n{user_text}" if recall["context"] else user_text
+    system = "You are a helpful assistant.\n" + recall.stable
+    turn = f"{recall.context}\n\n{user_text}" if recall.context else user_text
     return system.strip(), [{"role": "user", "content": turn}]
 
 
-def run(memory: Memory, session: str, user_turns: Iterable[str]) -> None:
+def run(memory: Client, session: str, user_turns: Iterable[str]) -> None:
+    tenant = memory.tenant()  # the key's tenant
     for user_text in user_turns:
-        recall = memory.recall(user_text, session)
+        recall = memory.recall(tenant, user_text, session=session)
         system, messages = prompt_for(user_text, recall)
         answer = call_model(system, messages)
-        print(f"user: {user_text}\n{answer}\n")
-        turn_id = uuid.uuid4().hex
-        memory.capture(session, [
+        print(f"user: {user_text}\nassistant: {answer}\n")
+        turn_id = uuid.uuid4().hex  # each message's own id: a retried capture stores it once
+        memory.capture(tenant, session, [
             {"role": "user", "content": user_text, "id": f"{turn_id}-u"},
             {"role": "assistant", "content": answer, "id": f"{turn_id}-a"},
         ])  # fmt: skip
-    queued = memory.end_session(session)["queued"]
-    print(f"session {session} ended: flush task {queued['id']} queued")
+    flushed = memory.flush(tenant, session)
+    written = sum(r.counts.get("store", 0) for r in flushed.l1)
+    print(f"session {session} ended: the layers wrote {written} memories")
 
 
 def _key() -> str:
@@ -112,8 +92,8 @@ def main() -> None:
     parser.add_argument("--interactive", action="store_true", help="read turns from stdin")
     parser.add_argument("--session", default=f"chat-{uuid.uuid4().hex[:8]}")
     args = parser.parse_args()
-    memory = Memory(os.environ.get("STRATAMEM_URL", "http://127.0.0.1:8420"), _key())
-    run(memory, args.session, _stdin_turns() if args.interactive else SCRIPT)
+    with Client(os.environ.get("STRATAMEM_URL"), _key()) as memory:
+        run(memory, args.session, _stdin_turns() if args.interactive else SCRIPT)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ key_file="$STRATAMEM_DATA_DIR/demo.key"
 
 if [ ! -s "$key_file" ]; then
     mkdir -p "$STRATAMEM_DATA_DIR"
-    stratamem tenants list --json | grep -q '"name": "demo"' || stratamem tenants create demo
+    stratamem tenants list --json | grep -q '"name": "demo"' || stratamem tenants create demo >/dev/null
     (umask 077 && stratamem keys create demo --label "make run" > "$key_file")
     echo "created tenant demo; its API key is in $key_file"
 fi
