@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from stratamem.api.settings import ENV_PREFIX, ServerSettings
 from stratamem.cli.main import cli
 from stratamem.config import Settings
@@ -26,11 +24,3 @@ def test_every_cli_command_is_in_the_reference() -> None:
 def test_every_service_setting_is_in_the_configuration_table() -> None:
     documented = [f"| `{ENV_PREFIX}{name.upper()}` |" for name in ServerSettings.model_fields]
     assert [d for d in documented if d not in README] == []
-
-
-def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    block = README.split("```python\n", 1)[1].split("```", 1)[0]
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("STRATAMEM_EMBEDDER", "hash")
-    exec(compile(block, "README.md", "exec"), {})
-    assert (tmp_path / "my-memory" / "stratamem.db").exists()
