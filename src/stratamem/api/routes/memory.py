@@ -22,7 +22,7 @@ from stratamem.api.schemas import (
     WhoAmIOut,
 )
 from stratamem.api.views import turn_json
-from stratamem.core import MAX_TURNS_PAGE
+from stratamem.core import MAX_TURNS_PAGE, AsyncMemory
 from stratamem.domain import Layer, check_ident
 from stratamem.pipeline.timers import clear_session_timers
 
@@ -61,18 +61,7 @@ async def whoami(tenant: TenantDep) -> dict[str, Any]:
 @router.post("/search", response_model=HitsOut)
 async def search(body: SearchIn, tenant: TenantDep, memory: MemoryDep) -> dict[str, Any]:
     """Hybrid search over L1 memories and L0 turns (`layers`), fused into one ranking."""
-    hits = await memory.search(
-        tenant,
-        body.query,
-        k=body.k,
-        layers=tuple(body.layers),
-        types=body.types,
-        sessions=body.sessions,
-        since=body.since,
-        until=body.until,
-        as_of=body.as_of,
-    )
-    return {"hits": [h.to_json() for h in hits]}
+    return await _hits(memory, tenant, body, tuple(body.layers))
 
 
 @router.post("/search/memories", response_model=HitsOut)
@@ -80,18 +69,7 @@ async def search_memories(
     body: SearchMemoriesIn, tenant: TenantDep, memory: MemoryDep
 ) -> dict[str, Any]:
     """Hybrid search over L1 memories (current ones, or those valid at `as_of`)."""
-    hits = await memory.search(
-        tenant,
-        body.query,
-        k=body.k,
-        layers=(Layer.L1,),
-        types=body.types,
-        sessions=body.sessions,
-        since=body.since,
-        until=body.until,
-        as_of=body.as_of,
-    )
-    return {"hits": [h.to_json() for h in hits]}
+    return await _hits(memory, tenant, body, (Layer.L1,))
 
 
 @router.post("/search/conversations", response_model=HitsOut)
@@ -99,15 +77,16 @@ async def search_conversations(
     body: SearchConversationsIn, tenant: TenantDep, memory: MemoryDep
 ) -> dict[str, Any]:
     """Hybrid search over L0, the verbatim conversation."""
+    return await _hits(memory, tenant, SearchMemoriesIn(**body.model_dump()), (Layer.L0,))
+
+
+async def _hits(
+    memory: AsyncMemory, tenant: str, body: SearchMemoriesIn, layers: tuple[Layer, ...]
+) -> dict[str, Any]:
     hits = await memory.search(
-        tenant,
-        body.query,
-        k=body.k,
-        layers=(Layer.L0,),
-        sessions=body.sessions,
-        since=body.since,
-        until=body.until,
-    )
+        tenant, body.query, k=body.k, layers=layers, types=body.types, sessions=body.sessions,
+        since=body.since, until=body.until, as_of=body.as_of,
+    )  # fmt: skip
     return {"hits": [h.to_json() for h in hits]}
 
 
