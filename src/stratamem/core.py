@@ -22,6 +22,7 @@ from stratamem.domain import (
     Scope,
     Turn,
     check_ident,
+    memory_type,
 )
 from stratamem.embed import make_embedder
 from stratamem.embed.base import Embedder
@@ -40,8 +41,8 @@ from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.layers import SqliteLayerStore
 
 ProgressFn = Callable[[int], None]
-#: Most turns one `turns` call returns.
-MAX_TURNS_PAGE = 1000
+#: Most records one `turns` or `list_memories` call returns.
+MAX_PAGE = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +200,7 @@ class AsyncMemory:
             k=k,
             layers=tuple(Layer(layer) for layer in layers),
             filters=Filters(
-                types=None if types is None else tuple(MemoryType(t) for t in types),
+                types=None if types is None else tuple(memory_type(t) for t in types),
                 sessions=None if sessions is None else tuple(sessions),
                 since=since,
                 until=until,
@@ -280,8 +281,8 @@ class AsyncMemory:
     ) -> list[Turn]:
         """A session's captured turns, verbatim, in order: those with `seq > after_seq`."""
         check_ident(session, "session")
-        if not 1 <= limit <= MAX_TURNS_PAGE:
-            raise InvalidInput(f"limit must be 1-{MAX_TURNS_PAGE}, not {limit}")
+        if not 1 <= limit <= MAX_PAGE or after_seq < 0:
+            raise InvalidInput(f"limit must be 1-{MAX_PAGE} and after_seq at least 0")
         return await asyncio.to_thread(
             self.store.list_turns, Scope(tenant), session, after_seq, limit
         )
@@ -317,7 +318,7 @@ class AsyncMemory:
         """`add_memory`, and whether the memory was new."""
         record, created = await asyncio.to_thread(
             manual.add_memory, self.store, Scope(tenant), content,
-            memory_type=MemoryType(type), now=self.clock.now(),
+            memory_type=memory_type(type), now=self.clock.now(),
             max_chars=self.settings.max_turn_chars, session=session, priority=priority,
             metadata=metadata,
         )  # fmt: skip
@@ -336,9 +337,11 @@ class AsyncMemory:
         offset: int = 0,
     ) -> list[MemoryRecord]:
         """Current memories (or those valid at `as_of`), newest first."""
+        if not 1 <= limit <= MAX_PAGE or offset < 0:
+            raise InvalidInput(f"limit must be 1-{MAX_PAGE} and offset at least 0")
         checked = None if sessions is None else tuple(check_ident(s, "session") for s in sessions)
         filters = Filters(
-            types=None if types is None else tuple(MemoryType(t) for t in types),
+            types=None if types is None else tuple(memory_type(t) for t in types),
             sessions=checked,
             as_of=as_of,
         )
@@ -363,7 +366,7 @@ class AsyncMemory:
         updated = await asyncio.to_thread(
             manual.update_memory, self.store, Scope(tenant), memory_id, now=self.clock.now(),
             max_chars=self.settings.max_turn_chars, content=content,
-            memory_type=None if type is None else MemoryType(type), priority=priority,
+            memory_type=None if type is None else memory_type(type), priority=priority,
         )  # fmt: skip
         self.start_background()
         return updated

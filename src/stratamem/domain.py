@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from stratamem.errors import InvalidIdentifier
+from stratamem.errors import InvalidIdentifier, InvalidInput
 
 _IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@\-]{0,127}$")
 
@@ -37,6 +37,15 @@ class MemoryType(StrEnum):
     PERSONA = "persona"
     EPISODIC = "episodic"
     INSTRUCTION = "instruction"
+
+
+def memory_type(value: MemoryType | str) -> MemoryType:
+    """`value` as a memory type, or `InvalidInput` naming the accepted ones."""
+    try:
+        return MemoryType(value)
+    except ValueError as exc:
+        allowed = ", ".join(t.value for t in MemoryType)
+        raise InvalidInput(f"unknown memory type {value!r} (use one of: {allowed})") from exc
 
 
 class Layer(StrEnum):

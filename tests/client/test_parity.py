@@ -131,3 +131,9 @@ async def test_both_raise_the_same_errors(side: Side) -> None:
         await side.api.capture(TENANT, SESSION, [{"role": "narrator", "content": "x"}])
     with pytest.raises(InvalidInput):
         await side.api.add_memory(TENANT, "x", priority=101)
+    with pytest.raises(InvalidInput):
+        await side.api.add_memory(TENANT, "x", type="opinion")
+    with pytest.raises(InvalidInput):
+        await side.api.list_memories(TENANT, limit=0)
+    with pytest.raises(InvalidInput):
+        await side.api.turns(TENANT, "no such/session")

@@ -34,6 +34,7 @@ from stratamem.domain import (
     Profile,
     Scene,
     Turn,
+    check_ident,
 )
 from stratamem.errors import ConfigError, Forbidden, Unreachable
 from stratamem.httpretry import RetryPolicy, Sleep, send_with_retry
@@ -148,14 +149,14 @@ class AsyncClient:
     async def turns(
         self, tenant: str, session: str, *, after_seq: int = 0, limit: int = 100
     ) -> list[Turn]:
-        path = f"/v1/sessions/{_seg(session)}/turns"
+        path = f"/v1/sessions/{_session(session)}/turns"
         answer = await self._call(tenant, "GET", path, params={"after": after_seq, "limit": limit})
         found = records.parse_list(dict, answer)
         return [records.parse(Turn, {**t, "tenant": tenant}) for t in found]
 
     async def flush(self, tenant: str, session: str) -> FlushResult:
         """Run the layers for a session now and wait (`POST …/flush?wait=true`)."""
-        path = f"/v1/sessions/{_seg(session)}/flush"
+        path = f"/v1/sessions/{_session(session)}/flush"
         answer = await self._call(tenant, "POST", path, params={"wait": "true"})
         return records.parse(FlushResult, records.field(answer, "result"))
 
@@ -163,7 +164,7 @@ class AsyncClient:
         return records.parse(dict, await self._call(tenant, "GET", "/v1/stats"))
 
     async def erase_session(self, tenant: str, session: str) -> dict[str, int]:
-        answer = await self._call(tenant, "DELETE", f"/v1/sessions/{_seg(session)}")
+        answer = await self._call(tenant, "DELETE", f"/v1/sessions/{_session(session)}")
         return records.parse(dict[str, int], records.field(answer, "erased"))
 
     # -- memories ----------------------------------------------------------------------------
@@ -245,7 +246,7 @@ class AsyncClient:
         self, tenant: str, session: str, pairs: Sequence[ToolPair | Mapping[str, Any]]
     ) -> IngestResult:
         body = {"pairs": [_pair(p) for p in pairs]}
-        path = f"/v1/offload/sessions/{_seg(session)}/tool-results"
+        path = f"/v1/offload/sessions/{_session(session)}/tool-results"
         return records.parse(IngestResult, await self._call(tenant, "POST", path, json=body))
 
     async def offload_user_message(
@@ -257,7 +258,7 @@ class AsyncClient:
         id: str | None = None,
         timestamp: float | None = None,
     ) -> str:
-        path = f"/v1/offload/sessions/{_seg(session)}/user-messages"
+        path = f"/v1/offload/sessions/{_session(session)}/user-messages"
         body = _present(text=text, id=id, timestamp=timestamp)
         return str(records.field(await self._call(tenant, "POST", path, json=body), "id"))
 
@@ -268,23 +269,23 @@ class AsyncClient:
         messages: Sequence[Mapping[str, Any]],
         budget_tokens: int,
     ) -> Compaction:
-        path = f"/v1/offload/sessions/{_seg(session)}/compact"
+        path = f"/v1/offload/sessions/{_session(session)}/compact"
         body = {"messages": [dict(m) for m in messages], "budget_tokens": budget_tokens}
         return records.parse(Compaction, await self._call(tenant, "POST", path, json=body))
 
     async def offload_entries(self, tenant: str, session: str) -> list[Entry]:
-        path = f"/v1/offload/sessions/{_seg(session)}/entries"
+        path = f"/v1/offload/sessions/{_session(session)}/entries"
         return records.parse_list(Entry, await self._call(tenant, "GET", path))
 
     async def offload_diagrams(self, tenant: str, session: str) -> DiagramsView:
-        path = f"/v1/offload/sessions/{_seg(session)}/diagrams"
+        path = f"/v1/offload/sessions/{_session(session)}/diagrams"
         return records.diagrams(await self._call(tenant, "GET", path))
 
     async def read_back(
         self, tenant: str, ref_id: str, *, query: str | None = None, max_tokens: int | None = None
     ) -> ReadBack:
         params = _present(query=query, max_tokens=max_tokens)
-        path = f"/v1/offload/refs/{_seg(ref_id)}"
+        path = f"/v1/offload/refs/{_ref(ref_id)}"
         return records.parse(ReadBack, await self._call(tenant, "GET", path, params=params))
 
     async def aclose(self) -> None:
@@ -303,8 +304,17 @@ def _present(**fields: Any) -> dict[str, Any]:
 
 
 def _seg(value: str) -> str:
-    """One path segment, escaped (the service validates identifiers itself)."""
+    """One path segment (a record id), escaped."""
     return quote(value, safe="")
+
+
+def _session(value: str) -> str:
+    """A session in a path: refused here as the library refuses it."""
+    return check_ident(value, "session")
+
+
+def _ref(value: str) -> str:
+    return check_ident(value, "ref id")
 
 
 def _message(message: Message | Mapping[str, Any]) -> dict[str, Any]:

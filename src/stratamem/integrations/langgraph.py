@@ -39,7 +39,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from stratamem.domain import Layer, MemoryRecord, MemoryType
+from stratamem.domain import Layer, MemoryRecord, MemoryType, memory_type
 from stratamem.errors import InvalidInput, NotFound
 from stratamem.protocol import MemoryAPI
 from stratamem.sync import SyncFacade
@@ -171,7 +171,7 @@ def memory_tools(memory: SyncFacade, tenant: str, session: str | None = None) ->
     async def remember(content: str, type: str = "persona") -> str:
         """Store one fact the user stated directly. `type`: persona (who the user is, stable
         preferences), episodic (what happened) or instruction (a standing rule for you)."""
-        stored = await api.add_memory(tenant, content, type=MemoryType(type), session=session)
+        stored = await api.add_memory(tenant, content, type=memory_type(type), session=session)
         return f"remembered [{stored.id}]"
 
     async def forget_memory(memory_id: str) -> str:
@@ -218,9 +218,10 @@ def _is_text(value: Mapping[str, Any]) -> bool:
 def _stored(value: Mapping[str, Any]) -> tuple[str, MemoryType, int]:
     """The text, type and priority a value is stored as."""
     if _is_text(value):
-        return str(value["content"]), MemoryType(value.get("type", "persona")), int(
-            value.get("priority", 50)
-        )
+        priority = value.get("priority", 50)
+        if not isinstance(priority, int):
+            raise InvalidInput(f"priority must be an integer, not {priority!r}")
+        return str(value["content"]), memory_type(value.get("type", "persona")), priority
     try:
         return json.dumps(value, sort_keys=True, ensure_ascii=False), MemoryType.PERSONA, 50
     except (TypeError, ValueError) as exc:

@@ -27,6 +27,7 @@ from typing import Any, cast
 from agents.items import TResponseInputItem
 from agents.memory import SessionABC, SessionSettings
 
+from stratamem.core import MAX_PAGE
 from stratamem.domain import Turn
 from stratamem.errors import Unavailable
 from stratamem.sync import SyncFacade
@@ -64,11 +65,12 @@ class StratamemSession(SessionABC):
     async def _all_turns(self) -> list[Turn]:
         found: list[Turn] = []
         while True:
+            after = found[-1].seq if found else 0
             page = await self.memory.core.turns(
-                self.tenant, self.session_id, after_seq=found[-1].seq if found else 0, limit=1000
+                self.tenant, self.session_id, after_seq=after, limit=MAX_PAGE
             )
             found += page
-            if len(page) < 1000:
+            if len(page) < MAX_PAGE:
                 return found
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:

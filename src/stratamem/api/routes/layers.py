@@ -20,6 +20,7 @@ from stratamem.api.schemas import (
     SceneOut,
 )
 from stratamem.api.views import memory_json, profile_json, scene_json, task_json
+from stratamem.core import MAX_PAGE
 from stratamem.domain import MemoryType, check_ident
 from stratamem.pipeline.task import Task, TaskType
 
@@ -33,7 +34,7 @@ async def list_memories(
     types: Annotated[list[MemoryType] | None, Query(alias="type")] = None,
     sessions: Annotated[list[Ident] | None, Query(alias="session", max_length=100)] = None,
     as_of: Annotated[float | None, Query(allow_inf_nan=False)] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
 ) -> list[dict[str, Any]]:
     """Current memories (or those valid at `as_of`), newest first."""

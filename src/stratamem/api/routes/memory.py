@@ -22,7 +22,7 @@ from stratamem.api.schemas import (
     WhoAmIOut,
 )
 from stratamem.api.views import turn_json
-from stratamem.core import MAX_TURNS_PAGE, AsyncMemory
+from stratamem.core import MAX_PAGE, AsyncMemory
 from stratamem.domain import Layer, check_ident
 from stratamem.pipeline.timers import clear_session_timers
 
@@ -104,7 +104,7 @@ async def turns(
     tenant: TenantDep,
     memory: MemoryDep,
     after: Annotated[int, Query(ge=0, description="Turns after this sequence number.")] = 0,
-    limit: Annotated[int, Query(ge=1, le=MAX_TURNS_PAGE)] = 100,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
 ) -> list[dict[str, Any]]:
     """The session's captured turns, verbatim, in order (page with `after` = the last `seq`)."""
     found = await memory.turns(tenant, session, after_seq=after, limit=limit)
