@@ -122,8 +122,8 @@ export class StratamemClient {
     return this.request("POST", `/v1/offload/sessions/${encodeURIComponent(session)}/tool-results`, { pairs });
   }
 
-  offloadUserMessage(session: string, text: string): Promise<{ id: string }> {
-    return this.request("POST", `/v1/offload/sessions/${encodeURIComponent(session)}/user-messages`, { text });
+  offloadUserMessage(session: string, text: string, id?: string): Promise<{ id: string }> {
+    return this.request("POST", `/v1/offload/sessions/${encodeURIComponent(session)}/user-messages`, { text, id });
   }
 
   compact(session: string, messages: ChatMessage[], budgetTokens: number): Promise<Compaction> {

@@ -64,7 +64,9 @@ function registerRecall(api: OpenClawPluginApi, client: StratamemClient, config:
     const query = (event.currentUserMessage ?? event.prompt).trim();
     if (!query) return undefined;
     const session = sessionOf(ctx);
-    const boundary = config.offload ? client.offloadUserMessage(session, query) : undefined;
+    // The admitted request's id keeps a prompt rebuilt for a retry one task boundary.
+    const messageId = event.currentUserMessageId ? identifier(event.currentUserMessageId, "") || undefined : undefined;
+    const boundary = config.offload ? client.offloadUserMessage(session, query, messageId) : undefined;
     const recall = config.autoRecall ? await client.recall(query, session, config.recallBudgetChars) : undefined;
     await boundary;
     if (!recall) return undefined;

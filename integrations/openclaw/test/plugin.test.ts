@@ -5,6 +5,8 @@
  */
 
 import assert from "node:assert/strict";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 
 import type { OpenClawPluginApi } from "openclaw/plugin-sdk/plugin-entry";
@@ -153,6 +155,32 @@ describe("the stratamem plugin on a real stratamem serve", () => {
     await tools.get("memory_forget")?.execute("t4", { id });
     const gone = await tools.get("memory_search")?.execute("t5", { query: "kilometres" });
     assert.ok(!(gone?.content[0]?.text ?? "").includes(id));
+  });
+});
+
+describe("task boundaries", () => {
+  test("a prompt rebuilt for the same request sends the same boundary id", async () => {
+    const bodies: Array<Record<string, unknown>> = [];
+    const server = createServer((request, response) => {
+      let raw = "";
+      request.on("data", (chunk: Buffer) => { raw += chunk.toString(); });
+      request.on("end", () => {
+        bodies.push({ path: request.url, ...(JSON.parse(raw || "{}") as Record<string, unknown>) });
+        response.writeHead(200, { "Content-Type": "application/json" }).end('{"id": "x"}');
+      });
+    });
+    await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      const { runner } = load({ url, apiKey: "k", autoRecall: false });
+      const event = { prompt: "deploy the site", currentUserMessage: "deploy the site", currentUserMessageId: "req/7", messages: [] };
+      await runner.runBeforePromptBuild(event, CTX);
+      await runner.runBeforePromptBuild(event, CTX); // a retry rebuilds the prompt
+    } finally {
+      await new Promise((done) => server.close(done));
+    }
+    const path = `/v1/offload/sessions/${encodeURIComponent(SESSION)}/user-messages`;
+    assert.deepEqual(bodies, Array(2).fill({ path, text: "deploy the site", id: "req-7" }));
   });
 });
 
