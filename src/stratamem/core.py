@@ -33,6 +33,7 @@ from stratamem.layers.stable import stable_parts
 from stratamem.llm import LLM, LLMClient, LLMSettings
 from stratamem.offload import Compaction, DiagramsView, Entry, IngestResult, ReadBack, ToolPair
 from stratamem.offload.background import EmbeddedOffload
+from stratamem.retrieval.config import RetrievalConfig
 from stratamem.retrieval.render import render_recall, render_stable
 from stratamem.retrieval.search import SearchRequest, hybrid_search
 from stratamem.store.base import EmbeddingInfo, Filters, Store
@@ -43,6 +44,11 @@ from stratamem.store.sqlite.layers import SqliteLayerStore
 ProgressFn = Callable[[int], None]
 #: Most records one `turns` or `list_memories` call returns.
 MAX_PAGE = 1000
+
+
+def retrieval_config(settings: Settings) -> RetrievalConfig:
+    """How search ranks under `settings`: their fusion constant and candidates, else defaults."""
+    return RetrievalConfig(candidates=settings.candidates_per_retriever, rrf_k=settings.rrf_k)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +94,9 @@ class AsyncMemory:
         self._owns_embedder = owns_embedder
         self.embedder = embedder
         self.settings = settings or Settings()
+        self.retrieval = retrieval_config(self.settings)
+        """How `search` ranks: the settings' fusion constant and candidates, else the defaults
+        (the evaluation harness swaps in variants)."""
         self.clock = clock or SystemClock()
         self._backfill: backfill.Backfill | None = None
         self._offload: EmbeddedOffload | None = None
@@ -213,14 +222,7 @@ class AsyncMemory:
             vector = (await self.embedder.embed([query]))[0]
             info = EmbeddingInfo(self.embedder.model, int(vector.shape[0]))
             await asyncio.to_thread(self.store.bind_embedding, info)
-        return await hybrid_search(
-            self.store,
-            Scope(tenant),
-            request,
-            vector,
-            self.settings.candidates_per_retriever,
-            self.settings.rrf_k,
-        )
+        return await hybrid_search(self.store, Scope(tenant), request, vector, self.retrieval)
 
     async def recall(
         self,

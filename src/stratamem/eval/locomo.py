@@ -11,6 +11,8 @@ from typing import Any
 from stratamem.datasets import locomo
 from stratamem.errors import InvalidInput, Unavailable
 from stratamem.eval.chart import write_chart
+from stratamem.eval.cv import cross_validate
+from stratamem.eval.cv_report import cv_markdown
 from stratamem.eval.mem0_baseline import run_mem0
 from stratamem.eval.questions import select
 from stratamem.eval.report import markdown, ratios
@@ -30,6 +32,10 @@ class LocomoRequest:
     limit_samples: int | None = None
     baseline: str | None = None
     qa: bool = False
+    cv: bool = False
+    """Also cross-validate the variants of `options.configs` (`cv.py`), one conversation out."""
+    select_k: int = 10
+    """The recall@k the cross-validation chooses variants by."""
 
 
 def check(request: LocomoRequest) -> None:
@@ -44,6 +50,10 @@ def check(request: LocomoRequest) -> None:
         raise InvalidInput(f"unknown baseline {request.baseline!r}: use one of {BASELINES}")
     if not request.options.ks or min(request.options.ks) < 1:
         raise InvalidInput("--k needs positive integers, e.g. 1,5,10,20")
+    if len(request.options.configs) > 1 and not request.cv:
+        raise InvalidInput("several retrieval variants are only compared with --cv")
+    if request.cv and request.select_k not in request.options.ks:
+        raise InvalidInput(f"--select-k {request.select_k} must be one of --k {request.options.ks}")
 
 
 async def evaluate_locomo(request: LocomoRequest) -> dict[str, Any]:
@@ -60,6 +70,7 @@ async def evaluate_locomo(request: LocomoRequest) -> dict[str, Any]:
         if llm is not None:
             await llm.aclose()
     ks = request.options.ks
+    base = next(iter(run.by_config))
     report: dict[str, Any] = {
         "dataset": str(request.data),
         "mode": request.options.mode,
@@ -67,8 +78,11 @@ async def evaluate_locomo(request: LocomoRequest) -> dict[str, Any]:
         "k": list(ks),
         "samples": len(samples),
         "skipped": selection.skipped(),
+        "base_config": base.label(),
         **run.summary(ks),
     }
+    if request.cv:
+        report["cv"] = cross_validate(run.by_config, ks, request.select_k, base)
     if request.baseline == "mem0":
         baseline = await asyncio.to_thread(run_mem0, samples, selection.probes, request.options)
         report["baseline"] = baseline.summary(ks)
@@ -81,7 +95,8 @@ def write_outputs(report: dict[str, Any], out_dir: Path) -> list[Path]:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         write_chart(report, out_dir / CHART_NAME)
-        (out_dir / REPORT_NAME).write_text(markdown(report, CHART_NAME), encoding="utf-8")
+        page = markdown(report, CHART_NAME) + (cv_markdown(report) if "cv" in report else "")
+        (out_dir / REPORT_NAME).write_text(page, encoding="utf-8")
         (out_dir / JSON_NAME).write_text(json.dumps(report, indent=2), encoding="utf-8")
     except OSError as exc:
         raise InvalidInput(f"cannot write the report to {out_dir}: {exc}") from exc

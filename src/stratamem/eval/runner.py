@@ -13,17 +13,19 @@ from typing import Any
 import numpy as np
 
 from stratamem.config import Settings
-from stratamem.core import AsyncMemory
+from stratamem.core import AsyncMemory, retrieval_config
 from stratamem.datasets.locomo import Sample
 from stratamem.domain import Hit, Layer, Scope
 from stratamem.embed import make_embedder
 from stratamem.embed.base import Embedder
+from stratamem.embed.cached import CachedEmbedder
 from stratamem.errors import InvalidInput, LayerError, LLMError, Unavailable
 from stratamem.eval.ingest import Ingested, Timer, ingest_sample
 from stratamem.eval.metrics import QuestionResult, summarise
 from stratamem.eval.qa import QAResult, answer_and_judge, qa_summary
 from stratamem.eval.questions import Probe
 from stratamem.llm import LLM, LLMSettings
+from stratamem.retrieval.config import RetrievalConfig
 from stratamem.store.failures import FailureQuery
 from stratamem.store.layers_base import LayerStore
 
@@ -34,10 +36,16 @@ DEFAULT_KS = (1, 5, 10, 20)
 
 @dataclass(frozen=True, slots=True)
 class EvalOptions:
+    """What to run. `configs`: the retrieval variants every question is searched with, on the
+    same ingested store (none: the memory's own, from the settings); the first is the one the
+    report and the QA are about. `embed_cache`: a file that keeps every vector between runs."""
+
     mode: str = "raw"
     ks: tuple[int, ...] = DEFAULT_KS
     embedder: str = "none"
     settings: Settings = field(default_factory=Settings)
+    configs: tuple[RetrievalConfig, ...] = ()
+    embed_cache: Path | None = None
 
 
 @dataclass(slots=True)
@@ -46,6 +54,8 @@ class SystemRun:
 
     name: str
     results: list[QuestionResult] = field(default_factory=list)
+    by_config: dict[RetrievalConfig, list[QuestionResult]] = field(default_factory=dict)
+    """Every retrieval variant's results; the first variant's list is `results`."""
     turns: int = 0
     capture_s: float = 0.0
     embed_s: float = 0.0
@@ -53,6 +63,8 @@ class SystemRun:
     qa: list[QAResult] = field(default_factory=list)
     llm_usage: dict[str, dict[str, int]] = field(default_factory=dict)
     failures: LayerFailures | None = None
+    embed_cache: dict[str, Any] | None = None
+    """The embedding cache's file and how many texts it served (`hits`) or had embedded."""
 
     def summary(self, ks: Sequence[int]) -> dict[str, Any]:
         summary = summarise(self.results, ks)
@@ -62,6 +74,8 @@ class SystemRun:
             summary["llm_usage"] = self.llm_usage
         if self.failures is not None:
             summary["failures"] = self.failures.to_json()
+        if self.embed_cache is not None:
+            summary["embed_cache"] = self.embed_cache
         summary.update(
             system=self.name,
             turns=self.turns,
@@ -106,8 +120,12 @@ class _Shared:
         return None
 
 
-def open_embedder(spec: str, settings: Settings) -> Embedder | None:
-    return make_embedder(spec, base_url=settings.embed_base_url, api_key=settings.embed_api_key)
+def open_embedder(spec: str, settings: Settings, cache: Path | None = None) -> Embedder | None:
+    """The embedder `spec` names, wrapped in a persistent cache of its vectors when `cache`."""
+    made = make_embedder(spec, base_url=settings.embed_base_url, api_key=settings.embed_api_key)
+    if made is None or cache is None:
+        return made
+    return CachedEmbedder(made, cache)
 
 
 async def run_stratamem(
@@ -122,9 +140,12 @@ async def run_stratamem(
     runs the layers in mode `llm`; with `answer`, it also answers each probe from its hits and
     judges the answer."""
     require_mode(options.mode)
-    embedder = open_embedder(options.embedder, options.settings)
+    embedder = open_embedder(options.embedder, options.settings, options.embed_cache)
     shared = None if embedder is None else _Shared(embedder, timer)
     run = SystemRun(name="stratamem")
+    configs = options.configs or (retrieval_config(options.settings),)
+    run.by_config = {config: [] for config in configs}
+    run.results = run.by_config[configs[0]]
     try:
         for sample in samples:
             mine = [p for p in probes if p.sample_id == sample.sample_id]
@@ -133,6 +154,10 @@ async def run_stratamem(
     finally:
         if embedder is not None:
             await embedder.aclose()
+    if isinstance(embedder, CachedEmbedder):
+        run.embed_cache = {
+            "path": str(embedder.path), "hits": embedder.hits, "misses": embedder.misses
+        }
     if llm is not None:
         run.llm_usage = llm.usage.snapshot()
     return run
@@ -237,23 +262,34 @@ class _Asker:
     answer: bool
 
     async def ask(self, sample: _Sample, probe: Probe, run: SystemRun) -> None:
-        """Search `probe` (timed, the query embedding apart), score it, and answer it."""
-        question = probe.question
-        embedded_s = 0.0 if self.embedder is None else self.embedder.spent_s
-        started = self.timer()
-        hits = await sample.memory.search(
-            sample.ingested.tenant, question.question, k=max(self.options.ks)
-        )
-        latency_ms = (self.timer() - started) * 1000.0
-        embed_ms = 0.0 if self.embedder is None else (self.embedder.spent_s - embedded_s) * 1e3
-        run.results.append(_result(probe, hits, sample.dialogue, latency_ms, embed_ms))
+        """Search `probe` with every retrieval variant (timed, the query embedding apart),
+        score it, and answer it from the first variant's hits."""
+        first: list[Hit] = []
+        for config, results in run.by_config.items():
+            sample.memory.retrieval = config
+            hits = await self._search(sample, probe, results)
+            first = first or hits
         if self.answer and self.llm is not None:
+            question = probe.question
             run.qa.append(
                 await answer_and_judge(
-                    self.llm, question.question, question.answer, question.category, hits,
+                    self.llm, question.question, question.answer, question.category, first,
                     sample.speakers,
                 )
             )
+
+    async def _search(
+        self, sample: _Sample, probe: Probe, results: list[QuestionResult]
+    ) -> list[Hit]:
+        embedded_s = 0.0 if self.embedder is None else self.embedder.spent_s
+        started = self.timer()
+        hits = await sample.memory.search(
+            sample.ingested.tenant, probe.question.question, k=max(self.options.ks)
+        )
+        latency_ms = (self.timer() - started) * 1000.0
+        embed_ms = 0.0 if self.embedder is None else (self.embedder.spent_s - embedded_s) * 1e3
+        results.append(_result(probe, hits, sample.dialogue, latency_ms, embed_ms))
+        return hits
 
 
 def _result(

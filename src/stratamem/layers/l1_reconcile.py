@@ -20,6 +20,7 @@ from stratamem.layers.model import Action, NewMemory, Reconciled, stable_id
 from stratamem.layers.schemas import Decision, DecisionChecker, Reconciliation, Shown
 from stratamem.layers.views import Aliases, clip, memory_line
 from stratamem.llm.prompts import Prompt
+from stratamem.retrieval.config import RetrievalConfig
 from stratamem.retrieval.search import SearchRequest, hybrid_search
 from stratamem.stages.checked import Items, check_items, require_some
 from stratamem.store.base import Filters, Store
@@ -27,6 +28,8 @@ from stratamem.store.layers_base import Supersede
 
 STAGE = "L1-reconcile"
 _SHOWN_CHARS = 400
+#: The fusion constant of the neighbour search (memories only; not tuned on LoCoMo).
+_RRF_K = 60
 
 
 async def find_neighbours(
@@ -43,11 +46,12 @@ async def find_neighbours(
     vectors = None
     if embedder is not None:
         vectors = await embedder.embed([m.content for m in memories])
+    config = RetrievalConfig(candidates=candidates, rrf_k=_RRF_K)
     found: list[list[MemoryRecord]] = []
     for i, memory in enumerate(memories):
         vector: np.ndarray | None = None if vectors is None else vectors[i]
         request = SearchRequest(query=clip(memory.content, 2000), k=k, layers=_L1, filters=_NOW)
-        hits = await hybrid_search(store, scope, request, vector, candidates, 60)
+        hits = await hybrid_search(store, scope, request, vector, config)
         ids = [h.id for h in hits]
         found.append(await asyncio.to_thread(_load, store, scope, ids))
     return found

@@ -22,17 +22,22 @@ MIN_TERM_CHARS = 4
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-def feedback_terms(query: str, hits: Sequence[Hit]) -> list[str]:
-    """Up to `FEEDBACK_TERMS` words of the first `FEEDBACK_HITS` hits, most frequent first."""
+def feedback_terms(
+    query: str,
+    hits: Sequence[Hit],
+    from_hits: int = FEEDBACK_HITS,
+    max_terms: int = FEEDBACK_TERMS,
+) -> list[str]:
+    """Up to `max_terms` words of the first `from_hits` hits, most frequent first."""
     known = set(query_terms(query, max_terms=1000))
     for hit in hits:
         known.update(_WORD.findall((hit.speaker or "").lower()))
     counts: Counter[str] = Counter()
-    for hit in hits[:FEEDBACK_HITS]:
+    for hit in hits[:from_hits]:
         for word in _WORD.findall(hit.text.lower()):
             if _useful(word) and word not in known:
                 counts[word] += 1
-    return [word for word, _ in counts.most_common(FEEDBACK_TERMS)]
+    return [word for word, _ in counts.most_common(max_terms)]
 
 
 def _useful(word: str) -> bool:

@@ -1,4 +1,8 @@
-"""Hybrid search: BM25 and vector candidates per layer, fused by reciprocal rank."""
+"""Hybrid search: BM25 and vector candidates per layer, fused by reciprocal rank.
+
+How it ranks is one `RetrievalConfig` (`config.py`): the product's defaults, or a variant the
+evaluation harness measures through this same code.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import numpy as np
 
 from stratamem.domain import Hit, Layer, Scope
 from stratamem.errors import InvalidInput
+from stratamem.retrieval.config import RetrievalConfig
 from stratamem.retrieval.feedback import feedback_terms
 from stratamem.retrieval.fusion import Fused, reciprocal_rank_fusion
 from stratamem.retrieval.speakers import prefer_named_speaker
@@ -17,13 +22,6 @@ from stratamem.store.base import Candidate, Filters, Store
 
 MAX_K = 200
 MAX_QUERY_CHARS = 4000
-#: Weight of each retriever's ranks in the fusion. On conversations (LoCoMo) the words of a turn
-#: and its neighbours find evidence better than a sentence embedding of the turn alone; the
-#: vector ranks break ties and add what has no word in common with the query.
-#: Feedback words found in more than this share of a tenant's rows are left out: they say
-#: little about the topic and would make the second query walk most of the tenant's rows.
-FEEDBACK_MAX_SHARE = 0.05
-RETRIEVER_WEIGHTS = {"bm25": 1.0, "vector": 0.3, "feedback": 0.3}
 #: Fused candidates loaded per wanted hit, so the speaker preference can reorder them; and
 #: how many are loaded in the first pass, whose best hits give the feedback words.
 POOL_FACTOR = 2
@@ -53,16 +51,13 @@ async def hybrid_search(
     scope: Scope,
     request: SearchRequest,
     query_vector: np.ndarray | None,
-    candidates: int,
-    rrf_k: int,
+    config: RetrievalConfig,
 ) -> list[Hit]:
     """Run every retriever of every asked layer, fuse, then once more with the feedback words
     of the best hits (`feedback.py`), and load the top `k` hits."""
     request.validate()
-    limit = max(candidates, request.k)
-    return await asyncio.to_thread(
-        _search, store, scope, request, query_vector, limit, rrf_k
-    )
+    config.validate()
+    return await asyncio.to_thread(_search, store, scope, request, query_vector, config)
 
 
 def _search(
@@ -70,23 +65,25 @@ def _search(
     scope: Scope,
     request: SearchRequest,
     query_vector: np.ndarray | None,
-    limit: int,
-    rrf_k: int,
+    config: RetrievalConfig,
 ) -> list[Hit]:
-    lists = _candidate_lists(store, scope, request, query_vector, limit)
+    limit = max(config.candidates, request.k)
+    lists = _candidate_lists(store, scope, request, query_vector, limit, config)
     loaded: dict[tuple[Layer, str], Hit] = {}
-    first = _fused_hits(store, scope, request, lists, rrf_k, FEEDBACK_POOL, loaded)
-    terms = feedback_terms(request.query, first)
+    pool = request.k * POOL_FACTOR
+    if not config.feedback:
+        return _fused_hits(store, scope, request, lists, config, pool, loaded)
+    first = _fused_hits(store, scope, request, lists, config, FEEDBACK_POOL, loaded)
+    terms = feedback_terms(request.query, first, config.feedback_hits, config.feedback_terms)
     if not terms:
-        return _fused_hits(store, scope, request, lists, rrf_k, request.k * POOL_FACTOR, loaded)
+        return _fused_hits(store, scope, request, lists, config, pool, loaded)
     feedback = " ".join(terms)
     for layer in request.layers:
         lists[(layer, "feedback")] = store.search_text(
             scope, layer, feedback, request.filters, limit,
-            max_share=FEEDBACK_MAX_SHARE, phrases=False,
+            max_share=config.feedback_max_share, phrases=False, fields=config.turn_fields,
         )
-    hits = _fused_hits(store, scope, request, lists, rrf_k, request.k * POOL_FACTOR, loaded)
-    return hits[: request.k]
+    return _fused_hits(store, scope, request, lists, config, pool, loaded)
 
 
 def _fused_hits(
@@ -94,20 +91,21 @@ def _fused_hits(
     scope: Scope,
     request: SearchRequest,
     lists: dict[tuple[Layer, str], list[Candidate]],
-    rrf_k: int,
+    config: RetrievalConfig,
     pool: int,
     loaded: dict[tuple[Layer, str], Hit],
 ) -> list[Hit]:
     """Fuse, load the best `pool` (reusing `loaded`), and prefer the speaker the query names."""
-    weights = {key: RETRIEVER_WEIGHTS.get(key[1], 1.0) for key in lists}
-    fused = reciprocal_rank_fusion(lists, k=rrf_k, weights=weights)[:pool]
+    weights = {key: config.weight(key[1]) for key in lists}
+    fused = reciprocal_rank_fusion(lists, k=config.rrf_k, weights=weights)[:pool]
     _load_missing(store, scope, fused, loaded)
     hits = [
         replace(loaded[(f.layer, f.id)], score=f.score, ranks=f.ranks)
         for f in fused
         if (f.layer, f.id) in loaded  # else deleted between search and load
     ]
-    return without_repeats(prefer_named_speaker(request.query, hits))[: request.k]
+    preferred = prefer_named_speaker(request.query, hits, config.speaker_factor)
+    return without_repeats(preferred)[: request.k]
 
 
 def without_repeats(hits: Sequence[Hit]) -> list[Hit]:
@@ -130,13 +128,16 @@ def _candidate_lists(
     request: SearchRequest,
     query_vector: np.ndarray | None,
     limit: int,
+    config: RetrievalConfig,
 ) -> dict[tuple[Layer, str], list[Candidate]]:
     lists: dict[tuple[Layer, str], list[Candidate]] = {}
     for layer in request.layers:
-        lists[(layer, "bm25")] = store.search_text(
-            scope, layer, request.query, request.filters, limit
-        )
-        if query_vector is not None:
+        if config.bm25_weight > 0:
+            lists[(layer, "bm25")] = store.search_text(
+                scope, layer, request.query, request.filters, limit,
+                phrases=config.phrases, fields=config.turn_fields,
+            )
+        if query_vector is not None and config.vector_weight > 0:
             lists[(layer, "vector")] = store.search_vector(
                 scope, layer, query_vector, request.filters, limit
             )

@@ -36,6 +36,19 @@ NO_FILTERS = Filters()
 
 
 @dataclass(frozen=True, slots=True)
+class TurnFieldWeights:
+    """BM25 weights of the fields a turn (L0) is full-text indexed by: its own text, its
+    speaker, the previous turn of its session (`context`), the turn before that and the next one
+    (`around`), and its date in words (`dated`, "8 May 2023"). A weight of 0 ignores a field."""
+
+    text: float = 1.0
+    speaker: float = 0.5
+    context: float = 0.5
+    around: float = 0.2
+    dated: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
 class Candidate:
     """One ranked candidate from a single retriever (BM25 or vector)."""
 
@@ -156,8 +169,12 @@ class Store(Protocol):
         limit: int,
         max_share: float | None = None,
         phrases: bool = True,
+        fields: TurnFieldWeights | None = None,
     ) -> list[Candidate]:
         """BM25 candidates, best first (higher score is better).
+
+        Turns are ranked by their fields weighted by `fields` (the defaults when None); a
+        memory has one field.
 
         With `phrases`, pairs of content words adjacent in `query` are searched as phrases too
         (`fts_query.phrase_terms`); a query that is a bag of words, not a text, turns it off.

@@ -9,7 +9,7 @@ import numpy as np
 
 from stratamem.domain import Layer
 from stratamem.retrieval.fts_query import phrase_terms, query_terms, terms_expression
-from stratamem.store.base import Candidate, Filters
+from stratamem.store.base import Candidate, Filters, TurnFieldWeights
 from stratamem.store.sqlite import turn_context
 from stratamem.store.sqlite.filters import filter_sql
 from stratamem.store.sqlite.scope import scope_match
@@ -17,10 +17,11 @@ from stratamem.store.sqlite.tenant_words import tenant_words
 from stratamem.store.vectors import VectorCache
 
 TABLES = {Layer.L0: "turns", Layer.L1: "memories"}
-# Columns a query's words are matched against, and the BM25 weights of every column (the scope
-# column last, weighted 0: it only selects).
+# Columns a query's words are matched against.
 TEXT_COLUMNS = {Layer.L0: turn_context.TEXT_COLUMNS, Layer.L1: "content"}
-RANKING = {Layer.L0: turn_context.RANKING, Layer.L1: "bm25(1.0, 0.0)"}
+# The BM25 weights of the memories' index: its content, and the scope column (weighted 0: it
+# only selects).
+MEMORY_RANKING = "bm25(1.0, 0.0)"
 # With `max_share`, a word is only ever left out when it is in at least this many rows: below
 # that it is cheap whatever the share, and small tenants keep all their words.
 COMMON_FLOOR_ROWS = 200
@@ -38,6 +39,7 @@ def search_text(
     tenant_rows: int,
     max_share: float | None = None,
     phrases: bool = True,
+    fields: TurnFieldWeights | None = None,
 ) -> list[Candidate]:
     """BM25 over the tenant's rows, by whichever of two plans walks fewer postings.
 
@@ -46,7 +48,8 @@ def search_text(
     rows that match anywhere. A capped count of the latter picks the cheaper plan; both give the
     same answer. With `max_share`, words found in more than that share of the tenant's rows are
     left out first (they rank little and cost a walk over most rows). With `phrases`, adjacent
-    pairs of the query's words are searched as phrases beside the words.
+    pairs of the query's words are searched as phrases beside the words. A turn's fields are
+    weighted by `fields` (`turn_context.ranking`).
     """
     asked = query_terms(query) + (phrase_terms(query) if phrases else [])
     terms = [tenant_words(tenant, term) or term for term in asked]  # as the index holds them
@@ -57,10 +60,11 @@ def search_text(
     if expression is None or limit <= 0:
         return []
     words = f"{{{TEXT_COLUMNS[layer]}}} : ({expression})"
+    ranking = turn_context.ranking(fields) if layer is Layer.L0 else MEMORY_RANKING
     if _match_count(conn, TABLES[layer], words, cap=tenant_rows) < tenant_rows:
-        return _ranked(conn, tenant, layer, words, filters, limit, current_checked=False)
+        return _ranked(conn, tenant, layer, (words, ranking), filters, limit, False)
     scoped = f"({scope_match(layer, tenant, filters)}) AND {words}"
-    return _ranked(conn, tenant, layer, scoped, filters, limit, current_checked=True)
+    return _ranked(conn, tenant, layer, (scoped, ranking), filters, limit, True)
 
 
 def _discriminative(
@@ -90,12 +94,13 @@ def _ranked(
     conn: sqlite3.Connection,
     tenant: str,
     layer: Layer,
-    match: str,
+    match_and_ranking: tuple[str, str],
     filters: Filters,
     limit: int,
     current_checked: bool,
 ) -> list[Candidate]:
     table = TABLES[layer]
+    match, ranking = match_and_ranking
     tail, params = filter_sql(layer, filters, "r", current_checked=current_checked)
     sql = (
         f"SELECT r.id, {table}_fts.rank FROM {table}_fts"
@@ -103,7 +108,7 @@ def _ranked(
         f" WHERE {table}_fts MATCH ? AND {table}_fts.rank MATCH ? AND r.tenant = ?{tail}"
         f" ORDER BY {table}_fts.rank LIMIT ?"
     )
-    rows = conn.execute(sql, [match, RANKING[layer], tenant, *params, limit]).fetchall()
+    rows = conn.execute(sql, [match, ranking, tenant, *params, limit]).fetchall()
     return [Candidate(id=row[0], score=-float(row[1])) for row in rows]
 
 

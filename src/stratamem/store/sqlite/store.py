@@ -22,6 +22,7 @@ from stratamem.store.base import (
     Fence,
     Filters,
     PendingText,
+    TurnFieldWeights,
 )
 from stratamem.store.pieces import embedding_pieces, embedding_text, vector_blobs
 from stratamem.store.sqlite import erase, fencing, retrieval
@@ -311,6 +312,7 @@ class SqliteStore:
         limit: int,
         max_share: float | None = None,
         phrases: bool = True,
+        fields: TurnFieldWeights | None = None,
     ) -> list[Candidate]:
         with self._lock:
             try:
@@ -324,6 +326,7 @@ class SqliteStore:
                     self._tenant_rows(scope.tenant, layer),
                     max_share,
                     phrases,
+                    fields,
                 )
             except sqlite3.OperationalError as exc:
                 raise StoreError(f"full-text search failed: {exc}") from exc

@@ -6,7 +6,7 @@ May 2023"). So the turns' index gets three more columns beside `text` and `speak
 - `context`: the previous turn of the session;
 - `around`: the turn before that and the next turn (the next one is added when it arrives);
 - `dated`: the turn's date in words ("8 May 2023", UTC).
-`RANKING` ranks a match in the turn's own words above one in its neighbours'. Measured on
+`ranking()` ranks a match in the turn's own words above one in its neighbours'. Measured on
 LoCoMo (docs in `stratamem eval locomo`): recall@10 of evidence turns 0.61 → 0.75, BM25 alone.
 
 The index keeps its own copy of the text (a regular FTS5 table, no longer external content),
@@ -16,11 +16,19 @@ words in its neighbours' context columns until they are rewritten.
 
 from __future__ import annotations
 
-#: The columns of the turns' index a query's words are matched against, and the bm25() ranking
-#: of all its columns: text, speaker, context, around, dated, and the tenant's scope token
-#: (weighted 0: it only selects).
+from stratamem.store.base import TurnFieldWeights
+
+#: The columns of the turns' index a query's words are matched against.
 TEXT_COLUMNS = "text speaker context around dated"
-RANKING = "bm25(1.0, 0.5, 0.5, 0.2, 1.0, 0.0)"
+
+
+def ranking(weights: TurnFieldWeights | None = None) -> str:
+    """The bm25() ranking of the turns' index: its text, speaker, context, around and dated
+    columns weighted by `weights` (the defaults when None), and the tenant's scope token
+    weighted 0 (it only selects)."""
+    w = weights or TurnFieldWeights()
+    columns = (w.text, w.speaker, w.context, w.around, w.dated, 0.0)
+    return "bm25(" + ", ".join(f"{float(c)!r}" for c in columns) + ")"
 
 _MONTHS = "".join(
     f"{name:<9}"
