@@ -1,14 +1,17 @@
-"""One contract suite, run against every embedder: local model, OpenAI-compatible, hashing."""
+"""One contract suite, run against every embedder: local model, OpenAI-compatible, hashing, and
+the persistent cache around one."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from stratamem.embed import Embedder, HashingEmbedder, LocalEmbedder, OpenAIEmbedder
+from stratamem.embed.cached import CachedEmbedder
 from stratamem.testing import ScriptedLLM
 
 TEXTS = [
@@ -27,7 +30,7 @@ def local_embedder() -> LocalEmbedder:
     return LocalEmbedder(batch_size=4)
 
 
-@pytest.fixture(params=["local", "hash", "openai"])
+@pytest.fixture(params=["local", "hash", "openai", "cached"])
 async def embedder(
     request: pytest.FixtureRequest, local_embedder: LocalEmbedder
 ) -> AsyncIterator[Embedder]:
@@ -36,6 +39,9 @@ async def embedder(
         return
     if request.param == "hash":
         made: Embedder = HashingEmbedder()
+    elif request.param == "cached":
+        tmp_path: Path = request.getfixturevalue("tmp_path")
+        made = CachedEmbedder(HashingEmbedder(), tmp_path / "cache" / "vectors.sqlite")
     else:
         server: ScriptedLLM = request.getfixturevalue("scripted_llm")
         made = OpenAIEmbedder("scripted-embed", base_url=server.base_url, batch_size=4)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stratamem.domain import Layer, Role, Scope, Turn
-from stratamem.store.base import NO_FILTERS
+from stratamem.store.base import NO_FILTERS, TurnFieldWeights
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.connection import connect
 from stratamem.store.sqlite.migrations import MIGRATIONS, migrate
@@ -97,3 +97,18 @@ def test_deleted_turns_leave_the_index(tmp_path: Path, store: SqliteStore) -> No
     conn.commit()
     conn.close()
     assert "s1-2" not in ids(store, "clay evening class")
+
+
+def test_field_weights_choose_which_fields_rank(store: SqliteStore) -> None:
+    """A field weighted 0 still matches but adds nothing; the weights reorder the hits."""
+    store.add_turns(SCOPE, DIALOGUE)
+    only_text = TurnFieldWeights(text=1.0, speaker=0.0, context=0.0, around=0.0, dated=0.0)
+    only_context = TurnFieldWeights(text=0.0, speaker=0.0, context=1.0, around=0.0, dated=0.0)
+
+    def ranked(fields: TurnFieldWeights) -> list[str]:
+        found = store.search_text(SCOPE, Layer.L0, "pottery", NO_FILTERS, 10, fields=fields)
+        return [c.id for c in found]
+
+    assert ranked(only_text)[0] == "s1-1"  # "pottery" is in turn 1's own words
+    assert ranked(only_context)[0] == "s1-2"  # … and in the context field of turn 2
+    assert ranked(TurnFieldWeights()) == ids(store, "pottery")  # None means the defaults

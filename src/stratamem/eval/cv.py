@@ -21,7 +21,7 @@ from typing import Any
 
 from stratamem.errors import InvalidInput
 from stratamem.eval.metrics import CATEGORIES, QuestionResult, block_summary
-from stratamem.retrieval.config import RetrievalConfig
+from stratamem.retrieval.config import RetrievalConfig, varying
 
 Results = Mapping[RetrievalConfig, Sequence[QuestionResult]]
 
@@ -39,10 +39,10 @@ def choose(results: Results, keep: set[str], k: int) -> RetrievalConfig:
     return best
 
 
-def cross_validate(
-    results: Results, ks: Sequence[int], select_k: int, base: RetrievalConfig
-) -> dict[str, Any]:
-    """The cross-validation report of `results` (see the module's docstring)."""
+def cross_validate(results: Results, ks: Sequence[int], select_k: int) -> dict[str, Any]:
+    """The cross-validation report of `results` (see the module's docstring). Variants are
+    named by the knobs that differ among them."""
+    names = varying(results)
     first = next(iter(results.values()), ())
     folds = list(dict.fromkeys(r.sample_id for r in first))
     if len(folds) < 2:
@@ -53,7 +53,7 @@ def cross_validate(
         chosen = choose(results, set(folds) - {fold}, select_k)
         mine = [r for r in results[chosen] if r.sample_id == fold]
         held_out.extend(mine)
-        fold_rows.append({"held_out": fold, "chosen": chosen.label(base), **_summary(mine, ks)})
+        fold_rows.append({"held_out": fold, "chosen": chosen.label(names), **_summary(mine, ks)})
     everything = choose(results, set(folds), select_k)
     return {
         "select_k": select_k,
@@ -62,8 +62,8 @@ def cross_validate(
         "fold_mean": _over_folds(fold_rows, statistics.fmean),
         "fold_sd": _over_folds(fold_rows, _sd),
         "pooled": _summary(held_out, ks),
-        "all_data": {"chosen": everything.label(base), **_summary(results[everything], ks)},
-        "grid": [_variant_row(config, answered, folds, select_k, base)
+        "all_data": {"chosen": everything.label(names), **_summary(results[everything], ks)},
+        "grid": [_variant_row(config, answered, folds, select_k, names)
                  for config, answered in results.items()],
     }
 
@@ -106,7 +106,7 @@ def _variant_row(
     answered: Sequence[QuestionResult],
     folds: Sequence[str],
     k: int,
-    base: RetrievalConfig,
+    names: Sequence[str],
 ) -> dict[str, Any]:
     """One variant measured on everything: per conversation, their mean, and pooled."""
     per_fold = {}
@@ -115,7 +115,7 @@ def _variant_row(
         per_fold[fold] = round(statistics.fmean(mine), 4) if mine else 0.0
     pooled = [r.recall_at(k) for r in answered]
     return {
-        "config": config.label(base),
+        "config": config.label(names),
         "per_fold": per_fold,
         "fold_mean": round(statistics.fmean(per_fold.values()), 4),
         "pooled": round(statistics.fmean(pooled), 4) if pooled else 0.0,

@@ -18,6 +18,7 @@ from stratamem.eval.questions import select
 from stratamem.eval.report import markdown, ratios
 from stratamem.eval.runner import EvalOptions, require_mode, run_stratamem
 from stratamem.llm import LLMClient, LLMSettings
+from stratamem.retrieval.config import varying
 
 BASELINES = ("mem0",)
 REPORT_NAME = "report.md"
@@ -70,7 +71,7 @@ async def evaluate_locomo(request: LocomoRequest) -> dict[str, Any]:
         if llm is not None:
             await llm.aclose()
     ks = request.options.ks
-    base = next(iter(run.by_config))
+    first, varied = next(iter(run.by_config)), varying(run.by_config)
     report: dict[str, Any] = {
         "dataset": str(request.data),
         "mode": request.options.mode,
@@ -78,11 +79,11 @@ async def evaluate_locomo(request: LocomoRequest) -> dict[str, Any]:
         "k": list(ks),
         "samples": len(samples),
         "skipped": selection.skipped(),
-        "base_config": base.label(),
+        "base_config": first.label([n for n in first.changed() if n not in varied]),
         **run.summary(ks),
     }
     if request.cv:
-        report["cv"] = cross_validate(run.by_config, ks, request.select_k, base)
+        report["cv"] = cross_validate(run.by_config, ks, request.select_k)
     if request.baseline == "mem0":
         baseline = await asyncio.to_thread(run_mem0, samples, selection.probes, request.options)
         report["baseline"] = baseline.summary(ks)

@@ -9,12 +9,14 @@ and measure on the fifth (docs/eval-locomo.md has the figures behind each defaul
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from stratamem.errors import InvalidInput
 from stratamem.retrieval.feedback import FEEDBACK_HITS, FEEDBACK_TERMS
 from stratamem.retrieval.speakers import OTHER_SPEAKER_FACTOR
+from stratamem.retrieval.when import SLACK_DAYS
 from stratamem.store.base import TurnFieldWeights
 
 _FIELDS = TurnFieldWeights()
@@ -42,6 +44,11 @@ class RetrievalConfig:
     """Score factor of turns by others when the query names one speaker (1: no preference)."""
     phrases: bool = True
     """Adjacent query words are also searched as phrases."""
+    time_weight: float = 0.0
+    """Fusion weight of the query's BM25 restricted to the time the query names (`when.py`;
+    0: no such list)."""
+    time_slack_days: float = SLACK_DAYS
+    """Days after a named period in which a turn may still tell of it."""
     text_weight: float = _FIELDS.text
     speaker_field_weight: float = _FIELDS.speaker
     context_weight: float = _FIELDS.context
@@ -75,6 +82,7 @@ class RetrievalConfig:
             "bm25": self.bm25_weight,
             "vector": self.vector_weight,
             "feedback": self.feedback_weight,
+            "time": self.time_weight,
         }
         return weights.get(retriever, 1.0)
 
@@ -82,19 +90,15 @@ class RetrievalConfig:
     def feedback(self) -> bool:
         return self.feedback_terms > 0 and self.feedback_hits > 0 and self.feedback_weight > 0
 
-    def differences(self, base: RetrievalConfig | None = None) -> dict[str, Any]:
-        """The fields whose values differ from `base` (the defaults when None)."""
-        other = base or RetrievalConfig()
-        return {
-            f.name: getattr(self, f.name)
-            for f in fields(self)
-            if getattr(self, f.name) != getattr(other, f.name)
-        }
+    def changed(self) -> list[str]:
+        """The knobs whose values are not the defaults."""
+        default = RetrievalConfig()
+        return [n for n in KNOBS if getattr(self, n) != getattr(default, n)]
 
-    def label(self, base: RetrievalConfig | None = None) -> str:
-        """`name=value` of each difference from `base`, or `base` when there is none."""
-        diff = self.differences(base)
-        return ", ".join(f"{k}={_show(v)}" for k, v in diff.items()) or "base"
+    def label(self, names: Iterable[str] | None = None) -> str:
+        """`name=value` of the knobs `names` (None: `changed()`), or `defaults`."""
+        shown = self.changed() if names is None else names
+        return ", ".join(f"{n}={_show(getattr(self, n))}" for n in shown) or "defaults"
 
 
 def _show(value: Any) -> str:
@@ -104,6 +108,12 @@ def _show(value: Any) -> str:
 
 
 KNOBS = tuple(f.name for f in fields(RetrievalConfig))
+
+
+def varying(configs: Iterable[RetrievalConfig]) -> list[str]:
+    """The knobs whose values are not the same in all `configs`."""
+    chosen = list(configs)
+    return [n for n in KNOBS if len({getattr(c, n) for c in chosen}) > 1]
 
 
 def parse_values(name: str, text: str) -> list[Any]:

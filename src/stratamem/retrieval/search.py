@@ -18,6 +18,7 @@ from stratamem.retrieval.config import RetrievalConfig
 from stratamem.retrieval.feedback import feedback_terms
 from stratamem.retrieval.fusion import Fused, reciprocal_rank_fusion
 from stratamem.retrieval.speakers import prefer_named_speaker
+from stratamem.retrieval.when import time_window
 from stratamem.store.base import Candidate, Filters, Store
 
 MAX_K = 200
@@ -141,7 +142,28 @@ def _candidate_lists(
             lists[(layer, "vector")] = store.search_vector(
                 scope, layer, query_vector, request.filters, limit
             )
+    window = _named_time(request, config)
+    if window is not None:
+        for layer in request.layers:
+            lists[(layer, "time")] = store.search_text(
+                scope, layer, request.query, window, limit,
+                phrases=config.phrases, fields=config.turn_fields,
+            )
     return lists
+
+
+def _named_time(request: SearchRequest, config: RetrievalConfig) -> Filters | None:
+    """The request's filters narrowed to the time its query names, or None when it names no
+    time, the list is off, or the narrowed span is empty."""
+    if config.time_weight <= 0:
+        return None
+    window = time_window(request.query, config.time_slack_days)
+    if window is None:
+        return None
+    asked = request.filters
+    since = window.since if asked.since is None else max(asked.since, window.since)
+    until = window.until if asked.until is None else min(asked.until, window.until)
+    return replace(asked, since=since, until=until) if since <= until else None
 
 
 def _load_missing(
