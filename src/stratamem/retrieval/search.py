@@ -14,6 +14,7 @@ import numpy as np
 
 from stratamem.domain import Hit, Layer, Scope
 from stratamem.errors import InvalidInput
+from stratamem.retrieval.answer_type import prefer_timed
 from stratamem.retrieval.config import RetrievalConfig
 from stratamem.retrieval.feedback import feedback_terms
 from stratamem.retrieval.fusion import Fused, reciprocal_rank_fusion
@@ -96,7 +97,8 @@ def _fused_hits(
     pool: int,
     loaded: dict[tuple[Layer, str], Hit],
 ) -> list[Hit]:
-    """Fuse, load the best `pool` (reusing `loaded`), and prefer the speaker the query names."""
+    """Fuse, load the best `pool` (reusing `loaded`), prefer the speaker the query names and,
+    when it asks for a time, hits that hold one."""
     weights = {key: config.weight(key[1]) for key in lists}
     fused = reciprocal_rank_fusion(lists, k=config.rrf_k, weights=weights)[:pool]
     _load_missing(store, scope, fused, loaded)
@@ -106,6 +108,7 @@ def _fused_hits(
         if (f.layer, f.id) in loaded  # else deleted between search and load
     ]
     preferred = prefer_named_speaker(request.query, hits, config.speaker_factor)
+    preferred = prefer_timed(request.query, preferred, config.no_time_factor)
     return without_repeats(preferred)[: request.k]
 
 

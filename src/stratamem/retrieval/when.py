@@ -2,10 +2,11 @@
 
 "What dish did Nate make on 9 November, 2022?", "Where was Tim the week before 16 November
 2023?", "Which tournament did Nate win in November 2022?" name a day, a week or a month. A turn
-that talks about it was said in that window, or in the days after it (people tell of what they
-did afterwards: "I made pasta last Tuesday"). So the window runs from the start of the named
-period to `SLACK_DAYS` after its end, and the search adds the query's BM25 restricted to it as
-one more candidate list (`search.py`): turns said then that match the words rank first there.
+that talks about it was said in that period, or in the days around it: people tell of what they
+did afterwards ("I made pasta last Tuesday") and of what they plan beforehand ("we fly to
+Orlando in September"). So the window runs from `SLACK_DAYS` before the named period to
+`SLACK_DAYS` after it, and the search adds the query's BM25 restricted to it as one more
+candidate list (`search.py`): turns said then that match the words rank first there.
 
 Understood: a day ("9 November 2022", "9th November, 2022", "November 9, 2022", "2022-11-09"),
 a month ("November 2022", "November, 2022"), a year ("in 2023"), each optionally after "the
@@ -20,7 +21,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-#: Days after a named period in which a turn may still tell of it.
+#: Days before and after a named period in which a turn may still tell of it.
 SLACK_DAYS = 7
 
 _MONTHS = {
@@ -62,7 +63,8 @@ class Window:
 
 
 def time_window(query: str, slack_days: float = SLACK_DAYS) -> Window | None:
-    """The span covering every period `query` names, plus `slack_days` after it; or None."""
+    """The span covering every period `query` names, widened by `slack_days` on each side; or
+    None."""
     periods: list[tuple[date, date]] = []
     taken: list[tuple[int, int]] = []
     for pattern in _PATTERNS:
@@ -75,7 +77,7 @@ def time_window(query: str, slack_days: float = SLACK_DAYS) -> Window | None:
                 taken.append(match.span())
     if not periods:
         return None
-    first = min(p[0] for p in periods)
+    first = min(p[0] for p in periods) - timedelta(days=slack_days)
     last = max(p[1] for p in periods) + timedelta(days=slack_days)
     return Window(_epoch(first), _epoch(last))
 
