@@ -14,10 +14,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from stratamem.errors import InvalidInput
-from stratamem.retrieval.answer_type import NO_TIME_FACTOR
 from stratamem.retrieval.feedback import FEEDBACK_HITS, FEEDBACK_TERMS
 from stratamem.retrieval.speakers import OTHER_SPEAKER_FACTOR
-from stratamem.retrieval.when import SLACK_DAYS
 from stratamem.store.base import TurnFieldWeights
 
 _FIELDS = TurnFieldWeights()
@@ -45,14 +43,6 @@ class RetrievalConfig:
     """Score factor of turns by others when the query names one speaker (1: no preference)."""
     phrases: bool = True
     """Adjacent query words are also searched as phrases."""
-    no_time_factor: float = NO_TIME_FACTOR
-    """Score factor of hits holding no time expression when the query asks for a time
-    (`answer_type.py`; 1: no preference)."""
-    time_weight: float = 0.0
-    """Fusion weight of the query's BM25 restricted to the time the query names (`when.py`;
-    0: no such list)."""
-    time_slack_days: float = SLACK_DAYS
-    """Days before and after a named period in which a turn may still tell of it."""
     text_weight: float = _FIELDS.text
     speaker_field_weight: float = _FIELDS.speaker
     context_weight: float = _FIELDS.context
@@ -86,7 +76,6 @@ class RetrievalConfig:
             "bm25": self.bm25_weight,
             "vector": self.vector_weight,
             "feedback": self.feedback_weight,
-            "time": self.time_weight,
         }
         return weights.get(retriever, 1.0)
 

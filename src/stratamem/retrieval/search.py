@@ -14,12 +14,10 @@ import numpy as np
 
 from stratamem.domain import Hit, Layer, Scope
 from stratamem.errors import InvalidInput
-from stratamem.retrieval.answer_type import prefer_timed
 from stratamem.retrieval.config import RetrievalConfig
 from stratamem.retrieval.feedback import feedback_terms
 from stratamem.retrieval.fusion import Fused, reciprocal_rank_fusion
 from stratamem.retrieval.speakers import prefer_named_speaker
-from stratamem.retrieval.when import time_window
 from stratamem.store.base import Candidate, Filters, Store
 
 MAX_K = 200
@@ -97,8 +95,7 @@ def _fused_hits(
     pool: int,
     loaded: dict[tuple[Layer, str], Hit],
 ) -> list[Hit]:
-    """Fuse, load the best `pool` (reusing `loaded`), prefer the speaker the query names and,
-    when it asks for a time, hits that hold one."""
+    """Fuse, load the best `pool` (reusing `loaded`), and prefer the speaker the query names."""
     weights = {key: config.weight(key[1]) for key in lists}
     fused = reciprocal_rank_fusion(lists, k=config.rrf_k, weights=weights)[:pool]
     _load_missing(store, scope, fused, loaded)
@@ -108,7 +105,6 @@ def _fused_hits(
         if (f.layer, f.id) in loaded  # else deleted between search and load
     ]
     preferred = prefer_named_speaker(request.query, hits, config.speaker_factor)
-    preferred = prefer_timed(request.query, preferred, config.no_time_factor)
     return without_repeats(preferred)[: request.k]
 
 
@@ -145,28 +141,7 @@ def _candidate_lists(
             lists[(layer, "vector")] = store.search_vector(
                 scope, layer, query_vector, request.filters, limit
             )
-    window = _named_time(request, config)
-    if window is not None:
-        for layer in request.layers:
-            lists[(layer, "time")] = store.search_text(
-                scope, layer, request.query, window, limit,
-                phrases=config.phrases, fields=config.turn_fields,
-            )
     return lists
-
-
-def _named_time(request: SearchRequest, config: RetrievalConfig) -> Filters | None:
-    """The request's filters narrowed to the time its query names, or None when it names no
-    time, the list is off, or the narrowed span is empty."""
-    if config.time_weight <= 0:
-        return None
-    window = time_window(request.query, config.time_slack_days)
-    if window is None:
-        return None
-    asked = request.filters
-    since = window.since if asked.since is None else max(asked.since, window.since)
-    until = window.until if asked.until is None else min(asked.until, window.until)
-    return replace(asked, since=since, until=until) if since <= until else None
 
 
 def _load_missing(
