@@ -8,7 +8,10 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from stratamem.retrieval.config import RetrievalConfig
+
 DEFAULT_DATA_DIR = Path("stratamem-data")
+_SEARCH = RetrievalConfig()
 
 
 class Settings(BaseSettings):
@@ -31,9 +34,12 @@ class Settings(BaseSettings):
     max_turn_chars: int = Field(
         100_000, ge=1, description="Longest message text accepted by capture."
     )
-    rrf_k: int = Field(30, ge=1, description="Reciprocal rank fusion constant.")
+    rrf_k: int = Field(_SEARCH.rrf_k, ge=1, description="Reciprocal rank fusion constant.")
     candidates_per_retriever: int = Field(
-        50, ge=1, le=1000, description="Candidates each retriever contributes before fusion."
+        _SEARCH.candidates,
+        ge=1,
+        le=1000,
+        description="Candidates each retriever contributes before fusion.",
     )
     recall_k: int = Field(8, ge=1, le=100, description="Memories in a recall block.")
     recall_budget_chars: int = Field(

@@ -264,16 +264,15 @@ class _Asker:
     async def ask(self, sample: _Sample, probe: Probe, run: SystemRun) -> None:
         """Search `probe` with every retrieval variant (timed, the query embedding apart),
         score it, and answer it from the first variant's hits."""
-        first: list[Hit] = []
+        found = []
         for config, results in run.by_config.items():
             sample.memory.retrieval = config
-            hits = await self._search(sample, probe, results)
-            first = first or hits
+            found.append(await self._search(sample, probe, results))
         if self.answer and self.llm is not None:
             question = probe.question
             run.qa.append(
                 await answer_and_judge(
-                    self.llm, question.question, question.answer, question.category, first,
+                    self.llm, question.question, question.answer, question.category, found[0],
                     sample.speakers,
                 )
             )

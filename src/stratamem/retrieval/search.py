@@ -56,7 +56,6 @@ async def hybrid_search(
     """Run every retriever of every asked layer, fuse, then once more with the feedback words
     of the best hits (`feedback.py`), and load the top `k` hits."""
     request.validate()
-    config.validate()
     return await asyncio.to_thread(_search, store, scope, request, query_vector, config)
 
 
