@@ -3,8 +3,10 @@ texts again and again (the evaluation harness: one ingest of the LoCoMo dev spli
 sentence pieces, half a minute of a 2-core CPU; with the cache, a second run embeds nothing).
 
 Vectors are keyed by the wrapped embedder's `model` name and a hash of the text, so any embedder
-can be wrapped, and vectors of different models never mix. A vector read back is exactly the
-one stored (float32), so results do not depend on whether the cache was warm.
+can be wrapped, and vectors of different models never mix. The name is trusted: an embedder that
+makes other vectors under the same name (another runtime of the same model) needs another file.
+A vector read back is exactly the one stored (float32), so results do not depend on whether the
+cache was warm.
 """
 
 from __future__ import annotations
