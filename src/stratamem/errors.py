@@ -62,6 +62,19 @@ class Throttled(StratamemError):
     retry_after_s: float | None = None
 
 
+class Postponed(StratamemError):
+    """A service is known to be down for now (an LLM endpoint's circuit breaker is open).
+
+    Work that needs it is not at fault: a pipeline task failing with it is put back for
+    `retry_after_s` without spending one of its attempts (`pipeline.worker`), and the stages
+    neither quarantine its input nor record a failure for it.
+    """
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class Unreachable(StratamemError):
     """A service could not be reached, or did not answer within the timeout (client side)."""
 

@@ -17,9 +17,12 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
+from stratamem.clock import ManualClock
+from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.domain import Scope
 from stratamem.errors import LLMError, StageOutputRejected
@@ -27,13 +30,14 @@ from stratamem.failures import Failures
 from stratamem.layers.model import StageResult
 from stratamem.layers.service import LayerService, Run
 from stratamem.layers.settings import LayerSettings
+from stratamem.llm import LLMCircuitOpen, LLMClient, LLMUnavailable
 from stratamem.stages.bisect import attempts_to_first
 from stratamem.store.failures import FailureKind, FailureQuery, FailureStatus
 from stratamem.store.layers_base import LayerStore
-from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
+from stratamem.testing import RecordedRequest, RecordingSleep, Reply, ScriptedLLM
 from stratamem.testing.layers import reconcile_reply
 
-from .conftest import settle_l1
+from .conftest import llm_settings, settle_l1
 
 SCOPE = Scope("acme")
 SESSION = "s1"
@@ -335,3 +339,42 @@ async def test_a_retry_that_fails_again_keeps_the_quarantine_open(
     again = layers_of(memory).get_failure(SCOPE, record.id)
     assert again.status is FailureStatus.OPEN and again.attempts == 2 and len(again.raws) == 4
     assert memory.store.list_memories(SCOPE) == []
+
+
+async def test_a_dead_endpoint_opens_the_breaker_and_quarantines_nothing(
+    tmp_path: Path, clock: ManualClock, scripted_llm: ScriptedLLM
+) -> None:
+    """The server dies in the middle of a bisection: after `breaker_failures` dropped
+    connections the breaker opens; the task fails with `LLMCircuitOpen` (a `Postponed`: the
+    pipeline waits without spending attempts), no turn is quarantined, only the transport
+    failures that opened it are recorded; once the cool-down passes, the run settles all."""
+    client = LLMClient(llm_settings(scripted_llm, breaker_failures=2, breaker_cooldown_s=30),
+                       clock=clock, sleep=RecordingSleep())  # fmt: skip
+    settings = Settings(data_dir=tmp_path / "data", embedder="hash:64", background_embedding=False)
+    memory = AsyncMemory.open(settings, clock=clock, llm=client,
+                              layer_settings=LayerSettings(max_batch_turns=8))  # fmt: skip
+    try:
+        await capture(memory, [None, "one_word", None, None])
+        scripted_llm.push_for("L1", *[bad_reply("one_word", "T2")] * 2, Reply.dropped(),
+                              Reply.dropped())  # fmt: skip
+        scripted_llm.on("L1", Model())
+        scripted_llm.on("L1-reconcile", reconcile_reply)
+        service = memory.layer_service()
+        for _ in range(2):  # the pipeline retries the task: the second drop opens the breaker
+            with pytest.raises(LLMUnavailable):
+                await service.run_l1(Run("acme", "task-1", SESSION))
+        with pytest.raises(LLMCircuitOpen):  # the pipeline postpones it, spending no attempt
+            await service.run_l1(Run("acme", "task-1", SESSION))
+        layers = layers_of(memory)
+        assert layers.session_state(SCOPE, SESSION).cursor_seq == 0
+        recorded = layers.list_failures(SCOPE)
+        assert [f.kind for f in recorded] == [FailureKind.STAGE] * 2  # the dropped connections
+        assert all("LLMUnavailable" in f.error for f in recorded)
+        calls = len(scripted_llm.calls("L1"))
+        clock.advance(30)
+        await service.run_l1(Run("acme", "task-1", SESSION))
+        assert len(scripted_llm.calls("L1")) > calls
+        assert_invariant(memory, {1})
+    finally:
+        await memory.aclose()
+        await client.aclose()

@@ -1,4 +1,4 @@
-"""Finding the JSON in model replies."""
+"""Reading model replies as JSON: one value and nothing else, or a typed error."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from stratamem.llm import NoJSONFound, extract_json
+from stratamem.llm.jsonparse import JSONAmongText
 
 
 @pytest.mark.parametrize(
@@ -16,31 +17,38 @@ from stratamem.llm import NoJSONFound, extract_json
         ("  \n[1, 2]\n", [1, 2]),
         ('```json\n{"a": 1}\n```', {"a": 1}),
         ('```JSON {"a": 1}```', {"a": 1}),
-        ('```\n[{"a": 1}]\n```', [{"a": 1}]),
-        ('Here you go:\n```json\n{"a": "b"}\n```\nAnything else?', {"a": "b"}),
-        ('Sure. {"a": {"b": [1, 2]}} That is all.', {"a": {"b": [1, 2]}}),
-        ('The answer: {"text": "a } brace and a \\" quote"}', {"text": 'a } brace and a " quote'}),
-        ('{broken {"a": 1}', {"a": 1}),
+        ('\n ```\n[{"a": 1}]\n```  \n', [{"a": 1}]),
+        (
+            '{"text": "a } brace, a \\" quote and ``` a fence"}',
+            {"text": 'a } brace, a " quote and ``` a fence'},
+        ),
         ('\ufeff{"a": 1}', {"a": 1}),
         ("42", 42),
     ],
 )
-def test_extracts(text: str, expected: Any) -> None:
+def test_one_value_or_one_fence_around_it_is_read(text: str, expected: Any) -> None:
     assert extract_json(text) == expected
 
 
-def test_fence_that_does_not_parse_falls_back_to_a_balanced_value() -> None:
-    assert extract_json('```json\n{"a": \n```\nor rather {"a": 2}') == {"a": 2}
-
-
-def test_prefer_object_skips_an_earlier_array() -> None:
-    text = 'As noted in [1], the result is {"ok": true}'
-    assert extract_json(text) == [1]
-    assert extract_json(text, prefer_object=True) == {"ok": True}
-    assert extract_json("only [1, 2] here", prefer_object=True) == [1, 2]
-
-
-@pytest.mark.parametrize("text", ["", "   ", "no json here", "{unclosed", "[1, 2"])
-def test_no_json(text: str) -> None:
-    with pytest.raises(NoJSONFound):
+@pytest.mark.parametrize(
+    "text",
+    [
+        'Sure. {"a": {"b": [1, 2]}} That is all.',
+        'Here you go:\n```json\n{"a": "b"}\n```\nAnything else?',
+        '{"memories": []} I hope this helps',
+        '{"a": 1}\n{"a": 2}',
+        '```json\n{"a": 1}\n```\n```json\n{"a": 2}\n```',
+        '{broken {"a": 1}',
+        "The user said [1, 2] and more",
+    ],
+)
+def test_json_among_text_is_a_typed_error_never_an_inner_value(text: str) -> None:
+    with pytest.raises(JSONAmongText, match="one JSON value and nothing else"):
         extract_json(text)
+
+
+@pytest.mark.parametrize("text", ["", "   ", "no json here", "{unclosed", "[1, 2", "```json\n```"])
+def test_no_json(text: str) -> None:
+    with pytest.raises(NoJSONFound) as raised:
+        extract_json(text)
+    assert not isinstance(raised.value, JSONAmongText)

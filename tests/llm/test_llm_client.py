@@ -23,6 +23,7 @@ from stratamem.llm import (
     LLMUnavailable,
     StageSettings,
 )
+from stratamem.llm.wire import compact_schema
 from stratamem.testing import RecordingSleep, Reply, ScriptedLLM
 
 VALID = {"facts": [{"content": "likes green tea", "priority": 60}]}
@@ -78,14 +79,14 @@ async def test_json_schema_response_format(scripted_llm: ScriptedLLM, llm: LLMCl
     fmt = request.body["response_format"]
     assert fmt["type"] == "json_schema"
     assert fmt["json_schema"]["name"] == "Facts"
-    assert fmt["json_schema"]["schema"] == Facts.model_json_schema()
+    assert fmt["json_schema"]["schema"] == compact_schema(Facts)
     assert request.body["messages"] == MESSAGES
     assert request.body["model"] == "scripted-chat"
     assert request.stage == "L1"
 
 
 async def test_root_model_schemas(scripted_llm: ScriptedLLM, llm: LLMClient) -> None:
-    scripted_llm.push(Reply.text('Here: [{"content": "likes tea", "priority": 5}]'))
+    scripted_llm.push(Reply.text('[{"content": "likes tea", "priority": 5}]'))
     facts = await llm.complete_json("L1", MESSAGES, RootModel[list[Fact]])
     assert facts.root == [Fact(content="likes tea", priority=5)]
     name = scripted_llm.calls()[0].body["response_format"]["json_schema"]["name"]
@@ -99,9 +100,11 @@ async def test_falls_back_when_response_format_is_rejected(sleep: RecordingSleep
             assert await client.complete_json("L1", MESSAGES, Facts) == Facts.model_validate(VALID)
             assert await client.complete_json("L1", MESSAGES, Facts) == Facts.model_validate(VALID)
         requests = server.calls()
-    # the first call is refused once; the fallback is remembered for the endpoint and model
-    assert ["response_format" in r.body for r in requests] == [True, False, False]
-    hinted = requests[1].body["messages"]
+    # openai's form, then llama.cpp's, are refused once each; the prompt-only profile is
+    # remembered for the endpoint and model
+    forms = [r.body.get("response_format", {}).get("type") for r in requests]
+    assert forms == ["json_schema", "json_object", None, None]
+    hinted = requests[2].body["messages"]
     assert len(hinted) == 2
     assert "JSON schema" in hinted[0]["content"]
     assert '"facts"' in hinted[0]["content"]
@@ -111,7 +114,8 @@ async def test_falls_back_when_response_format_is_rejected(sleep: RecordingSleep
 async def test_fallback_on_a_scripted_refusal(scripted_llm: ScriptedLLM, llm: LLMClient) -> None:
     scripted_llm.push(Reply.unsupported_response_format(), Reply.json(VALID))
     assert await llm.complete_json("L2", MESSAGES, Facts) == Facts.model_validate(VALID)
-    assert not llm.endpoint_takes_schema(llm.settings.for_stage("L2"))
+    assert llm.profile_for(llm.settings.for_stage("L2")) == "llamacpp"
+    assert llm.endpoint_takes_schema(llm.settings.for_stage("L2"))
 
 
 async def test_schema_format_can_be_switched_off(scripted_llm: ScriptedLLM) -> None:
@@ -127,18 +131,36 @@ async def test_schema_format_can_be_switched_off(scripted_llm: ScriptedLLM) -> N
     "reply",
     [
         '```json\n{"facts": [{"content": "likes green tea", "priority": 60}]}\n```',
-        'Sure! Here is the JSON:\n{"facts": [{"content": "likes green tea", "priority": 60}]}',
-        'Result [1]: {"facts": [{"content": "likes green tea", "priority": 60}]} Hope it helps.',
-        '```\n{"facts": [{"content": "likes green tea", "priority": 60}]}\n```\nDone.',
+        '  ```\n{"facts": [{"content": "likes green tea", "priority": 60}]}\n```\n',
     ],
-    ids=["fenced", "leading-prose", "prose-around", "bare-fence"],
+    ids=["fenced", "bare-fence"],
 )
-async def test_extracts_json_from_text(
+async def test_reads_one_fenced_value(
     scripted_llm: ScriptedLLM, llm: LLMClient, reply: str
 ) -> None:
     scripted_llm.push(Reply.text(reply))
     assert await llm.complete_json("L1", MESSAGES, Facts) == Facts.model_validate(VALID)
     assert len(scripted_llm.calls()) == 1
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        'Sure! Here is the JSON:\n{"facts": [{"content": "likes green tea", "priority": 60}]}',
+        'Result [1]: {"facts": [{"content": "likes green tea", "priority": 60}]} Hope it helps.',
+        '```\n{"facts": [{"content": "likes green tea", "priority": 60}]}\n```\nDone.',
+        'The user said {"facts": []} earlier. {"facts": [{"content": "x", "priority": 1}]}',
+    ],
+    ids=["leading-prose", "prose-around", "fence-then-prose", "two-values"],
+)
+async def test_json_among_prose_is_never_read_it_goes_to_repair(
+    scripted_llm: ScriptedLLM, llm: LLMClient, reply: str
+) -> None:
+    scripted_llm.push(Reply.text(reply), Reply.json(VALID))
+    assert await llm.complete_json("L1", MESSAGES, Facts) == Facts.model_validate(VALID)
+    _, repair = scripted_llm.calls()
+    assert "one JSON value and nothing else" in repair.messages[-1]["content"]
+    assert llm.usage.outcomes()["L1"]["repaired"] == 1
 
 
 async def test_repair_round_succeeds(scripted_llm: ScriptedLLM, llm: LLMClient) -> None:
@@ -225,8 +247,9 @@ async def test_timeout(scripted_llm: ScriptedLLM, sleep: RecordingSleep) -> None
     async with LLMClient(settings_for(scripted_llm, timeout_s=0.2), sleep=sleep) as client:
         with pytest.raises(LLMTimeout) as caught:
             await client.complete_text("L1", MESSAGES)
-    assert isinstance(caught.value.__cause__, httpx.TimeoutException)
+    assert isinstance(caught.value.__cause__, httpx.TimeoutException | TimeoutError)
     assert sleep.delays == []  # timeouts are the pipeline's to retry
+    assert await scripted_llm.until_disconnected()  # the request was closed, not left running
 
 
 async def test_server_error_retried_then_succeeds(

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from stratamem.errors import ConfigError, StaleFencingToken
-from stratamem.llm import LLMRateLimited
+from stratamem.llm import LLMCircuitOpen, LLMRateLimited
 from stratamem.pipeline.backend import retry_timer_key
 from stratamem.pipeline.errors import RetryLater
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
@@ -169,6 +169,37 @@ async def test_executor_chooses_its_retry_time(harness: Harness) -> None:
     assert await worker.handle(again) is Outcome.DEAD
     [dead] = await harness.backend.list_dead(limit=1)
     assert dead.error == "RetryLater: 429 from the LLM endpoint"
+
+
+async def test_an_open_circuit_postpones_the_task_without_spending_attempts(
+    harness: Harness,
+) -> None:
+    """A dead LLM endpoint (its breaker open) is not the task's fault: the task waits as long
+    as the breaker says, as often as needed, and still has all its attempts afterwards."""
+    endpoint_up = False
+
+    async def needs_the_llm(ctx: ExecutionContext) -> ExecResult:
+        if not endpoint_up:
+            raise LLMCircuitOpen("breaker open", retry_after_s=30.0)
+        return ExecResult()
+
+    worker, _ = make_worker(harness, needs_the_llm, retry_limit=1)
+    task = Task(TaskType.L1, "t", "s")
+    delivery = await deliver(harness, task)
+    for _ in range(5):  # more wake-ups than the retry limit allows failures
+        now = harness.clock.now()
+        assert await worker.handle(delivery) is Outcome.POSTPONED
+        timer = await harness.backend.get_timer(retry_timer_key(task))
+        assert timer is not None and timer[0] == now + 30.0
+        harness.clock.advance(30.0)
+        await worker.pump_once()
+        [delivery] = await harness.backend.consume("c", count=1, block_ms=0,
+                                                   now=harness.clock.now())  # fmt: skip
+        assert delivery.task.attempt == 0
+    endpoint_up = True
+    assert await worker.handle(delivery) is Outcome.COMPLETED
+    m = worker.metrics
+    assert (m.postponed, m.failed, m.retried, m.dead_lettered) == (5, 0, 0, 0)
 
 
 async def test_a_throttled_service_delays_the_retry_as_long_as_it_asked(harness: Harness) -> None:

@@ -38,7 +38,7 @@ from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLM, LLMOutputInvalid
 from stratamem.llm.prompts import load_prompt
 from stratamem.stages.checked import Answer, ask_checked
-from stratamem.stages.records import Origin, reason
+from stratamem.stages.records import Origin, reason, recordable
 from stratamem.store.base import Fence, Filters, Store
 from stratamem.store.failures import Failure, FailureKind
 from stratamem.store.layers_base import L1Commit, L2Commit, L3Commit, LayerStore, RetryCommit
@@ -392,6 +392,8 @@ class LayerService:
             ) from exc
 
     async def _record(self, run: Run, stage: str, exc: LLMError) -> None:
+        if not recordable(exc):
+            return
         failure = run.origin(self.clock.now()).failed(stage, exc)
         await asyncio.to_thread(self.layers.record_failures, [failure])
 

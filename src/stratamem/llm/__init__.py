@@ -6,6 +6,7 @@ from stratamem.errors import LLMError
 from stratamem.llm.base import LLM
 from stratamem.llm.client import LLMClient
 from stratamem.llm.errors import (
+    LLMCircuitOpen,
     LLMEmptyReply,
     LLMHTTPError,
     LLMOutputInvalid,
@@ -21,6 +22,7 @@ from stratamem.llm.wire import Messages
 
 __all__ = [
     "LLM",
+    "LLMCircuitOpen",
     "LLMClient",
     "LLMEmptyReply",
     "LLMError",

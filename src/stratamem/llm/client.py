@@ -1,10 +1,13 @@
 """The LLM client: any OpenAI-compatible chat endpoint, per-stage settings, JSON with a schema.
 
-One call = one `complete_text` or `complete_json`. It retries 429/5xx (honouring Retry-After,
-bounded), stops its HTTP request when its task is cancelled, counts calls and tokens per stage,
-and for JSON: asks for a JSON-schema response format where the endpoint takes one (remembering
-per endpoint and model when it does not), extracts JSON from prose or code fences otherwise,
-validates it, and runs one repair round before raising `LLMOutputInvalid` with the raw replies.
+One call = one `complete_text` or `complete_json`. Every request is bounded: `max_tokens` (the
+call's, else the stage's setting), a deadline that cancels the request and closes its
+connection, and a circuit breaker per endpoint (`llm.breaker`). It retries 429/5xx (honouring
+Retry-After, bounded), stops its HTTP request when its task is cancelled, counts calls, tokens
+and outcomes per stage, and for JSON: asks the endpoint's way for JSON following the schema
+(`llm.profiles`, learned from refusals unless configured), reads the reply strictly as one
+JSON value (`llm.jsonparse`), validates it, and runs one repair round before raising
+`LLMOutputInvalid` with the raw replies. A reply cut off by the length limit is never read.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import BaseModel, RootModel, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from stratamem.clock import Clock, SystemClock
 from stratamem.httpretry import RetryPolicy, Sleep, parse_retry_after, send_with_retry
-from stratamem.llm import wire
+from stratamem.llm import profiles, wire
+from stratamem.llm.breaker import CircuitBreaker
 from stratamem.llm.errors import (
     LLMEmptyReply,
     LLMHTTPError,
@@ -30,6 +34,7 @@ from stratamem.llm.errors import (
     LLMUnavailable,
 )
 from stratamem.llm.jsonparse import NoJSONFound, extract_json
+from stratamem.llm.profiles import Profile, ProfileMemory
 from stratamem.llm.settings import LLMSettings, StageConfig
 from stratamem.llm.usage import UsageMeter
 
@@ -39,12 +44,23 @@ _EXCERPT_CHARS = 500
 _ERROR_CHARS = 2000
 
 
+_DEAD_GATEWAY = frozenset({502, 504})
+"""Answers of a proxy whose upstream is gone: they count against the breaker like a refused
+connection (so does a 503 that does not ask to wait)."""
+
+
 class _FormatRejected(Exception):
-    """The endpoint answered 400 to a `response_format` (internal: triggers the fallback)."""
+    """The endpoint refused the structured-output form it was sent (internal: the client
+    moves to the next profile)."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.status = response.status_code
+        self.body = response.text
 
 
 class _Unusable(Exception):
-    """A reply that is empty, holds no JSON or fails validation (internal: triggers repair)."""
+    """A reply that is empty, not one JSON value, or fails validation (internal: repair)."""
 
 
 class LLMClient:
@@ -70,7 +86,12 @@ class LLMClient:
         self._clock = clock
         self._owns_client = client is None
         self._http = client or httpx.AsyncClient()
-        self._no_schema: set[tuple[str, str]] = set()
+        self.profiles = ProfileMemory(self.settings.structured_profile)
+        self.breaker = CircuitBreaker(
+            self.settings.breaker_failures,
+            self.settings.breaker_cooldown_s,
+            clock or SystemClock(),
+        )
 
     async def __aenter__(self) -> LLMClient:
         return self
@@ -92,9 +113,12 @@ class LLMClient:
     ) -> str:
         """The model's text reply; raises `LLMEmptyReply` when it has no content."""
         config = self.settings.for_stage(stage)
-        content = await self._chat(config, messages, max_tokens=max_tokens)
-        if not content.strip():
-            raise LLMEmptyReply(f"stage {stage}: the model returned an empty reply", raw=content)
+        with self.usage.stage_call(stage):
+            content = await self._chat(config, messages, max_tokens or config.max_tokens)
+            if not content.strip():
+                raise LLMEmptyReply(
+                    f"stage {stage}: the model returned an empty reply", raw=content
+                )
         return content
 
     async def complete_json(
@@ -107,59 +131,73 @@ class LLMClient:
     ) -> M:
         """The reply parsed and validated as `schema`, after at most one repair round."""
         config = self.settings.for_stage(stage)
-        first = await self._json_call(config, messages, schema, max_tokens)
-        try:
-            return _validate(first, schema)
-        except _Unusable as problem:
-            retry = wire.repair_messages(messages, first, str(problem)[:_ERROR_CHARS])
-        second = await self._json_call(config, retry, schema, max_tokens)
-        try:
-            return _validate(second, schema)
-        except _Unusable as problem:
-            kind = LLMEmptyReply if not second.strip() else LLMOutputInvalid
-            message = f"stage {stage}: no valid {schema.__name__} after a repair round: {problem}"
-            raise kind(message[:_ERROR_CHARS], raw=second, raws=(first, second)) from (
-                problem.__cause__ or problem
-            )
+        bound = max_tokens or config.max_tokens
+        with self.usage.stage_call(stage):
+            first = await self._json_call(config, messages, schema, bound)
+            try:
+                return _validate(first, schema)
+            except _Unusable as problem:
+                retry = wire.repair_messages(messages, first, str(problem)[:_ERROR_CHARS])
+            self.usage.note_repair()
+            second = await self._json_call(config, retry, schema, bound)
+            try:
+                return _validate(second, schema)
+            except _Unusable as problem:
+                kind = LLMEmptyReply if not second.strip() else LLMOutputInvalid
+                message = (
+                    f"stage {stage}: no valid {schema.__name__} after a repair round: {problem}"
+                )
+                raise kind(message[:_ERROR_CHARS], raw=second, raws=(first, second)) from (
+                    problem.__cause__ or problem
+                )
+
+    def profile_for(self, config: StageConfig) -> Profile:
+        """How JSON is asked of this stage's endpoint and model now (configured or learned)."""
+        return self.profiles.current(config.base_url, config.model)
 
     def endpoint_takes_schema(self, config: StageConfig) -> bool:
-        """Whether JSON-schema response formats are (still) sent to this endpoint and model."""
-        return self.settings.json_schema and (config.base_url, config.model) not in self._no_schema
+        """Whether a structured-output field is (still) sent to this endpoint and model."""
+        return self.profile_for(config) != "prompt"
 
     async def _json_call(
-        self,
-        config: StageConfig,
-        messages: wire.Messages,
-        schema: type[BaseModel],
-        max_tokens: int | None,
+        self, config: StageConfig, messages: wire.Messages, schema: type[BaseModel], bound: int
     ) -> str:
-        if self.endpoint_takes_schema(config):
+        profile = self.profile_for(config)
+        while True:
+            sent = messages
+            if profile == "prompt":
+                hint = wire.SCHEMA_HINT.format(schema=json.dumps(wire.compact_schema(schema)))
+                sent = wire.with_schema_hint(messages, hint)
             try:
-                return await self._chat(
-                    config,
-                    messages,
-                    response_format=wire.schema_format(schema),
-                    max_tokens=max_tokens,
-                )
-            except _FormatRejected:
-                self._no_schema.add((config.base_url, config.model))
-        hint = wire.SCHEMA_HINT.format(schema=json.dumps(schema.model_json_schema()))
-        return await self._chat(
-            config, wire.with_schema_hint(messages, hint), max_tokens=max_tokens
+                fields = profiles.format_fields(profile, schema)
+                return await self._chat(config, sent, bound, fields, profile)
+            except _FormatRejected as refusal:
+                following = self.profiles.refused(config.base_url, config.model, profile)
+                if following is None:
+                    raise self._refused(config, profile, refusal) from refusal
+                profile = following
+
+    def _refused(
+        self, config: StageConfig, profile: Profile, refusal: _FormatRejected
+    ) -> LLMHTTPError:
+        return LLMHTTPError(
+            f"stage {config.stage}: {config.base_url} refused the `{profile}` structured-output"
+            f" form (HTTP {refusal.status}: {refusal.body[:_EXCERPT_CHARS]}); set"
+            " STRATAMEM_LLM_STRUCTURED to another profile, or to auto",
+            status=refusal.status,
+            body=refusal.body,
         )
 
     async def _chat(
         self,
         config: StageConfig,
         messages: wire.Messages,
-        *,
-        response_format: dict[str, Any] | None = None,
-        max_tokens: int | None = None,
+        max_tokens: int,
+        fields: dict[str, Any] | None = None,
+        profile: Profile | None = None,
     ) -> str:
-        body = _request_body(config, messages, response_format, max_tokens)
-        response = await self._post(config, body)
-        if response_format and wire.rejects_response_format(response.status_code, response.text):
-            raise _FormatRejected
+        body = _request_body(config, messages, fields or {}, max_tokens)
+        response = await self._post(config, body, profile if fields else None)
         if not response.is_success:
             raise self._http_error(config, response)
         return self._read_reply(config, messages, response)
@@ -170,13 +208,19 @@ class LLMClient:
             f"{response.text[:_EXCERPT_CHARS]}"
         )
         status, body = response.status_code, response.text
-        now_s = (self._clock or SystemClock()).now()
-        asked_s = parse_retry_after(response.headers.get("retry-after"), now_s)
+        asked_s = parse_retry_after(response.headers.get("retry-after"), self._now())
         if status == 429 or (status == 503 and asked_s is not None):
             return LLMRateLimited(message, status=status, body=body, retry_after_s=asked_s)
         return LLMHTTPError(message, status=status, body=body)
 
-    async def _post(self, config: StageConfig, body: dict[str, Any]) -> httpx.Response:
+    def _now(self) -> float:
+        return (self._clock or SystemClock()).now()
+
+    async def _post(
+        self, config: StageConfig, body: dict[str, Any], profile: Profile | None
+    ) -> httpx.Response:
+        """Send under the endpoint's breaker; a refusal of `profile`'s format raises
+        `_FormatRejected` at once (not retried)."""
         url = f"{config.base_url}/chat/completions"
         headers = {wire.STAGE_HEADER: config.stage}
         if config.api_key:
@@ -184,16 +228,45 @@ class LLMClient:
 
         async def send() -> httpx.Response:
             self.usage.count_call(config.stage)
-            return await self._http.post(url, json=body, headers=headers, timeout=config.timeout_s)
+            async with asyncio.timeout(config.timeout_s):  # cancels the request: closes it
+                response = await self._http.post(
+                    url, json=body, headers=headers, timeout=config.timeout_s
+                )
+            if profile is not None and profiles.refuses(
+                profile, response.status_code, response.text
+            ):
+                raise _FormatRejected(response)
+            return response
 
+        probe = self.breaker.admit(config.base_url)
+        up: bool | None = None
         try:
-            return await send_with_retry(send, self._retry, sleep=self._sleep, clock=self._clock)
-        except httpx.TimeoutException as e:
+            response = await send_with_retry(
+                send, self._retry, sleep=self._sleep, clock=self._clock
+            )
+            up = not _gateway_down(response)
+            return response
+        except _FormatRejected:
+            up = True
+            raise
+        except (httpx.TimeoutException, TimeoutError) as e:
+            up = False
             raise LLMTimeout(
                 f"stage {config.stage}: no answer from {url} within {config.timeout_s:g} s"
             ) from e
         except httpx.HTTPError as e:
+            up = False
             raise LLMUnavailable(f"stage {config.stage}: request to {url} failed: {e}") from e
+        finally:
+            self._report(config.base_url, up, probe)
+
+    def _report(self, endpoint: str, up: bool | None, probe: bool) -> None:
+        if up is True:
+            self.breaker.succeeded(endpoint)
+        elif up is False:
+            self.breaker.failed(endpoint)
+        elif probe:
+            self.breaker.abandon(endpoint)
 
     def _read_reply(
         self, config: StageConfig, messages: wire.Messages, response: httpx.Response
@@ -226,19 +299,19 @@ class LLMClient:
         self.usage.count_tokens(config.stage, prompt, completion)
 
 
+def _gateway_down(response: httpx.Response) -> bool:
+    status = response.status_code
+    return status in _DEAD_GATEWAY or (status == 503 and "retry-after" not in response.headers)
+
+
 def _request_body(
-    config: StageConfig,
-    messages: wire.Messages,
-    response_format: dict[str, Any] | None,
-    max_tokens: int | None,
+    config: StageConfig, messages: wire.Messages, fields: dict[str, Any], max_tokens: int
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"model": config.model, "messages": [dict(m) for m in messages]}
     if config.temperature is not None:
         body["temperature"] = config.temperature
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
-    if response_format is not None:
-        body["response_format"] = response_format
+    body["max_tokens"] = max_tokens
+    body.update(fields)
     return body
 
 
@@ -247,7 +320,7 @@ def _validate(content: str, schema: type[M]) -> M:
     if not content.strip():
         raise _Unusable("the reply was empty")
     try:
-        value = extract_json(content, prefer_object=not issubclass(schema, RootModel))
+        value = extract_json(content)
     except NoJSONFound as e:
         raise _Unusable(str(e)) from e
     try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stratamem.errors import LLMError, Throttled
+from stratamem.errors import LLMError, Postponed, Throttled
 
 
 class LLMUnavailable(LLMError):
@@ -11,6 +11,11 @@ class LLMUnavailable(LLMError):
 
 class LLMTimeout(LLMUnavailable):
     """The endpoint did not answer within the stage's timeout."""
+
+
+class LLMCircuitOpen(LLMError, Postponed):
+    """The endpoint's circuit breaker is open (its last calls failed in transport or timed
+    out): no request was sent. Not the reply's fault, so never an `LLMOutputInvalid`."""
 
 
 class LLMHTTPError(LLMError):

@@ -1,4 +1,11 @@
-"""Finding the JSON in a model's reply: whole text, a code fence, or the first balanced value."""
+"""Reading a model's reply as JSON, strictly: the reply is one JSON value and nothing else.
+
+Accepted: the whole text (surrounding whitespace and a byte-order mark ignored), or the whole
+text being one code fence (```` ```json … ``` ````) around one value. Anything else is an error,
+typed, that the client sends back to the model in its repair round: prose around the value, an
+object inside prose, two values, two fences. An inner `{…}` picked out of prose once read a
+reply that meant something else as "nothing to do" (issue 11, finding 1); it never is now.
+"""
 
 from __future__ import annotations
 
@@ -6,43 +13,51 @@ import json
 import re
 from typing import Any
 
-_FENCE = re.compile(r"```[ \t]*(?:json|JSON|jsonc)?[ \t]*\n?(.*?)```", re.DOTALL)
-_DECODER = json.JSONDecoder()
-_MAX_STARTS = 200
-"""Give up after this many candidate openings, so a pathological reply cannot cost seconds."""
+_ONE_FENCE = re.compile(r"\A```[ \t]*(?:json|JSON|jsonc)?[ \t]*\n?(?P<body>.*?)\n?[ \t]*```\Z",
+                        re.DOTALL)  # fmt: skip
+_EXCERPT_CHARS = 80
 
 
 class NoJSONFound(ValueError):
-    """The text holds no JSON object or array."""
+    """The reply is not one JSON value: empty, not JSON, or JSON among other text."""
 
 
-def extract_json(text: str, *, prefer_object: bool = False) -> Any:
-    """The JSON value of `text`: the whole text, else the first fenced block that parses, else
-    the first balanced object or array (after leading prose). Raises `NoJSONFound`.
+class JSONAmongText(NoJSONFound):
+    """The reply holds a JSON value, but with prose, another value or another fence around it."""
 
-    With `prefer_object`, an embedded object wins over an array that comes before it (prose such
-    as "see [1]" does not hide the object a schema expects).
-    """
-    stripped = text.strip().lstrip("\ufeff")
+
+def extract_json(text: str) -> Any:
+    """The one JSON value `text` is (see the module doc); raises `NoJSONFound` (or its
+    `JSONAmongText`) saying what is wrong."""
+    stripped = text.strip().lstrip("\ufeff").strip()
     if not stripped:
         raise NoJSONFound("the reply is empty")
-    for candidate in (stripped, *(m.group(1).strip() for m in _FENCE.finditer(stripped))):
-        try:
-            return json.loads(candidate)
-        except ValueError:
-            continue
-    return _first_embedded_value(stripped, "{" if prefer_object else "{[")
+    fence = _ONE_FENCE.match(stripped)
+    candidate = fence.group("body").strip() if fence and "```" not in fence.group("body") else None
+    try:
+        return json.loads(candidate if candidate is not None else stripped)
+    except ValueError as exc:
+        raise _why_not(stripped, exc) from exc
 
 
-def _first_embedded_value(text: str, openers: str) -> Any:
-    starts = [i for i, ch in enumerate(text) if ch in openers][:_MAX_STARTS]
-    if openers != "{[":
-        starts += [i for i, ch in enumerate(text) if ch == "["][:_MAX_STARTS]
+def _why_not(text: str, exc: ValueError) -> NoJSONFound:
+    excerpt = text[:_EXCERPT_CHARS].replace("\n", " ")
+    if _holds_value(text):
+        return JSONAmongText(
+            "the reply must be one JSON value and nothing else (no prose, no second value), "
+            f"but it has text around its JSON (it begins {excerpt!r})"
+        )
+    return NoJSONFound(f"the reply is not valid JSON ({exc}; it begins {excerpt!r})")
+
+
+def _holds_value(text: str) -> bool:
+    """Whether some `{` or `[` of `text` opens a complete JSON value (bounded search)."""
+    decoder = json.JSONDecoder()
+    starts = [i for i, ch in enumerate(text) if ch in "{["][:200]
     for start in starts:
         try:
-            value, _ = _DECODER.raw_decode(text, start)
+            decoder.raw_decode(text, start)
         except ValueError:
             continue
-        return value
-    excerpt = text[:80].replace("\n", " ")
-    raise NoJSONFound(f"no JSON object or array found in the reply (it begins {excerpt!r})")
+        return True
+    return False

@@ -6,15 +6,22 @@
     STRATAMEM_LLM_L1_MODEL=qwen2.5-14b-instruct        # stage L1 uses another model
     STRATAMEM_LLM_OFFLOAD_L15_TIMEOUT_S=20             # stage offload-l15 gets a shorter timeout
 
+    STRATAMEM_LLM_STRUCTURED=llamacpp                  # how to ask for JSON (default: auto)
+    STRATAMEM_LLM_L2_MAX_TOKENS=3000                   # longest reply of stage L2
+
 A stage override is `STRATAMEM_LLM_<STAGE>_<FIELD>` with FIELD one of BASE_URL, API_KEY, MODEL,
-TIMEOUT_S, TEMPERATURE; the stage name is upper-cased with `-` and `.` written as `_`.
+TIMEOUT_S, TEMPERATURE, MAX_TOKENS; the stage name is upper-cased with `-` and `.` written as `_`.
+
+Every call carries `max_tokens`: the call's own bound where the code gives one, else the stage's
+setting, else `STRATAMEM_LLM_MAX_TOKENS`, else the stage's default (`STAGE_MAX_TOKENS`), else
+`DEFAULT_MAX_TOKENS`.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic.fields import FieldInfo
@@ -27,6 +34,20 @@ from pydantic_settings import (
 from stratamem.errors import ConfigError
 
 ENV_PREFIX = "STRATAMEM_LLM_"
+Structured = Literal["auto", "openai", "llamacpp", "ollama", "prompt"]
+
+DEFAULT_MAX_TOKENS = 1024
+STAGE_MAX_TOKENS: dict[str, int] = {
+    "l1": 2048,  # up to max_memories_per_batch memories of a batch of turns
+    "l1_reconcile": 1024,  # one decision per proposed memory
+    "l2": 2048,  # scene operations, each scene body up to max_scene_chars
+    "l3": 768,  # one profile of up to max_profile_chars
+    "offload_l1": 2048,  # a summary and a score per tool call of the chunk
+    "offload_l15": 256,  # four fields
+    "offload_l2": 2048,  # diagram edits (up to diagram_max_chars) and the call mapping
+}
+"""The longest reply of each stage, in tokens, unless set (a reply cut off at the bound is never
+read: the stage retries with a smaller batch)."""
 
 
 def stage_key(stage: str) -> str:
@@ -48,6 +69,7 @@ class StageSettings(BaseModel):
     model: str | None = None
     timeout_s: float | None = Field(default=None, gt=0)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
 
     @field_validator("base_url")
     @classmethod
@@ -65,6 +87,7 @@ class StageConfig:
     api_key: str | None
     timeout_s: float
     temperature: float | None
+    max_tokens: int
 
 
 class LLMSettings(BaseSettings):
@@ -92,7 +115,35 @@ class LLMSettings(BaseSettings):
     )
     json_schema: bool = Field(
         default=True,
-        description="Ask for a JSON-schema response format where the endpoint takes one.",
+        description="Ask for structured JSON at all (false: as `structured=prompt`).",
+    )
+    structured: Structured = Field(
+        default="auto",
+        description="How JSON replies are asked for: `openai` (response_format json_schema),"
+        " `llamacpp` (response_format json_object with a schema), `ollama` (a `format` field),"
+        " `prompt` (the schema in the system prompt only), or `auto`: openai, then on a refusal"
+        " llamacpp, then prompt, learned per endpoint and model for the life of the process.",
+    )
+    max_tokens: int | None = Field(
+        default=None,
+        ge=16,
+        le=1_000_000,
+        description="Longest reply of every stage without its own setting (unset: each"
+        " stage's default).",
+    )
+    breaker_failures: int = Field(
+        default=5,
+        ge=1,
+        le=1000,
+        description="Consecutive transport failures or timeouts that open an endpoint's"
+        " circuit breaker (calls then fail at once, and pipeline tasks wait without spending"
+        " attempts).",
+    )
+    breaker_cooldown_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="How long an open breaker refuses calls before one probe call is let through.",
     )
     stages: dict[str, StageSettings] = Field(default_factory=dict)
 
@@ -135,6 +186,7 @@ class LLMSettings(BaseSettings):
                 f"{ENV_PREFIX}MODEL (or {variable}_BASE_URL and {variable}_MODEL)"
             )
         key = over.api_key or self.api_key
+        name = stage_key(stage)
         return StageConfig(
             stage=stage,
             base_url=base_url,
@@ -142,7 +194,15 @@ class LLMSettings(BaseSettings):
             api_key=key.get_secret_value() if key else None,
             timeout_s=over.timeout_s or self.timeout_s,
             temperature=over.temperature if over.temperature is not None else self.temperature,
+            max_tokens=over.max_tokens
+            or self.max_tokens
+            or STAGE_MAX_TOKENS.get(name, DEFAULT_MAX_TOKENS),
         )
+
+    @property
+    def structured_profile(self) -> Structured:
+        """The configured profile (`prompt` when `json_schema` is off)."""
+        return self.structured if self.json_schema else "prompt"
 
 
 _STAGE_FIELDS = sorted(StageSettings.model_fields, key=len, reverse=True)

@@ -58,13 +58,49 @@ class ChatReply(BaseModel):
         return self.choices[0].message.content or ""
 
 
+_GRAMMAR_HEAVY = frozenset({"maxLength", "minLength", "maxItems", "minItems", "pattern", "title"})
+"""Keywords left out of schemas sent to endpoints. A grammar engine compiles the schema into
+rules, and a large length bound expands into that many (llama.cpp's compiler crashed on
+`maxLength: 20000`, issue 11 finding 10); the bounds are checked by our own validation of the
+reply. Titles only add bytes."""
+
+
+def compact_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """`model`'s JSON schema as sent to an endpoint: `$defs` inlined, no length or item bounds,
+    no patterns, no titles."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+    compact: dict[str, Any] = _compact(schema, defs)
+    return compact
+
+
+def _compact(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_compact(value, defs) for value in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        return _compact(defs[str(node["$ref"]).rsplit("/", 1)[-1]], defs)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "properties":
+            out[key] = {name: _compact(sub, defs) for name, sub in value.items()}
+        elif key not in _GRAMMAR_HEAVY:
+            out[key] = _compact(value, defs)
+    return out
+
+
+def schema_name(schema: type[BaseModel]) -> str:
+    return _SCHEMA_NAME.sub("_", schema.__name__)[:64] or "reply"
+
+
 def schema_format(schema: type[BaseModel]) -> dict[str, Any]:
-    """The `response_format` asking for JSON that validates against `schema`."""
+    """OpenAI's `response_format` asking for JSON that validates against `schema`."""
     return {
         "type": "json_schema",
         "json_schema": {
-            "name": _SCHEMA_NAME.sub("_", schema.__name__)[:64] or "reply",
-            "schema": schema.model_json_schema(),
+            "name": schema_name(schema),
+            "schema": compact_schema(schema),
             "strict": False,
         },
     }
@@ -90,12 +126,6 @@ def repair_messages(messages: Messages, raw: str, error: str) -> list[dict[str, 
         {"role": "assistant", "content": raw},
         {"role": "user", "content": REPAIR_PROMPT.format(error=error)},
     ]
-
-
-def rejects_response_format(status: int, text: str) -> bool:
-    """Whether an error reply says the endpoint does not take the response format sent."""
-    lowered = text.lower()
-    return status == 400 and ("response_format" in lowered or "json_schema" in lowered)
 
 
 def prompt_chars(messages: Messages) -> int:

@@ -31,7 +31,7 @@ from stratamem.offload.store import VersionConflict
 from stratamem.stages.checked import Unusable, ask_checked
 from stratamem.stages.content import content_problem
 from stratamem.stages.envelope import StrictReply
-from stratamem.stages.records import Origin
+from stratamem.stages.records import Origin, recordable
 from stratamem.store.failures import Failure, FailureKind
 
 STAGE = Stage.L15.value
@@ -131,8 +131,9 @@ async def _judged(
         note = origin.failed(STAGE, exc, FailureKind.FALLBACK, detail)
         return offline_decision(view.mark, view.boundary), [note]
     except LLMError as exc:
-        failure = origin.failed(STAGE, exc, detail=detail)
-        await asyncio.to_thread(deps.store.record_failures, [failure])
+        if recordable(exc):
+            failure = origin.failed(STAGE, exc, detail=detail)
+            await asyncio.to_thread(deps.store.record_failures, [failure])
         raise
 
 

@@ -45,7 +45,7 @@ from stratamem.stages.checked import (
 )
 from stratamem.stages.content import content_problem
 from stratamem.stages.envelope import StrictReply, array_of
-from stratamem.stages.records import Origin, reason
+from stratamem.stages.records import Origin, reason, recordable
 from stratamem.store.failures import Failure, FailureKind
 
 STAGE = Stage.L1.value
@@ -103,8 +103,9 @@ async def run_l1(deps: StageDeps, tenant: str, session: str) -> L1Outcome:
     done = await summarise(deps, claim.pairs, origin)
     created = await _complete(deps, scope, session, claim, done)
     if done.interrupted is not None:
-        failure = origin.failed(STAGE, done.interrupted)
-        await asyncio.to_thread(deps.store.record_failures, [failure])
+        if recordable(done.interrupted):
+            failure = origin.failed(STAGE, done.interrupted)
+            await asyncio.to_thread(deps.store.record_failures, [failure])
         raise done.interrupted
     left = tuple(p.call_id for p in claim.pairs[len(done.entries) :])
     await arm_diagram_timer(deps, tenant, session)

@@ -29,7 +29,7 @@ from stratamem.offload.stage import StageDeps
 from stratamem.offload.store import DiagramWrite
 from stratamem.stages.checked import Dropped, Unusable, ask_checked, check_items, require_kept
 from stratamem.stages.envelope import StrictReply, array_of
-from stratamem.stages.records import Origin
+from stratamem.stages.records import Origin, recordable
 from stratamem.store.base import Fence
 from stratamem.store.failures import Failure
 
@@ -152,8 +152,9 @@ async def _update(
     try:
         proposal = await propose(deps, llm, diagram, batch, in_use)
     except LLMError as exc:
-        failure = origin.failed(STAGE, exc, detail=detail)
-        await asyncio.to_thread(deps.store.record_failures, [failure])
+        if recordable(exc):
+            failure = origin.failed(STAGE, exc, detail=detail)
+            await asyncio.to_thread(deps.store.record_failures, [failure])
         raise
     write = DiagramWrite(diagram.task_id, proposal.text, diagram.version, proposal.mapping)
     await asyncio.to_thread(

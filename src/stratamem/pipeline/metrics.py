@@ -24,6 +24,7 @@ class WorkerMetrics:
     skipped: int = 0
     failed: int = 0
     retried: int = 0
+    postponed: int = 0
     dead_lettered: int = 0
     lock_conflicts: int = 0
     dropped: int = 0

@@ -10,7 +10,9 @@ One delivery goes through `Worker.handle`:
    acknowledged nor cascaded (another worker will take it over);
 3. on success: cascade (still under the lock), release, enqueue what the executor asked for
    after release, ack; on failure: release, then retry with backoff 5 s · 3^attempt up to the
-   retry limit, then a dead letter with the error and the session's timers cleared.
+   retry limit, then a dead letter with the error and the session's timers cleared. A failure
+   that is `Postponed` (a service known down, e.g. an LLM endpoint's open circuit breaker) puts
+   the task back after the wait it names without spending an attempt.
 
 Time comes from the injected clock and waits go through the injected `sleep`, so tests drive
 conflicts, renewals and retries with a `ManualClock` and never sleep.
@@ -27,7 +29,14 @@ from enum import StrEnum
 from typing import Any
 
 from stratamem.clock import Clock, SystemClock
-from stratamem.errors import LockLost, PipelineError, StaleFencingToken, StratamemError, Throttled
+from stratamem.errors import (
+    LockLost,
+    PipelineError,
+    Postponed,
+    StaleFencingToken,
+    StratamemError,
+    Throttled,
+)
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.errors import RetryLater, UnknownTaskType
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
@@ -57,6 +66,7 @@ class Outcome(StrEnum):
     COMPLETED = "completed"
     SKIPPED = "skipped"
     RETRIED = "retried"
+    POSTPONED = "postponed"
     DEAD = "dead"
     DROPPED = "dropped"
     ABORTED = "aborted"
@@ -266,6 +276,12 @@ class Worker:
 
     async def _fail(self, delivery: Delivery, exc: Exception) -> Outcome:
         task, now = delivery.task, self.clock.now()
+        if isinstance(exc, Postponed):  # a service known down: wait, spending no attempt
+            due_at = now + min(max(exc.retry_after_s, 0.0), MAX_THROTTLED_DELAY_S)
+            await self.backend.retry(delivery, task, due_at=due_at)
+            self.metrics.postponed += 1
+            log.info("postponed %s %s to %.3f: %r", task.type, task.id, due_at, exc)
+            return Outcome.POSTPONED
         self.metrics.failed += 1
         if task.attempt < self.settings.retry_limit:
             due_at = now + self._retry_delay_s(exc, task.attempt)

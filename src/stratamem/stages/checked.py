@@ -66,12 +66,25 @@ async def ask_checked(
     Raises `RepliesRejected` (an `LLMOutputInvalid`) with every reply when the repair fails too;
     other `LLMError`s (transport, HTTP, an unusable envelope) propagate as the client raised them.
     """
+    with llm.usage.stage_call(stage):  # one outcome for the call, repairs included
+        return await _ask(llm, stage, messages, schema, read, max_tokens)
+
+
+async def _ask(
+    llm: LLM,
+    stage: str,
+    messages: Messages,
+    schema: type[M],
+    read: Callable[[M], R],
+    max_tokens: int | None,
+) -> Answer[R]:
     first = await llm.complete_json(stage, messages, schema, max_tokens=max_tokens)
     raw_first = first.model_dump_json()
     try:
         return Answer(read(first), (raw_first,))
     except Unusable as problem:
         retry = repair_messages(messages, raw_first, str(problem)[:_ERROR_CHARS])
+    llm.usage.note_repair()
     try:
         second = await llm.complete_json(stage, retry, schema, max_tokens=max_tokens)
     except LLMOutputInvalid as exc:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stratamem.errors import LLMError
+from stratamem.errors import LLMError, Postponed
 from stratamem.llm.errors import LLMHTTPError, LLMOutputInvalid
 from stratamem.stages.checked import Dropped
 from stratamem.store.failures import (
@@ -67,11 +67,22 @@ class Origin:
         """Noted records of items dropped from an accepted reply (each item kept as JSON)."""
         return [
             self.failure(
-                stage, FailureKind.ITEM, d.reason, (json.dumps(d.item, ensure_ascii=False),),
-                turn_ids=turn_ids, detail={**(detail or {}), "index": d.index},
+                stage,
+                FailureKind.ITEM,
+                d.reason,
+                (json.dumps(d.item, ensure_ascii=False),),
+                turn_ids=turn_ids,
+                detail={**(detail or {}), "index": d.index},
             )
             for d in items
         ]
+
+
+def recordable(exc: LLMError) -> bool:
+    """Whether a failed call deserves a failure record: not a call the endpoint's open circuit
+    breaker kept from being sent (`Postponed`: the failures that opened it were recorded, and
+    the task waits without spending attempts, so it would be recorded at every wake-up)."""
+    return not isinstance(exc, Postponed)
 
 
 def reason(exc: Exception) -> str:

@@ -106,6 +106,11 @@ class RequestHandler(BaseHTTPRequestHandler):
         if reply is not None and reply.hold and not self._wait_for_gate():
             self.close_connection = True
             return
+        if reply is not None and reply.disconnect:
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return
         if reply is None and request.path.endswith("/chat/completions"):
             message = f"scripted server: no reply scripted for stage {request.stage!r}"
             self._send(501, {"error": {"message": message}})

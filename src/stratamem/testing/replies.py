@@ -25,7 +25,7 @@ class Reply:
     model stopped (`"stop"`; `"length"` when cut off; None sends JSON `null`); `body` replaces
     the whole response body (a str is sent as-is, anything else as JSON); `vectors` answers an
     embeddings request; `hold` makes the server wait until `ScriptedLLM.release()` (or teardown)
-    first.
+    first; `disconnect` closes the connection without an answer.
     """
 
     status: int = 200
@@ -34,6 +34,7 @@ class Reply:
     vectors: tuple[tuple[float, ...], ...] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     hold: bool = False
+    disconnect: bool = False
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     finish_reason: str | None = "stop"
@@ -86,6 +87,11 @@ class Reply:
         return cls.error(400, "response_format is not supported by this server")
 
     @classmethod
+    def dropped(cls) -> Reply:
+        """No answer: the server closes the connection (a crashed or restarting server)."""
+        return cls(disconnect=True)
+
+    @classmethod
     def raw(cls, body: Any, status: int = 200) -> Reply:
         """A whole response body, sent as-is (str) or as JSON: for malformed replies."""
         return cls(status=status, body=body)
@@ -117,6 +123,11 @@ class RecordedRequest:
         return list(messages) if isinstance(messages, list) else []
 
     @property
+    def form(self) -> str | None:
+        """The structured-output form the request asks for (`testing.endpoints.form_of`)."""
+        return form_of(self.body)
+
+    @property
     def system_prompt(self) -> str:
         return "\n".join(
             str(m.get("content") or "") for m in self.messages if m.get("role") == "system"
@@ -142,6 +153,20 @@ def stage_of(path: str, headers: Mapping[str, str], body: Any) -> str:
     probe = RecordedRequest("POST", path, headers, body, DEFAULT_STAGE)
     found = STAGE_MARKER.search(probe.system_prompt)
     return found.group(1) if found else DEFAULT_STAGE
+
+
+def form_of(body: Any) -> str | None:
+    """The structured-output form a request body asks for, or None."""
+    if not isinstance(body, Mapping):
+        return None
+    wanted = body.get("response_format")
+    if isinstance(wanted, Mapping):
+        kind = wanted.get("type")
+        if kind == "json_schema":
+            return "openai"
+        if kind == "json_object":
+            return "llamacpp" if "schema" in wanted else "json_object"
+    return "ollama" if "format" in body else None
 
 
 @dataclass(slots=True)

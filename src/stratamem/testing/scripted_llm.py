@@ -8,6 +8,7 @@ serving `POST /v1/chat/completions`, `POST /v1/embeddings` and `GET /v1/models`.
         llm.push_for("L1", Reply.text("not json"))                   # next replies of stage L1
         llm.on("L2", lambda request: Reply.json({...}))              # compute a stage's replies
         llm.handler = lambda request: Reply.json({...})              # or any request's replies
+        ScriptedLLM(endpoint=Endpoint.llamacpp())   # refuses OpenAI's json_schema with a 500
         ... point the client at llm.base_url ...
         assert llm.usage()["L1"]["calls"] == 1
 
@@ -30,6 +31,7 @@ from typing import Any
 
 from stratamem.embed.hashing import hash_features
 from stratamem.testing import _http
+from stratamem.testing.endpoints import Endpoint
 from stratamem.testing.replies import (
     RecordedRequest,
     Reply,
@@ -58,11 +60,15 @@ class ScriptedLLM:
         embed_dim: int = DEFAULT_EMBED_DIM,
         embed_fn: EmbedFn | None = None,
         accept_response_format: bool = True,
+        endpoint: Endpoint | None = None,
         models: Sequence[str] = ("scripted-chat", "scripted-embed"),
     ) -> None:
         self.handler = handler
         self.embed_fn: EmbedFn = embed_fn or (lambda text: hash_features(text, embed_dim).tolist())
         self.accept_response_format = accept_response_format
+        self.endpoint = endpoint or (
+            Endpoint.openai() if accept_response_format else Endpoint.plain()
+        )
         self.models = tuple(models)
         self.requests: list[RecordedRequest] = []
         self.unscripted: list[RecordedRequest] = []
@@ -206,8 +212,9 @@ class ScriptedLLM:
         if request.path == EMBEDDINGS_PATH:
             with self._lock:
                 return self._embeddings.popleft() if self._embeddings else None
-        if not self.accept_response_format and "response_format" in (request.body or {}):
-            return Reply.unsupported_response_format()
+        refusal = self.endpoint.answer_to(request.form)
+        if refusal is not None:
+            return refusal
         with self._lock:
             staged = self._staged.get(request.stage)
             if staged:
