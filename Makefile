@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stratamem-installed
 
-.PHONY: run test setup clean image-check
+.PHONY: run test test-llm setup clean image-check
 
 run: $(STAMP)
 	./scripts/run-service.sh
@@ -18,6 +18,11 @@ test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 setup: $(STAMP)
+
+# The real-model tier (opt-in, not in CI): the LLM stages against SmolLM2-135M on llama-cpp-python's
+# server, built once into a cached venv (~20 minutes); prints calls, tokens and outcomes per stage.
+test-llm: $(STAMP)
+	./scripts/test-llm.sh $(VENV)
 
 # The Dockerfile's build steps in a fresh venv, then its command and health check (minutes).
 image-check: $(STAMP)

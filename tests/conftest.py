@@ -16,6 +16,17 @@ SERVICE_MARKERS = ("redis", "postgres", "llm_replies")
 scripted_llm = scripted_llm_fixture()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The real-model tier runs only through `make test-llm` (STRATAMEM_REALMODEL=1): elsewhere
+    its tests are deselected, neither run nor skipped."""
+    if os.environ.get("STRATAMEM_REALMODEL") == "1":
+        return
+    tier = [item for item in items if item.get_closest_marker("realmodel")]
+    if tier:
+        config.hook.pytest_deselected(items=tier)
+        items[:] = [item for item in items if not item.get_closest_marker("realmodel")]
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
