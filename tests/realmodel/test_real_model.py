@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.layers.conftest import settle_l1
 
 from stratamem.clock import CountingIdFactory, SystemClock
 from stratamem.config import Settings
@@ -34,6 +33,7 @@ from stratamem.store.failures import FailureKind, FailureQuery
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.layers import SqliteLayerStore
 from stratamem.store.sqlite.offload import SqliteOffloadStore
+from tests.layers.conftest import settle_l1
 
 from .conftest import MODEL_ALIAS, Wire
 from .figures import print_figures

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import click
 
-from stratamem.cli import eval_cmds, failures_cmds, memory_cmds, offload_cmds, service_cmds
+from stratamem.cli import (
+    eval_cmds,
+    failures_cmds,
+    llm_cmds,
+    memory_cmds,
+    offload_cmds,
+    service_cmds,
+)
 from stratamem.cli.layers_cmds import LAYER_COMMANDS
 from stratamem.cli.pipeline_cmds import bench, pipeline, worker
 
@@ -53,6 +60,7 @@ for command in LAYER_COMMANDS:
     cli.add_command(command)
 cli.add_command(offload_cmds.offload)
 cli.add_command(failures_cmds.failures)
+cli.add_command(llm_cmds.llm)
 cli.add_command(service_cmds.serve)
 cli.add_command(service_cmds.tenants)
 cli.add_command(service_cmds.keys)
