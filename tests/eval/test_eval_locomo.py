@@ -183,6 +183,9 @@ def test_llm_mode_goes_on_past_failures_and_reports_them(
     assert failures["by_stage"]["L1"]["batch"] >= 1
     assert failures["by_stage"]["L2"]["stage"] == 3  # one per session: every flush stopped
     assert failures["stopped_flushes"] == 3
+    outcomes = report["llm_outcomes"]
+    assert outcomes["L1"]["truncated"] >= 1 and outcomes["L1"]["accepted"] >= 1
+    assert outcomes["L2"]["refused"] == 3  # an empty list of operations changes nothing
     assert all("StageOutputRejected" in line for line in failures["stopped"])
     page = markdown(report)
     assert "| stage | batch | quarantine | stage |" in page and "| L2 | 0 | 0 | 3 |" in page

@@ -114,6 +114,8 @@ async def test_every_turn_is_covered_or_quarantined_whatever_the_model_said(
         assert scripted_llm.calls("L3") == [] and layers.profile(scope) is None
     listed = layers.list_failures(scope, FailureQuery(limit=1000))
     assert {f.id for f in quarantines} <= {f.id for f in listed}
+    chats = scripted_llm.calls(path="/v1/chat/completions")
+    assert chats and all(r.body.get("max_tokens") for r in chats)  # no call unbounded
 
 
 async def test_run_d_no_longer_consumes_77_turns_into_no_memories(

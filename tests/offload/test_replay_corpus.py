@@ -122,3 +122,5 @@ async def test_the_offload_stages_lose_nothing_whatever_the_model_said(
         back = await rig.offload.read_back(T, entry.ref_id, max_tokens=100_000)
         assert back.text == pair.output and entry.ref_id in note  # dropped, recoverable
     assert "earlier messages were offloaded" in note and asked[0][:40] in note
+    chats = scripted_llm.calls(path="/v1/chat/completions")
+    assert chats and all(r.body.get("max_tokens") for r in chats)  # no call unbounded

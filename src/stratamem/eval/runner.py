@@ -62,6 +62,8 @@ class SystemRun:
     layers_s: float = 0.0
     qa: list[QAResult] = field(default_factory=list)
     llm_usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    llm_outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per stage: calls accepted, repaired, refused, truncated or failed (`llm.usage`)."""
     failures: LayerFailures | None = None
     embed_cache: dict[str, Any] | None = None
     """The embedding cache's file and how many texts it served (`hits`) or had embedded."""
@@ -72,6 +74,8 @@ class SystemRun:
             summary["qa"] = qa_summary(self.qa, self.llm_usage)
         if self.llm_usage:
             summary["llm_usage"] = self.llm_usage
+        if self.llm_outcomes:
+            summary["llm_outcomes"] = self.llm_outcomes
         if self.failures is not None:
             summary["failures"] = self.failures.to_json()
         if self.embed_cache is not None:
@@ -160,6 +164,7 @@ async def run_stratamem(
         }
     if llm is not None:
         run.llm_usage = llm.usage.snapshot()
+        run.llm_outcomes = llm.usage.outcomes()
     return run
 
 
