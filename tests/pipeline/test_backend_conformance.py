@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, retry_timer_key
-from stratamem.pipeline.errors import DeadLetterNotFound
+from stratamem.pipeline.errors import DeadLetterNotFound, UnknownTaskType
 from stratamem.pipeline.task import Task, TaskType
 
 from .conftest import Harness
@@ -270,3 +270,93 @@ async def test_dead_letters_list_requeue_purge(harness: Harness) -> None:
     assert [d.task for d in await b.list_dead(limit=10)] == tasks[2:]
     assert await b.purge_dead() == 1
     assert await b.list_dead(limit=10) == []
+
+
+# -- ownership: a reclaimed delivery is out of its old consumer's hands ---------------------------
+
+
+async def test_a_reclaimed_delivery_cannot_be_retried_buried_or_acked_by_its_old_owner(
+    harness: Harness,
+) -> None:
+    b, now = harness.backend, harness.clock.now()
+    await b.enqueue(l1(), now=now)
+    [old] = await b.consume("a", count=1, block_ms=0, now=now)
+    [new] = await b.reclaim("b", min_idle_ms=0, count=1, max_deliveries=5, now=now + 61)
+    assert await b.retry(old, old.task.next_attempt(), due_at=now + 70) is False
+    assert await b.get_timer(retry_timer_key(old.task)) is None
+    assert await b.dead_letter(old, "boom", now=now + 62) is None
+    assert await b.ack(old) is False
+    assert await b.extend(old, now=now + 62) is False
+    assert await b.list_dead(limit=10) == []
+    assert (await b.depth()).in_flight == 1
+    # the same consumer name reclaiming again: its earlier hand-over is stale as well
+    [newer] = await b.reclaim("b", min_idle_ms=0, count=1, max_deliveries=5, now=now + 200)
+    assert await b.ack(new) is False
+    assert await b.retry(new, new.task.next_attempt(), due_at=now + 300) is False
+    dead = await b.dead_letter(newer, "boom", now=now + 201)
+    assert dead is not None and dead.task == newer.task
+    assert (await b.depth()).in_flight == 0
+
+
+async def test_the_owner_retries_and_buries_its_own_delivery(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    await b.enqueue(l1(), now=now)
+    [first] = await b.consume("a", count=1, block_ms=0, now=now)
+    assert await b.retry(first, first.task.next_attempt(), due_at=now + 5) is True
+    assert await b.fire_due_timers(now=now + 5, limit=10) == [first.task.next_attempt()]
+
+
+# -- routing: consumers take only the task types they run --------------------------------------
+
+LAYER_TYPES = (TaskType.L1, TaskType.L2, TaskType.L3, TaskType.FLUSH)
+
+
+async def test_consumers_take_only_the_types_they_run(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    offload = Task(TaskType.OFFLOAD_L1, "t1", "s1")
+    await b.enqueue(offload, now=now)
+    await b.enqueue(l1(), now=now)
+    [got] = await b.consume("layers", count=10, block_ms=0, now=now, types=LAYER_TYPES)
+    assert got.task.type is TaskType.L1
+    assert await b.consume("layers", count=10, block_ms=20, now=now, types=LAYER_TYPES) == []
+    [other] = await b.consume("off", count=10, block_ms=0, now=now, types=[TaskType.OFFLOAD_L1])
+    assert other.task == offload
+    later = now + 3600
+    [back] = await b.reclaim(
+        "layers", min_idle_ms=0, count=10, max_deliveries=5, now=later, types=LAYER_TYPES
+    )
+    assert back.task.type is TaskType.L1
+    assert await b.ack(other) is True
+
+
+async def test_a_routed_consumer_wakes_for_its_own_type(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    peer = await harness.make_peer()
+    waiting = asyncio.create_task(
+        b.consume("off", count=1, block_ms=5000, now=now, types=[TaskType.OFFLOAD_L2])
+    )
+    await peer.enqueue(l1(), now=now)
+    await peer.enqueue(Task(TaskType.OFFLOAD_L2, "t1", "s1"), now=now)
+    [got] = await asyncio.wait_for(waiting, timeout=5)
+    assert got.task.type is TaskType.OFFLOAD_L2
+    assert [t.type for t in await b.list_tasks(limit=10)] == [TaskType.L1, TaskType.OFFLOAD_L2]
+
+
+async def test_timers_and_requeues_reach_the_stream_of_their_type(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    await b.set_timer("k", Task(TaskType.OFFLOAD_L2, "t1", "s1"), due_at=now)
+    await b.fire_due_timers(now=now, limit=10)
+    [got] = await b.consume("off", count=1, block_ms=0, now=now, types=[TaskType.OFFLOAD_L2])
+    dead = await b.dead_letter(got, "boom", now=now)
+    assert dead is not None
+    await b.requeue_dead(dead.id, now=now)
+    [again] = await b.consume("off", count=1, block_ms=0, now=now, types=[TaskType.OFFLOAD_L2])
+    assert again.task.id == got.task.id
+
+
+def test_unknown_task_types_are_refused_with_a_typed_error() -> None:
+    with pytest.raises(UnknownTaskType, match="unknown task type 'L9'"):
+        Task("L9", "t1", "s1")  # type: ignore[arg-type]
+    body = l1().to_json().replace('"L1"', '"L9"')
+    with pytest.raises(UnknownTaskType):
+        Task.from_json(body)

@@ -8,6 +8,15 @@ server's own clock (SET PX), on SQLite by comparing stored expiry with `now`.
 
 Failures of the underlying store surface as `BackendUnavailable` (a `PipelineError`).
 
+Routing: tasks are kept per type, and `consume` / `reclaim` take the types the caller can run
+(`types`, None for all), so a worker never takes a task it has no executor for; a task of a type
+nobody runs waits for a worker that does. A task of an unknown type cannot be built
+(`UnknownTaskType`, see `task.task_type`), so it is refused before it reaches `enqueue`.
+
+Ownership: `ack`, `extend`, `retry`, `dead_letter` (and `release_and_ack`) act only while the
+delivery is still pending for that very hand-over (its consumer and its lease/delivery count);
+once `reclaim` handed the task to someone else, they change nothing and say so.
+
 Delivery semantics are at-least-once: a task stays pending from `consume` until `ack` (or
 `retry` / `dead_letter`, which acknowledge atomically with their own write). A delivery whose
 consumer went silent for longer than an idle threshold is handed to another consumer by `reclaim`;
@@ -17,9 +26,12 @@ moved to the dead letters (a poison task that kills its worker every time).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Protocol
 
-from stratamem.pipeline.task import DeadLetter, Delivery, LockGrant, QueueDepth, Task
+from stratamem.pipeline.task import DeadLetter, Delivery, LockGrant, QueueDepth, Task, TaskType
+
+Types = Collection[TaskType] | None
 
 
 class PipelineBackend(Protocol):
@@ -29,9 +41,10 @@ class PipelineBackend(Protocol):
         """Append `task` to the queue, ready at once. `now` is recorded as its enqueue time."""
 
     async def consume(
-        self, consumer: str, *, count: int, block_ms: int, now: float
+        self, consumer: str, *, count: int, block_ms: int, now: float, types: Types = None
     ) -> list[Delivery]:
-        """Hand up to `count` ready tasks to `consumer`, oldest first.
+        """Hand up to `count` ready tasks of `types` (all when None) to `consumer`, oldest
+        first within a type.
 
         Waits up to `block_ms` for a task when none is ready (0: do not wait); returns [] on
         timeout. Each returned task stays pending for `consumer` until acknowledged.
@@ -51,17 +64,26 @@ class PipelineBackend(Protocol):
         """
 
     async def reclaim(
-        self, consumer: str, *, min_idle_ms: int, count: int, max_deliveries: int, now: float
+        self,
+        consumer: str,
+        *,
+        min_idle_ms: int,
+        count: int,
+        max_deliveries: int,
+        now: float,
+        types: Types = None,
     ) -> list[Delivery]:
-        """Hand to `consumer` up to `count` deliveries idle for at least `min_idle_ms`.
+        """Hand to `consumer` up to `count` deliveries of `types` (all when None) idle for at
+        least `min_idle_ms`.
 
         A reclaimed task whose delivery count now exceeds `max_deliveries` is not returned: it
         is moved to the dead letters, acknowledged, with the error "delivery limit exceeded".
         """
 
-    async def retry(self, delivery: Delivery, task: Task, *, due_at: float) -> None:
+    async def retry(self, delivery: Delivery, task: Task, *, due_at: float) -> bool:
         """Atomically acknowledge `delivery` and schedule `task` (usually the next attempt) to
-        be enqueued at `due_at`, through the keyed timer `retry/<task.id>`."""
+        be enqueued at `due_at`, through the keyed timer `retry/<task.id>`. False, and nothing
+        done, if the delivery is no longer pending for its consumer (it was reclaimed)."""
 
     async def depth(self) -> QueueDepth:
         """Counts of ready, in-flight (delivered, unacknowledged), timers and dead letters."""
@@ -121,8 +143,11 @@ class PipelineBackend(Protocol):
 
     # -- dead letters -----------------------------------------------------------------------
 
-    async def dead_letter(self, delivery: Delivery, error: str, *, now: float) -> DeadLetter:
-        """Atomically acknowledge `delivery` and record it as dead with `error`."""
+    async def dead_letter(
+        self, delivery: Delivery, error: str, *, now: float
+    ) -> DeadLetter | None:
+        """Atomically acknowledge `delivery` and record it as dead with `error`. None, and
+        nothing done, if the delivery is no longer pending for its consumer (it was reclaimed)."""
 
     async def list_dead(self, *, limit: int) -> list[DeadLetter]:
         """Up to `limit` dead letters, oldest first."""

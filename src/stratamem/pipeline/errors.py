@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from stratamem.errors import PipelineError
+from stratamem.errors import InvalidInput, PipelineError
 
 
 class BackendUnavailable(PipelineError):
     """The backend (SQLite file, Redis server) failed to answer; the operation may be retried."""
 
 
-class UnknownTaskType(PipelineError):
-    """No executor is registered for a task's type."""
+class UnknownTaskType(PipelineError, InvalidInput):
+    """A task's type is not one the pipeline knows (refused at enqueue), or no executor is
+    registered for it in this worker."""
 
 
 class DeadLetterNotFound(PipelineError, LookupError):

@@ -1,8 +1,11 @@
 """The distributed backend: Redis Streams consumer group, SET NX PX locks, sorted-set timers.
 
 Keys (all under one prefix, see `RedisKeys`):
-- `tasks` stream, consumer group `workers`: XREADGROUP to consume, XACK + XDEL to acknowledge,
-  XAUTOCLAIM to reclaim idle deliveries (the delivery count sends poison tasks to `dead`);
+- `tasks:<type>` streams, one per task type (routing: a worker reads only the streams of the
+  types it runs), consumer group `workers` on each: XREADGROUP to consume, XACK + XDEL to
+  acknowledge, XAUTOCLAIM to reclaim idle deliveries (the delivery count sends poison tasks to
+  `dead`); ack, extend, retry and dead letter are Lua scripts checked against the consumer and
+  delivery count the entry is pending for;
 - `dead` stream: dead-letter records (task, error, failed_at);
 - `lock:<key>` SET NX PX with Lua renew / release (owner-checked); `fence:<key>` INCR counters;
 - `timers` sorted set (score = due time) + `timer-data` hash (key -> task); `ZADD … LT` is
@@ -15,15 +18,16 @@ Stream entries carry the task JSON in field `task` and the enqueue time in field
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError, WatchError
 
-from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, retry_timer_key
+from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, Types, retry_timer_key
 from stratamem.pipeline.errors import BackendUnavailable, DeadLetterNotFound
-from stratamem.pipeline.task import DeadLetter, Delivery, LockGrant, QueueDepth, Task
+from stratamem.pipeline.task import DeadLetter, Delivery, LockGrant, QueueDepth, Task, TaskType
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -60,40 +64,65 @@ end
 return changed
 """
 
-# Owner-checked operations on a pending entry: only the consumer it is pending for may ack it or
-# reset its idle time (a consumer whose delivery was reclaimed must not steal it back).
-OWNED_ACK_LUA = """
+# Owner-checked operations on a pending entry: only the hand-over it is pending for (the same
+# consumer and the same delivery count; a reclaim counts one more) may ack, extend, retry or
+# dead-letter it, so a consumer whose delivery was reclaimed cannot touch the new owner's entry.
+# ARGV[1..4] of each: group, entry id, consumer, delivery count.
+OWNED = """
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
-if #p == 1 and p[1][2] == ARGV[3] then
-  redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-  redis.call('XDEL', KEYS[1], ARGV[2])
-  return 1
+if #p ~= 1 or p[1][2] ~= ARGV[3] or tonumber(p[1][4]) ~= tonumber(ARGV[4]) then
+  return false
 end
-return 0
 """
+
+OWNED_ACK_LUA = (
+    OWNED
+    + """
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+return 1
+"""
+)
 
 RELEASE_AND_ACK_LUA = """
-if KEYS[2] ~= '' and redis.call('GET', KEYS[2]) == ARGV[4] then
+if KEYS[2] ~= '' and redis.call('GET', KEYS[2]) == ARGV[5] then
   redis.call('DEL', KEYS[2])
 end
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
-if #p == 1 and p[1][2] == ARGV[3] then
-  redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-  redis.call('XDEL', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-"""
+""" + OWNED_ACK_LUA
 
-OWNED_EXTEND_LUA = """
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
-if #p == 1 and p[1][2] == ARGV[3] then
-  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[2], 'JUSTID')
-  return 1
-end
-return 0
+OWNED_EXTEND_LUA = (
+    OWNED
+    + """
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[2], 'JUSTID')
+return 1
 """
+)
 
+# KEYS[2], KEYS[3]: timers, timer data; ARGV[5..7]: timer key, due time, task.
+OWNED_RETRY_LUA = (
+    OWNED
+    + """
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[6], ARGV[5])
+redis.call('HSET', KEYS[3], ARGV[5], ARGV[7])
+return 1
+"""
+)
+
+# KEYS[2]: dead letters; ARGV[5..7]: task, error, failed_at. Returns the dead letter's id.
+OWNED_DEAD_LUA = (
+    OWNED
+    + """
+local id = redis.call('XADD', KEYS[2], '*', 'task', ARGV[5], 'error', ARGV[6],
+                      'failed_at', ARGV[7])
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+return id
+"""
+)
+
+# ARGV[3]: the prefix of the per-type task streams (the type is read from the task itself).
 POP_DUE_LUA = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
 local fired = {}
@@ -102,7 +131,8 @@ for _, key in ipairs(due) do
   redis.call('ZREM', KEYS[1], key)
   redis.call('HDEL', KEYS[2], key)
   if body then
-    redis.call('XADD', KEYS[3], '*', 'task', body, 'at', ARGV[1])
+    local stream = ARGV[3] .. cjson.decode(body)['type']
+    redis.call('XADD', stream, '*', 'task', body, 'at', ARGV[1])
     table.insert(fired, body)
   end
 end
@@ -113,10 +143,14 @@ return fired
 class RedisKeys:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
-        self.tasks = f"{prefix}tasks"
+        self.tasks_prefix = f"{prefix}tasks:"
         self.dead = f"{prefix}dead"
         self.timers = f"{prefix}timers"
         self.timer_data = f"{prefix}timer-data"
+
+    def tasks(self, task_type: TaskType) -> str:
+        """The stream of one task type (consumers read the streams of the types they run)."""
+        return f"{self.tasks_prefix}{task_type.value}"
 
     def lock(self, key: str) -> str:
         return f"{self.prefix}lock:{key}"
@@ -160,18 +194,25 @@ class RedisBackend:
         self._pop_due = self._redis.register_script(POP_DUE_LUA)
         self._owned_ack = self._redis.register_script(OWNED_ACK_LUA)
         self._owned_extend = self._redis.register_script(OWNED_EXTEND_LUA)
+        self._owned_retry = self._redis.register_script(OWNED_RETRY_LUA)
+        self._owned_dead = self._redis.register_script(OWNED_DEAD_LUA)
         self._release_and_ack = self._redis.register_script(RELEASE_AND_ACK_LUA)
-        self._group_ready = False
+        self._groups: set[TaskType] = set()
+        # Entries one blocking read over several streams returned beyond `count`: they are
+        # pending for their consumer already, and handed to it first at its next `consume`.
+        self._extra: dict[str, deque[Delivery]] = {}
 
-    async def _ensure_group(self) -> None:
-        if self._group_ready:
-            return
-        try:
-            await self._redis.xgroup_create(self.keys.tasks, GROUP, id="0", mkstream=True)
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-        self._group_ready = True
+    async def _ensure_groups(self, types: Iterable[TaskType]) -> None:
+        for task_type in types:
+            if task_type in self._groups:
+                continue
+            try:
+                await self._redis.xgroup_create(self.keys.tasks(task_type), GROUP, id="0",
+                                                mkstream=True)  # fmt: skip
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+            self._groups.add(task_type)
 
     def _delivery(self, entry_id: Any, raw: dict[Any, Any], consumer: str, n: int) -> Delivery:
         fields = _fields(raw)
@@ -183,20 +224,52 @@ class RedisBackend:
             enqueued_at=float(fields["at"]),
         )
 
+    def _owned_args(self, delivery: Delivery) -> tuple[list[str], list[Any]]:
+        keys = [self.keys.tasks(delivery.task.type)]
+        return keys, [GROUP, delivery.receipt, delivery.consumer, delivery.deliveries]
+
     # -- queue ------------------------------------------------------------------------------
 
     @_translated
     async def enqueue(self, task: Task, *, now: float) -> None:
-        await self._ensure_group()
-        await self._redis.xadd(self.keys.tasks, {"task": task.to_json(), "at": repr(now)})
+        await self._ensure_groups([task.type])
+        record = {"task": task.to_json(), "at": repr(now)}
+        await self._redis.xadd(self.keys.tasks(task.type), record)  # type: ignore[arg-type]
 
     @_translated
     async def consume(
-        self, consumer: str, *, count: int, block_ms: int, now: float
+        self, consumer: str, *, count: int, block_ms: int, now: float, types: Types = None
     ) -> list[Delivery]:
-        await self._ensure_group()
+        wanted = _types(types)
+        await self._ensure_groups(wanted)
+        out = self._take_extra(consumer, count)
+        try:
+            for task_type in wanted:  # oldest first within each type, without waiting
+                if len(out) < count:
+                    out += await self._read(consumer, [task_type], count - len(out), None)
+            if out or not block_ms or not wanted:
+                return out
+            got = await self._read(consumer, wanted, 1, block_ms)
+        except ResponseError as exc:  # the stream and its group were deleted meanwhile
+            if "NOGROUP" in str(exc):
+                self._groups.clear()
+            raise
+        self._extra.setdefault(consumer, deque()).extend(got[count:])
+        return got[:count]
+
+    def _take_extra(self, consumer: str, count: int) -> list[Delivery]:
+        extra = self._extra.get(consumer)
+        out: list[Delivery] = []
+        while extra and len(out) < count:
+            out.append(extra.popleft())
+        return out
+
+    async def _read(
+        self, consumer: str, types: Sequence[TaskType], count: int, block_ms: int | None
+    ) -> list[Delivery]:
+        streams = {self.keys.tasks(t): ">" for t in types}
         reply: Any = await self._redis.xreadgroup(
-            GROUP, consumer, {self.keys.tasks: ">"}, count=count, block=block_ms or None
+            GROUP, consumer, streams, count=count, block=block_ms  # type: ignore[arg-type]
         )
         out: list[Delivery] = []
         for _stream, entries in reply or []:
@@ -205,74 +278,95 @@ class RedisBackend:
 
     @_translated
     async def ack(self, delivery: Delivery) -> bool:
-        args = [GROUP, delivery.receipt, delivery.consumer]
-        return int(await self._owned_ack(keys=[self.keys.tasks], args=args)) == 1
+        keys, args = self._owned_args(delivery)
+        return bool(await self._owned_ack(keys=keys, args=args) == 1)
 
     @_translated
     async def release_and_ack(self, delivery: Delivery, grant: LockGrant | None) -> bool:
+        keys, args = self._owned_args(delivery)
         lock = "" if grant is None else self.keys.lock(grant.key)
         owner = "" if grant is None else grant.owner
-        args = [GROUP, delivery.receipt, delivery.consumer, owner]
-        return int(await self._release_and_ack(keys=[self.keys.tasks, lock], args=args)) == 1
+        return bool(await self._release_and_ack(keys=[*keys, lock], args=[*args, owner]) == 1)
 
     @_translated
     async def extend(self, delivery: Delivery, *, now: float) -> bool:
-        args = [GROUP, delivery.receipt, delivery.consumer]
-        return int(await self._owned_extend(keys=[self.keys.tasks], args=args)) == 1
+        keys, args = self._owned_args(delivery)
+        return bool(await self._owned_extend(keys=keys, args=args) == 1)
 
     @_translated
     async def reclaim(
-        self, consumer: str, *, min_idle_ms: int, count: int, max_deliveries: int, now: float
+        self,
+        consumer: str,
+        *,
+        min_idle_ms: int,
+        count: int,
+        max_deliveries: int,
+        now: float,
+        types: Types = None,
     ) -> list[Delivery]:
-        await self._ensure_group()
+        wanted = _types(types)
+        await self._ensure_groups(wanted)
+        kept: list[Delivery] = []
+        for task_type in wanted:
+            if len(kept) < count:
+                got = await self._reclaim_from(task_type, consumer, min_idle_ms, count - len(kept))
+                for delivery in got:
+                    if delivery.deliveries > max_deliveries:
+                        await self.dead_letter(delivery, DELIVERY_LIMIT_ERROR, now=now)
+                    else:
+                        kept.append(delivery)
+        return kept
+
+    async def _reclaim_from(
+        self, task_type: TaskType, consumer: str, min_idle_ms: int, count: int
+    ) -> list[Delivery]:
+        stream = self.keys.tasks(task_type)
         reply: Any = await self._redis.xautoclaim(
-            self.keys.tasks, GROUP, consumer, min_idle_ms, "0-0", count=count
+            stream, GROUP, consumer, min_idle_ms, "0-0", count=count
         )
         entries = [(eid, raw) for eid, raw in reply[1] if raw]
         if not entries:
             return []
         async with self._redis.pipeline(transaction=False) as pipe:  # one round trip for all
             for eid, _ in entries:
-                pipe.xpending_range(self.keys.tasks, GROUP, min=eid, max=eid, count=1)
+                pipe.xpending_range(stream, GROUP, min=eid, max=eid, count=1)
             infos = await pipe.execute()
-        kept: list[Delivery] = []
-        for (eid, raw), info in zip(entries, infos, strict=True):
-            n = int(info[0]["times_delivered"]) if info else 1
-            delivery = self._delivery(eid, raw, consumer, n)
-            if n > max_deliveries:
-                await self.dead_letter(delivery, DELIVERY_LIMIT_ERROR, now=now)
-            else:
-                kept.append(delivery)
-        return kept
+        return [
+            self._delivery(eid, raw, consumer, int(info[0]["times_delivered"]) if info else 1)
+            for (eid, raw), info in zip(entries, infos, strict=True)
+        ]
 
     @_translated
-    async def retry(self, delivery: Delivery, task: Task, *, due_at: float) -> None:
-        key = retry_timer_key(task)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.xack(self.keys.tasks, GROUP, delivery.receipt)
-            pipe.xdel(self.keys.tasks, delivery.receipt)
-            pipe.zadd(self.keys.timers, {key: due_at})
-            pipe.hset(self.keys.timer_data, key, task.to_json())
-            await pipe.execute()
+    async def retry(self, delivery: Delivery, task: Task, *, due_at: float) -> bool:
+        keys, args = self._owned_args(delivery)
+        keys += [self.keys.timers, self.keys.timer_data]
+        args += [retry_timer_key(task), repr(due_at), task.to_json()]
+        return bool(await self._owned_retry(keys=keys, args=args) == 1)
 
     @_translated
     async def depth(self) -> QueueDepth:
-        await self._ensure_group()
+        await self._ensure_groups(TaskType)
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.xlen(self.keys.tasks)
-            pipe.xpending(self.keys.tasks, GROUP)
+            for task_type in TaskType:
+                pipe.xlen(self.keys.tasks(task_type))
+                pipe.xpending(self.keys.tasks(task_type), GROUP)
             pipe.zcard(self.keys.timers)
             pipe.xlen(self.keys.dead)
-            total, pending, timers, dead = await pipe.execute()
-        in_flight = int(pending["pending"])
+            *per_type, timers, dead = await pipe.execute()
+        total = sum(int(n) for n in per_type[0::2])
+        in_flight = sum(int(p["pending"]) for p in per_type[1::2])
         return QueueDepth(
-            ready=int(total) - in_flight, in_flight=in_flight, timers=int(timers), dead=int(dead)
+            ready=total - in_flight, in_flight=in_flight, timers=int(timers), dead=int(dead)
         )
 
     @_translated
     async def list_tasks(self, *, limit: int) -> list[Task]:
-        entries: Any = await self._redis.xrange(self.keys.tasks, count=limit)
-        return [Task.from_json(_fields(raw)["task"]) for _, raw in entries]
+        found: list[tuple[tuple[int, int], Task]] = []
+        for task_type in TaskType:
+            entries: Any = await self._redis.xrange(self.keys.tasks(task_type), count=limit)
+            found += [(_entry_order(eid), Task.from_json(_fields(raw)["task"]))
+                      for eid, raw in entries]  # fmt: skip
+        return [task for _, task in sorted(found, key=lambda f: f[0])[:limit]]
 
     # -- locks ------------------------------------------------------------------------------
 
@@ -332,9 +426,9 @@ class RedisBackend:
 
     @_translated
     async def fire_due_timers(self, *, now: float, limit: int) -> list[Task]:
-        await self._ensure_group()
-        keys = [self.keys.timers, self.keys.timer_data, self.keys.tasks]
-        fired = await self._pop_due(keys=keys, args=[repr(now), limit])
+        await self._ensure_groups(TaskType)
+        keys = [self.keys.timers, self.keys.timer_data]
+        fired = await self._pop_due(keys=keys, args=[repr(now), limit, self.keys.tasks_prefix])
         return [Task.from_json(body) for body in fired]
 
     # -- state ------------------------------------------------------------------------------
@@ -354,13 +448,15 @@ class RedisBackend:
     # -- dead letters -----------------------------------------------------------------------
 
     @_translated
-    async def dead_letter(self, delivery: Delivery, error: str, *, now: float) -> DeadLetter:
-        record = {"task": delivery.task.to_json(), "error": error, "failed_at": repr(now)}
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.xadd(self.keys.dead, record)  # type: ignore[arg-type]
-            pipe.xack(self.keys.tasks, GROUP, delivery.receipt)
-            pipe.xdel(self.keys.tasks, delivery.receipt)
-            dead_id, _, _ = await pipe.execute()
+    async def dead_letter(
+        self, delivery: Delivery, error: str, *, now: float
+    ) -> DeadLetter | None:
+        keys, args = self._owned_args(delivery)
+        keys.append(self.keys.dead)
+        args += [delivery.task.to_json(), error, repr(now)]
+        dead_id = await self._owned_dead(keys=keys, args=args)
+        if dead_id is None:
+            return None
         return DeadLetter(id=_text(dead_id), task=delivery.task, error=error, failed_at=now)
 
     @_translated
@@ -371,7 +467,6 @@ class RedisBackend:
     @_translated
     async def requeue_dead(self, dead_id: str, *, now: float) -> Task:
         """WATCH the dead stream, read the record, then delete it and enqueue in one MULTI."""
-        await self._ensure_group()
         for _ in range(REQUEUE_ATTEMPTS):
             async with self._redis.pipeline(transaction=True) as pipe:
                 await pipe.watch(self.keys.dead)
@@ -380,9 +475,10 @@ class RedisBackend:
                     raise DeadLetterNotFound(f"no dead letter {dead_id!r}")
                 old = _dead(*entries[0]).task
                 task = Task(old.type, old.tenant, old.session, old.payload, 0, old.id)
+                await self._ensure_groups([task.type])
                 pipe.multi()  # type: ignore[no-untyped-call]
                 pipe.xdel(self.keys.dead, dead_id)
-                pipe.xadd(self.keys.tasks, {"task": task.to_json(), "at": repr(now)})
+                pipe.xadd(self.keys.tasks(task.type), {"task": task.to_json(), "at": repr(now)})
                 try:
                     await pipe.execute()
                 except WatchError:
@@ -407,6 +503,15 @@ class RedisBackend:
         """Delete every key under the prefix (tests and benchmarks)."""
         async for key in self._redis.scan_iter(match=f"{self.keys.prefix}*", count=500):
             await self._redis.delete(key)
+
+
+def _types(types: Types) -> list[TaskType]:
+    return list(TaskType) if types is None else sorted(set(types))
+
+
+def _entry_order(entry_id: Any) -> tuple[int, int]:
+    millis, _, seq = _text(entry_id).partition("-")
+    return int(millis), int(seq or 0)
 
 
 def _dead(entry_id: Any, raw: dict[Any, Any]) -> DeadLetter:

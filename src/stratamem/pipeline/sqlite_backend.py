@@ -16,9 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
+from stratamem.pipeline.backend import Types
 from stratamem.pipeline.errors import BackendUnavailable
 from stratamem.pipeline.sqlite_core import BUSY_TIMEOUT_MS, SqliteCore, is_busy, translated
-from stratamem.pipeline.task import DeadLetter, Delivery, LockGrant, QueueDepth, Task
+from stratamem.pipeline.task import DeadLetter, Delivery, LockGrant, QueueDepth, Task, TaskType
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -37,6 +38,8 @@ class SqliteBackend:
         # exactly one waiter; the poller seeing work wakes them all.
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._polling = False
+        # The task types each waiting consumer runs (None: all); the poller looks for any.
+        self._wanted: dict[asyncio.Future[None], list[TaskType] | None] = {}
 
     def _wake_one(self) -> None:
         while self._waiters:
@@ -51,11 +54,12 @@ class SqliteBackend:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def _wait_for_work(self, deadline: float) -> None:
+    async def _wait_for_work(self, deadline: float, types: list[TaskType] | None) -> None:
         """Return when a task may be ready (or at `deadline`)."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         self._waiters.append(waiter)
+        self._wanted[waiter] = types
         try:
             if self._polling:
                 with contextlib.suppress(TimeoutError):
@@ -63,15 +67,25 @@ class SqliteBackend:
                 return
             await self._poll(waiter, deadline)
         finally:
+            self._wanted.pop(waiter, None)
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
+
+    def _wanted_types(self) -> list[TaskType] | None:
+        """Every type a waiting consumer runs (None when one of them runs all)."""
+        union: set[TaskType] = set()
+        for types in self._wanted.values():
+            if types is None:
+                return None
+            union.update(types)
+        return sorted(union)
 
     async def _poll(self, waiter: asyncio.Future[None], deadline: float) -> None:
         loop = asyncio.get_running_loop()
         self._polling = True
         try:
             while loop.time() < deadline and not waiter.done():
-                if await self._call(self._core.has_ready):
+                if await self._call(self._core.has_ready, self._wanted_types()):
                     self._wake_all()
                     return
                 await asyncio.sleep(POLL_INTERVAL_S)
@@ -106,15 +120,16 @@ class SqliteBackend:
         self._wake_one()
 
     async def consume(
-        self, consumer: str, *, count: int, block_ms: int, now: float
+        self, consumer: str, *, count: int, block_ms: int, now: float, types: Types = None
     ) -> list[Delivery]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + block_ms / 1000
+        wanted = None if types is None else sorted(types)
         while True:
-            got = await self._call(self._core.consume, consumer, count, now)
+            got = await self._call(self._core.consume, consumer, count, now, wanted)
             if got or loop.time() >= deadline:
                 return got
-            await self._wait_for_work(deadline)
+            await self._wait_for_work(deadline, wanted)
 
     async def ack(self, delivery: Delivery) -> bool:
         return await self._call(self._core.ack, delivery.receipt)
@@ -126,14 +141,22 @@ class SqliteBackend:
         return await self._call(self._core.extend, delivery.receipt, now)
 
     async def reclaim(
-        self, consumer: str, *, min_idle_ms: int, count: int, max_deliveries: int, now: float
+        self,
+        consumer: str,
+        *,
+        min_idle_ms: int,
+        count: int,
+        max_deliveries: int,
+        now: float,
+        types: Types = None,
     ) -> list[Delivery]:
+        wanted = None if types is None else sorted(types)
         return await self._call(
-            self._core.reclaim, consumer, min_idle_ms, count, max_deliveries, now
+            self._core.reclaim, consumer, min_idle_ms, count, max_deliveries, now, wanted
         )
 
-    async def retry(self, delivery: Delivery, task: Task, *, due_at: float) -> None:
-        await self._call(self._core.retry, delivery.receipt, task, due_at)
+    async def retry(self, delivery: Delivery, task: Task, *, due_at: float) -> bool:
+        return await self._call(self._core.retry, delivery.receipt, task, due_at)
 
     async def depth(self) -> QueueDepth:
         return await self._call(self._core.depth)
@@ -179,7 +202,9 @@ class SqliteBackend:
     async def state_get(self, scope: str) -> dict[str, str]:
         return await self._call(self._core.state_get, scope)
 
-    async def dead_letter(self, delivery: Delivery, error: str, *, now: float) -> DeadLetter:
+    async def dead_letter(
+        self, delivery: Delivery, error: str, *, now: float
+    ) -> DeadLetter | None:
         return await self._call(self._core.dead_letter, delivery.receipt, error, now)
 
     async def list_dead(self, *, limit: int) -> list[DeadLetter]:

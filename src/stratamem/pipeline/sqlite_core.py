@@ -7,14 +7,14 @@ import functools
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, retry_timer_key
 from stratamem.pipeline.errors import BackendUnavailable, DeadLetterNotFound
-from stratamem.pipeline.task import DeadLetter, Delivery, LockGrant, QueueDepth, Task
+from stratamem.pipeline.task import DeadLetter, Delivery, LockGrant, QueueDepth, Task, TaskType
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -50,6 +50,14 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             error TEXT NOT NULL,
             failed_at REAL NOT NULL
         );
+        """,
+    ),
+    (
+        "0002_task_type_routing",
+        """
+        ALTER TABLE tasks ADD COLUMN type TEXT NOT NULL DEFAULT '';
+        UPDATE tasks SET type = json_extract(body, '$.type');
+        CREATE INDEX tasks_ready_by_type ON tasks (consumer, type, seq)
         """,
     ),
 )
@@ -132,20 +140,26 @@ class SqliteCore:
         with self.write() as c:
             _insert_task(c, task, now)
 
-    def has_ready(self) -> bool:
+    def has_ready(self, types: Sequence[TaskType] | None) -> bool:
+        where, params = _of_types(types)
         with self.read() as c:
-            row = c.execute("SELECT 1 FROM tasks WHERE consumer IS NULL LIMIT 1").fetchone()
+            row = c.execute(
+                f"SELECT 1 FROM tasks WHERE consumer IS NULL{where} LIMIT 1", params
+            ).fetchone()
         return row is not None
 
-    def consume(self, consumer: str, count: int, now: float) -> list[Delivery]:
+    def consume(
+        self, consumer: str, count: int, now: float, types: Sequence[TaskType] | None
+    ) -> list[Delivery]:
         token = uuid.uuid4().hex
+        where, params = _of_types(types)
         with self.write() as c:
             rows = c.execute(
                 "UPDATE tasks SET consumer = ?, leased_at = ?, lease_token = ?,"
                 " deliveries = deliveries + 1 WHERE seq IN"
-                " (SELECT seq FROM tasks WHERE consumer IS NULL ORDER BY seq LIMIT ?)"
+                f" (SELECT seq FROM tasks WHERE consumer IS NULL{where} ORDER BY seq LIMIT ?)"
                 " RETURNING seq, body, deliveries, enqueued_at",
-                (consumer, now, token, count),
+                (consumer, now, token, *params, count),
             ).fetchall()
         rows.sort(key=lambda r: r[0])
         return [_delivery(row, consumer, token) for row in rows]
@@ -174,17 +188,24 @@ class SqliteCore:
         return cur.rowcount == 1
 
     def reclaim(
-        self, consumer: str, min_idle_ms: int, count: int, max_deliveries: int, now: float
+        self,
+        consumer: str,
+        min_idle_ms: int,
+        count: int,
+        max_deliveries: int,
+        now: float,
+        types: Sequence[TaskType] | None,
     ) -> list[Delivery]:
         token = uuid.uuid4().hex
+        where, params = _of_types(types)
         with self.write() as c:
             rows = c.execute(
                 "UPDATE tasks SET consumer = ?, leased_at = ?, lease_token = ?,"
                 " deliveries = deliveries + 1 WHERE seq IN"
                 " (SELECT seq FROM tasks WHERE consumer IS NOT NULL AND leased_at <= ?"
-                "  ORDER BY seq LIMIT ?)"
+                f"{where} ORDER BY seq LIMIT ?)"
                 " RETURNING seq, body, deliveries, enqueued_at",
-                (consumer, now, token, now - min_idle_ms / 1000, count),
+                (consumer, now, token, now - min_idle_ms / 1000, *params, count),
             ).fetchall()
             rows.sort(key=lambda r: r[0])
             kept = []
@@ -195,11 +216,14 @@ class SqliteCore:
                     kept.append(_delivery(row, consumer, token))
         return kept
 
-    def retry(self, receipt: str, task: Task, due_at: float) -> None:
+    def retry(self, receipt: str, task: Task, due_at: float) -> bool:
         seq, token = _parse_receipt(receipt)
         with self.write() as c:
-            c.execute("DELETE FROM tasks WHERE seq = ? AND lease_token = ?", (seq, token))
+            cur = c.execute("DELETE FROM tasks WHERE seq = ? AND lease_token = ?", (seq, token))
+            if cur.rowcount != 1:
+                return False
             _upsert_timer(c, retry_timer_key(task), task, due_at)
+        return True
 
     def depth(self) -> QueueDepth:
         with self.read() as c:
@@ -317,12 +341,14 @@ class SqliteCore:
         return {str(f): str(v) for f, v in rows}
 
     # dead letters
-    def dead_letter(self, receipt: str, error: str, now: float) -> DeadLetter:
-        seq, _ = _parse_receipt(receipt)
+    def dead_letter(self, receipt: str, error: str, now: float) -> DeadLetter | None:
+        seq, token = _parse_receipt(receipt)
         with self.write() as c:
-            row = c.execute("SELECT body FROM tasks WHERE seq = ?", (seq,)).fetchone()
+            row = c.execute(
+                "SELECT body FROM tasks WHERE seq = ? AND lease_token = ?", (seq, token)
+            ).fetchone()
             if row is None:
-                raise DeadLetterNotFound(f"task {seq} is no longer queued")
+                return None
             dead_id = _bury(c, seq, row[0], error, now)
         return DeadLetter(id=dead_id, task=Task.from_json(row[0]), error=error, failed_at=now)
 
@@ -366,9 +392,17 @@ def is_busy(exc: sqlite3.OperationalError) -> bool:
 
 def _insert_task(c: sqlite3.Connection, task: Task, now: float) -> None:
     c.execute(
-        "INSERT INTO tasks (id, body, enqueued_at) VALUES (?, ?, ?)",
-        (task.id, task.to_json(), now),
+        "INSERT INTO tasks (id, type, body, enqueued_at) VALUES (?, ?, ?, ?)",
+        (task.id, task.type.value, task.to_json(), now),
     )
+
+
+def _of_types(types: Sequence[TaskType] | None) -> tuple[str, tuple[str, ...]]:
+    """The SQL condition (with its parameters) keeping tasks of `types` (None: every type)."""
+    if types is None:
+        return "", ()
+    values = tuple(sorted({TaskType(t).value for t in types}))
+    return f" AND type IN ({', '.join('?' for _ in values)})", values
 
 
 def _upsert_timer(c: sqlite3.Connection, key: str, task: Task, due_at: float) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from stratamem.domain import check_ident
 from stratamem.errors import InvalidInput
+from stratamem.pipeline.errors import UnknownTaskType
 
 
 class TaskType(StrEnum):
@@ -29,6 +30,15 @@ class TaskType(StrEnum):
 
 # L3 works on a whole tenant; every other type works on one session.
 TENANT_WIDE_TYPES = frozenset({TaskType.L3})
+
+
+def task_type(value: str) -> TaskType:
+    """`value` as a `TaskType`; `UnknownTaskType` if the pipeline has no such type."""
+    try:
+        return TaskType(value)
+    except ValueError:
+        known = ", ".join(t.value for t in TaskType)
+        raise UnknownTaskType(f"unknown task type {value!r} (known: {known})") from None
 
 
 def new_task_id() -> str:
@@ -47,7 +57,7 @@ class Task:
     id: str = field(default_factory=new_task_id)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "type", TaskType(self.type))
+        object.__setattr__(self, "type", task_type(self.type))
         check_ident(self.tenant, "tenant")
         if self.session is not None:
             check_ident(self.session, "session")
@@ -76,13 +86,15 @@ class Task:
         try:
             body = json.loads(text)
             return cls(
-                type=TaskType(body["type"]),
+                type=task_type(body["type"]),
                 tenant=body["tenant"],
                 session=body["session"],
                 payload=dict(body["payload"]),
                 attempt=int(body["attempt"]),
                 id=body["id"],
             )
+        except UnknownTaskType:
+            raise
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInput(f"not a task record: {text!r:.200}") from exc
 

@@ -12,7 +12,11 @@ One delivery goes through `Worker.handle`:
    after release, ack; on failure: release, then retry with backoff 5 s · 3^attempt up to the
    retry limit, then a dead letter with the error and the session's timers cleared. A failure
    that is `Postponed` (a service known down, e.g. an LLM endpoint's open circuit breaker) puts
-   the task back after the wait it names without spending an attempt.
+   the task back after the wait it names without spending an attempt. Retry, dead letter and
+   ack are owner-checked: when the delivery was reclaimed meanwhile they change nothing and the
+   outcome is `ABORTED`.
+
+The worker consumes and reclaims only the task types its registry runs (routing).
 
 Time comes from the injected clock and waits go through the injected `sleep`, so tests drive
 conflicts, renewals and retries with a `ManualClock` and never sleep.
@@ -278,18 +282,22 @@ class Worker:
         task, now = delivery.task, self.clock.now()
         if isinstance(exc, Postponed):  # a service known down: wait, spending no attempt
             due_at = now + min(max(exc.retry_after_s, 0.0), MAX_THROTTLED_DELAY_S)
-            await self.backend.retry(delivery, task, due_at=due_at)
+            if not await self.backend.retry(delivery, task, due_at=due_at):
+                return self._lost(delivery, "postpone")
             self.metrics.postponed += 1
             log.info("postponed %s %s to %.3f: %r", task.type, task.id, due_at, exc)
             return Outcome.POSTPONED
         self.metrics.failed += 1
         if task.attempt < self.settings.retry_limit:
             due_at = now + self._retry_delay_s(exc, task.attempt)
-            await self.backend.retry(delivery, task.next_attempt(), due_at=due_at)
+            if not await self.backend.retry(delivery, task.next_attempt(), due_at=due_at):
+                return self._lost(delivery, "retry")
             self.metrics.retried += 1
             log.info("retrying %s %s at %.3f: %r", task.type, task.id, due_at, exc)
             return Outcome.RETRIED
-        await self.backend.dead_letter(delivery, f"{type(exc).__name__}: {exc}", now=now)
+        error = f"{type(exc).__name__}: {exc}"
+        if await self.backend.dead_letter(delivery, error, now=now) is None:
+            return self._lost(delivery, "dead-letter")
         if task.session is not None:
             await clear_session_timers(self.backend, task.tenant, task.session)
         self.metrics.dead_lettered += 1
@@ -297,6 +305,13 @@ class Worker:
             "dead-lettered %s %s after %d attempts: %r", task.type, task.id, task.attempt + 1, exc
         )
         return Outcome.DEAD
+
+    def _lost(self, delivery: Delivery, what: str) -> Outcome:
+        """The delivery was reclaimed while it ran: its new owner decides, not us."""
+        self.metrics.aborted += 1
+        log.warning("did not %s %s %s: it was reclaimed meanwhile", what, delivery.task.type,
+                    delivery.task.id)  # fmt: skip
+        return Outcome.ABORTED
 
     async def _release(self, grant: LockGrant | None) -> None:
         if grant is not None:
@@ -322,6 +337,7 @@ class Worker:
             count=spare,
             max_deliveries=self.settings.max_deliveries,
             now=now,
+            types=self.executors.types(),
         )
         for delivery in got:
             self._reclaimed.put_nowait((delivery, now))
@@ -395,8 +411,9 @@ class Worker:
             return [self._reclaimed.get_nowait()]
         now = self.clock.now()
         got = await self.backend.consume(
-            consumer, count=1, block_ms=self.settings.consume_block_ms, now=now
-        )
+            consumer, count=1, block_ms=self.settings.consume_block_ms, now=now,
+            types=self.executors.types(),
+        )  # fmt: skip
         return [(delivery, now) for delivery in got]
 
     async def _every(self, interval_s: float, duty: Callable[[], Awaitable[int | None]]) -> None:
