@@ -91,6 +91,11 @@ class LayerConflict(LayerError):
     """The state a layer task read (cursor, mark, current version) moved before it committed."""
 
 
+class ReceiptConflict(LayerConflict):
+    """A completion receipt failed authentication, or belongs to another attempt than the one
+    being recovered: evidence that does not match is never taken as completion."""
+
+
 class StageOutputRejected(LayerError):
     """An LLM stage's reply was unusable after a repair round; `raws` keeps every reply text."""
 

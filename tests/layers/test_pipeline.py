@@ -15,6 +15,7 @@ import pytest
 from stratamem.clock import ManualClock
 from stratamem.core import AsyncMemory
 from stratamem.domain import Scope
+from stratamem.errors import ReceiptConflict
 from stratamem.layers.executors import LayerExecutors, LayerScheduler, register_executors
 from stratamem.layers.service import LayerService
 from stratamem.layers.settings import LayerSettings
@@ -28,6 +29,7 @@ from stratamem.pipeline.timers import l2_timer_key, lock_key_for
 from stratamem.pipeline.worker import Outcome, Worker
 from stratamem.store.base import Fence
 from stratamem.store.failures import FailureKind, FailureQuery
+from stratamem.store.receipts import Receipt, ReceiptDraft
 from stratamem.store.sqlite import SqliteStore
 from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers, l1_reply
@@ -332,3 +334,80 @@ async def test_an_owed_l3_is_queued_again_at_most_once_an_hour(
     assert [t for t in await rig.scheduler.reconcile() if t.type is TaskType.L3] == []
     rig.clock.advance(3601)
     assert [t.type for t in await rig.scheduler.reconcile()].count(TaskType.L3) == 1
+
+
+async def test_every_layer_task_writes_an_authentic_receipt_bound_to_its_attempt(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    layers = rig.memory.layers
+    assert layers is not None
+    ran: list[tuple[Delivery, int]] = []  # each delivery, and its lock's fencing token
+
+    async def run(task_type: TaskType) -> None:
+        delivery = await rig.next(task_type)
+        assert await rig.worker.handle(delivery) is Outcome.COMPLETED
+        key = lock_key_for(delivery.task, LockScope.SESSION)
+        assert key is not None
+        ran.append((delivery, await rig.backend.fence_token(key)))
+
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.backend.enqueue(Task(TaskType.FLUSH, "acme", "s1"), now=rig.clock.now())
+    for task_type in (TaskType.FLUSH, TaskType.L2, TaskType.L3):
+        await run(task_type)
+    await rig.memory.capture("acme", "s1", [{"role": "user", "text": "I moved to Porto."}])
+    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
+    await run(TaskType.L1)
+    for delivery, token in ran:
+        task = delivery.task
+        receipt = layers.receipt(SCOPE, task.id)
+        assert receipt is not None and receipt.authentic, task.type
+        assert receipt.kind == task.type.value and receipt.outcome == "completed"
+        attempt = receipt.attempt
+        assert attempt is not None and attempt.worker == "w" and attempt.task_id == task.id
+        assert (attempt.attempt, attempt.delivery, attempt.token) == (
+            task.attempt, delivery.deliveries, token,
+        )  # fmt: skip
+    flush_batch = layers.receipt(SCOPE, f"{ran[0][0].task.id}.0")
+    assert flush_batch is not None and flush_batch.authentic  # each batch its own receipt
+
+
+async def test_a_receipt_that_does_not_verify_is_a_conflict_never_a_replay(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    store, layers = rig.memory.store, rig.memory.layers
+    assert isinstance(store, SqliteStore) and layers is not None
+    await rig.memory.capture("acme", "s1", TURNS)
+    executors = LayerExecutors(rig.memory.layer_service())
+    ctx = ExecutionContext(Task(TaskType.L1, "acme", "s1"), LOCK_KEY, 1, rig.clock, 0.0)
+    assert (await executors.l1(ctx)).changed
+    with store.writing() as conn:  # a receipt edited by hand: its result claims nothing ran
+        conn.execute("UPDATE layer_receipts SET result = '{}' WHERE task_id = ?", (ctx.task.id,))
+    receipt = layers.receipt(SCOPE, ctx.task.id)
+    assert receipt is not None and not receipt.authentic
+    with pytest.raises(ReceiptConflict):
+        await executors.l1(ctx)
+
+
+async def test_rotated_receipt_keys_verify_until_retired(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    layers = rig.memory.layers
+    assert layers is not None
+    now = rig.clock.now()
+    layers.record_receipt(SCOPE, ReceiptDraft("before", "flush", now, {"n": 1}), None)
+    first = layers.rotate_receipt_key(now)
+    layers.record_receipt(SCOPE, ReceiptDraft("after", "flush", now, {"n": 2}), None)
+    assert [authentic(layers.receipt(SCOPE, t)) for t in ("before", "after")] == [True, True]
+    second = layers.rotate_receipt_key(now + 1, retire_old=True)
+    assert second != first
+    assert [authentic(layers.receipt(SCOPE, t)) for t in ("before", "after")] == [False, False]
+    layers.record_receipt(SCOPE, ReceiptDraft("newest", "flush", now, {"n": 3}), None)
+    newest = layers.receipt(SCOPE, "newest")
+    assert newest is not None and newest.authentic
+
+
+def authentic(receipt: Receipt | None) -> bool:
+    assert receipt is not None
+    return receipt.authentic

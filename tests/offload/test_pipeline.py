@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ from stratamem.pipeline.redis_backend import RedisBackend
 from stratamem.pipeline.runner import load_registry
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.pipeline.task import TaskType
+from stratamem.pipeline.task import Delivery, TaskType
 from stratamem.pipeline.timers import offload_l2_timer_key
 from stratamem.pipeline.worker import Outcome, Worker
 from stratamem.store.sqlite import SqliteStore
@@ -46,12 +46,14 @@ class Pipe:
     backend: PipelineBackend
     store: SqliteOffloadStore
     clock: ManualClock
+    handled: list[Delivery] = field(default_factory=list)
 
     async def step(self) -> Outcome | None:
         """Fire due timers, then handle one ready task (None when the queue is empty)."""
         await self.worker.pump_once()
         now = self.clock.now()
         got = await self.backend.consume("test", count=1, block_ms=0, now=now)
+        self.handled += got
         return await self.worker.handle(got[0]) if got else None
 
     def entries(self) -> int:
@@ -141,6 +143,14 @@ async def test_the_whole_flow_on_the_pipeline_with_a_fenced_diagram(
     assert diagram.version == 1 and all(e.node_id for e in await pipe.offload.entries(T, S))
     key = f"diagram/{T}/{S}"
     assert sqlite_store.newest_fence(key) == await pipe.backend.fence_token(key) > 0
+    kinds = []
+    for delivery in pipe.handled:  # each stage wrote its receipt, bound to its attempt
+        receipt = pipe.store.receipt(Scope(T), delivery.task.id)
+        assert receipt is not None and receipt.authentic and receipt.attempt is not None
+        assert (receipt.attempt.worker, receipt.attempt.delivery) == ("w", delivery.deliveries)
+        kinds.append(receipt.kind)
+    assert sorted(kinds) == ["offload-l1", "offload-l15", "offload-l2"]
+    assert receipt.attempt.token == await pipe.backend.fence_token(key)  # offload-l2's
 
 
 def test_the_worker_factory_registers_the_offload_executors(

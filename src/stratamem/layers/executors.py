@@ -12,6 +12,7 @@ import logging
 
 from stratamem.clock import Clock
 from stratamem.domain import Scope
+from stratamem.errors import ReceiptConflict
 from stratamem.layers import scheduling
 from stratamem.layers.model import StageResult
 from stratamem.layers.service import LayerService, Run
@@ -27,6 +28,7 @@ from stratamem.pipeline.timers import (
     tenant_scope,
 )
 from stratamem.store.base import Fence
+from stratamem.store.receipts import ReceiptDraft
 
 log = logging.getLogger(__name__)
 REQUEST_STALE_S = 3600.0
@@ -40,7 +42,7 @@ def _run(ctx: ExecutionContext) -> Run:
     fence = None
     if ctx.lock_key is not None and ctx.fence_token is not None:
         fence = Fence(ctx.lock_key, ctx.fence_token)
-    return Run(ctx.task.tenant, ctx.task.id, ctx.task.session, fence)
+    return Run(ctx.task.tenant, ctx.task.id, ctx.task.session, fence, ctx.attempt)
 
 
 def _result(stage: StageResult) -> ExecResult:
@@ -64,20 +66,37 @@ class LayerExecutors:
         return _result(stage)
 
     async def flush(self, ctx: ExecutionContext) -> ExecResult:
-        """L1 until the session is caught up, then an L2 that skips the delay (its cascade runs
-        L3 when the scenes changed)."""
+        """L1 until the session is caught up (each batch under its receipt `<task>.<i>`), then
+        the flush's own receipt, then an L2 that skips the delay (its cascade runs L3 when the
+        scenes changed)."""
         run = _run(ctx)
-        changed = False
+        done = await self._flushed(run)
+        if done is not None:
+            return done
+        changed, batches = False, 0
         for i in range(1000):
             stage = await self.service.run_l1(Run(run.tenant, f"{run.task_id}.{i}",
-                                                  run.session, run.fence))  # fmt: skip
-            changed = changed or stage.changed
+                                                  run.session, run.fence, run.attempt))  # fmt: skip
+            changed, batches = changed or stage.changed, i + 1
             if stage.skipped:
                 break
+        result = {"changed": changed, "skipped": False, "counts": {"batches": batches}}
+        draft = ReceiptDraft(run.task_id, TaskType.FLUSH.value, ctx.clock.now(), result,
+                             attempt=run.attempt)  # fmt: skip
+        await asyncio.to_thread(self.service.layers.record_receipt, run.scope, draft, run.fence)
         await self._l3_by_count(ctx)
         task = ctx.task
         ctx.enqueue_after_release(Task(TaskType.L2, task.tenant, task.session, {"force": True}))
         return ExecResult(changed=changed)
+
+    async def _flushed(self, run: Run) -> ExecResult | None:
+        """The result of this flush's authentic receipt, if an earlier attempt finished it."""
+        receipt = await asyncio.to_thread(self.service.layers.receipt, run.scope, run.task_id)
+        if receipt is None:
+            return None
+        if not receipt.authentic:
+            raise ReceiptConflict(f"flush {run.task_id}: its receipt does not verify")
+        return ExecResult(changed=bool(receipt.result.get("changed")))
 
     async def l2(self, ctx: ExecutionContext) -> ExecResult:
         early = await self._rearm_if_early(ctx)

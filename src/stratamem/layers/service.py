@@ -28,6 +28,7 @@ from stratamem.errors import (
     InvalidInput,
     LLMError,
     NotFound,
+    ReceiptConflict,
     StageOutputRejected,
 )
 from stratamem.layers import l1_read, l1_reconcile, l2_scenes, l3_profile, offline
@@ -42,6 +43,7 @@ from stratamem.stages.records import Origin, reason, recordable
 from stratamem.store.base import Fence, Filters, Store
 from stratamem.store.failures import Failure, FailureKind
 from stratamem.store.layers_base import L1Commit, L2Commit, L3Commit, LayerStore, RetryCommit
+from stratamem.store.receipts import Attempt
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -58,6 +60,8 @@ class Run:
     task_id: str
     session: str | None = None
     fence: Fence | None = None
+    attempt: Attempt | None = None
+    """The pipeline execution running the stage (written into its receipts)."""
 
     @property
     def scope(self) -> Scope:
@@ -145,6 +149,7 @@ class LayerService:
         commit = L1Commit(
             session, task_id, cursor, read.settled[-1].seq, self.clock.now(), plan.memories,
             plan.supersedes, result.to_json(), read.quarantined, [*read.notes, *notes],
+            run.attempt,
         )  # fmt: skip
         await asyncio.to_thread(self.layers.commit_l1, run.scope, commit, run.fence)
         await self._embed_new(len(plan.memories))
@@ -230,7 +235,7 @@ class LayerService:
         counts = {"memories": len(changed), "scene_versions": len(versions)}
         result = StageResult("L2", self.mode, changed=bool(versions), counts=counts)
         commit = L2Commit(run.task_id, run.session, tenant.l2_mark, mark, self.clock.now(),
-                          versions, result.to_json(), notes)  # fmt: skip
+                          versions, result.to_json(), notes, run.attempt)  # fmt: skip
         await asyncio.to_thread(self.layers.commit_l2, run.scope, commit, run.fence)
         return result
 
@@ -279,7 +284,8 @@ class LayerService:
     async def _commit_l3(
         self, run: Run, profile: Profile | None, result: StageResult, read_at: float
     ) -> StageResult:
-        commit = L3Commit(run.task_id, self.clock.now(), profile, result.to_json(), read_at)
+        commit = L3Commit(run.task_id, self.clock.now(), profile, result.to_json(), read_at,
+                          run.attempt)  # fmt: skip
         await asyncio.to_thread(self.layers.commit_l3, run.scope, commit, run.fence)
         return result
 
@@ -351,15 +357,24 @@ class LayerService:
         counts = {"turns": 1, "covered": 1, **plan.counts}
         result = StageResult("L1", self.mode, changed=bool(plan.memories), counts=counts)
         commit = RetryCommit(failure.id, run.task_id, self.clock.now(), plan.memories,
-                             plan.supersedes, result.to_json(), notes)  # fmt: skip
+                             plan.supersedes, result.to_json(), notes, run.attempt)  # fmt: skip
         await asyncio.to_thread(self.layers.commit_retry, run.scope, commit, run.fence)
         await self._embed_new(len(plan.memories))
         return result
 
     # -- shared ------------------------------------------------------------------------------
     async def _replayed(self, run: Run) -> StageResult | None:
+        """The result of this task's authentic receipt (an earlier attempt committed it);
+        `ReceiptConflict` for a receipt that does not verify: it is not taken as done."""
         receipt = await asyncio.to_thread(self.layers.receipt, run.scope, run.task_id)
-        return None if receipt is None else StageResult.replay(receipt.result)
+        if receipt is None:
+            return None
+        if not receipt.authentic:
+            raise ReceiptConflict(
+                f"task {run.task_id}: its receipt does not verify (tampered, or signed with a"
+                " retired key); nothing is taken as done"
+            )
+        return StageResult.replay(receipt.result)
 
     async def _call(
         self, run: Run, stage: str, messages: Any, schema: type[M], read: Callable[[M], R]

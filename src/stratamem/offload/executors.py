@@ -11,8 +11,12 @@ and writes its diagrams under the lock's fencing token.
 
 from __future__ import annotations
 
+import asyncio
+
 from stratamem.clock import Clock, SystemClock
 from stratamem.config import Settings
+from stratamem.domain import Scope
+from stratamem.errors import ReceiptConflict
 from stratamem.llm import LLMClient, LLMSettings
 from stratamem.offload.facade import Offload, mark_of
 from stratamem.offload.schedule import Stage, StageTask
@@ -65,16 +69,30 @@ def register_executors(registry: ExecutorRegistry, offload: Offload) -> None:
     if offload.deps.llm is not None:
         registry.add_usage_source(offload.deps.llm.usage.snapshot)
 
+    async def replayed(ctx: ExecutionContext) -> bool:
+        """Whether an earlier attempt of this task committed (its authentic receipt)."""
+        scope = Scope(ctx.task.tenant)
+        receipt = await asyncio.to_thread(offload.deps.store.receipt, scope, ctx.task.id)
+        if receipt is not None and not receipt.authentic:
+            raise ReceiptConflict(f"{ctx.task.type} {ctx.task.id}: its receipt does not verify")
+        return receipt is not None
+
     async def offload_l1(ctx: ExecutionContext) -> ExecResult:
-        outcome = await offload.run_l1(*_where(ctx))
+        if await replayed(ctx):
+            return ExecResult(changed=False, skipped=True)
+        outcome = await offload.run_l1(*_where(ctx), ctx.attempt)
         return ExecResult(changed=bool(outcome.created), skipped=not outcome.claimed)
 
     async def offload_l15(ctx: ExecutionContext) -> ExecResult:
-        outcome = await offload.run_l15(*_where(ctx), mark_of(ctx.task.payload))
+        if await replayed(ctx):
+            return ExecResult(changed=False, skipped=True)
+        outcome = await offload.run_l15(*_where(ctx), mark_of(ctx.task.payload), ctx.attempt)
         return ExecResult(changed=not outcome.skipped, skipped=outcome.skipped)
 
     async def offload_l2(ctx: ExecutionContext) -> ExecResult:
-        outcome = await offload.run_l2(*_where(ctx), _fence(ctx))
+        if await replayed(ctx):
+            return ExecResult(changed=False, skipped=True)
+        outcome = await offload.run_l2(*_where(ctx), _fence(ctx), ctx.attempt)
         return ExecResult(changed=bool(outcome.mapped or outcome.orphaned))
 
     registry.register(TaskType.OFFLOAD_L1, offload_l1)

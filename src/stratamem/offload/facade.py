@@ -22,6 +22,7 @@ from stratamem.offload.settings import OffloadSettings
 from stratamem.offload.stage import StageDeps
 from stratamem.offload.store import OffloadStore
 from stratamem.store.base import Fence
+from stratamem.store.receipts import Attempt
 
 #: A session found with stale work is resubmitted at most this often by `reconcile`.
 RESUBMIT_EVERY_S = 3600.0
@@ -112,19 +113,26 @@ class Offload:
         return done
 
     # -- stages ------------------------------------------------------------------------------
-    async def run_l1(self, tenant: str, session: str) -> l1_summaries.L1Outcome:
-        return await l1_summaries.run_l1(self.deps, tenant, check_ident(session, "session"))
+    # `attempt`: the pipeline execution running the stage; its receipt is written with the
+    # stage's commit (offload-l2: alone, last, under the fence).
+    async def run_l1(
+        self, tenant: str, session: str, attempt: Attempt | None = None
+    ) -> l1_summaries.L1Outcome:
+        session = check_ident(session, "session")
+        return await l1_summaries.run_l1(self.deps, tenant, session, attempt)
 
-    async def run_l15(self, tenant: str, session: str, mark_id: str) -> l15_judgment.L15Outcome:
+    async def run_l15(
+        self, tenant: str, session: str, mark_id: str, attempt: Attempt | None = None
+    ) -> l15_judgment.L15Outcome:
         check_ident(mark_id, "message id")
-        return await l15_judgment.run_l15(
-            self.deps, tenant, check_ident(session, "session"), mark_id
-        )
+        session = check_ident(session, "session")
+        return await l15_judgment.run_l15(self.deps, tenant, session, mark_id, attempt)
 
     async def run_l2(
-        self, tenant: str, session: str, fence: Fence | None = None
+        self, tenant: str, session: str, fence: Fence | None = None, attempt: Attempt | None = None
     ) -> l2_diagram.L2Outcome:
-        return await l2_diagram.run_l2(self.deps, tenant, check_ident(session, "session"), fence)
+        session = check_ident(session, "session")
+        return await l2_diagram.run_l2(self.deps, tenant, session, fence, attempt)
 
     async def run_stage(self, task: StageTask, fence: Fence | None = None) -> StageOutcome:
         """Run one stage task (what the pipeline's executors and the in-process runner call)."""

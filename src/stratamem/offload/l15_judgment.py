@@ -33,6 +33,7 @@ from stratamem.stages.content import content_problem
 from stratamem.stages.envelope import StrictReply
 from stratamem.stages.records import Origin, recordable
 from stratamem.store.failures import Failure, FailureKind
+from stratamem.store.receipts import Attempt, ReceiptDraft
 
 STAGE = Stage.L15.value
 LABEL_CHARS = 80
@@ -73,8 +74,11 @@ class _View:
     entries: list[Entry]
 
 
-async def run_l15(deps: StageDeps, tenant: str, session: str, mark_id: str) -> L15Outcome:
-    """Judge the boundary `mark_id`; re-judge on a compare-and-set conflict."""
+async def run_l15(
+    deps: StageDeps, tenant: str, session: str, mark_id: str, run: Attempt | None = None
+) -> L15Outcome:
+    """Judge the boundary `mark_id`; re-judge on a compare-and-set conflict. Run by the
+    pipeline, the task's receipt is written with the judgment."""
     scope = Scope(tenant)
     origin = Origin(tenant, session, f"{STAGE}:{mark_id}", deps.clock.now())
     for attempt in range(1, deps.settings.cas_attempts + 1):
@@ -82,10 +86,15 @@ async def run_l15(deps: StageDeps, tenant: str, session: str, mark_id: str) -> L
         if view.mark.judged:
             return L15Outcome(mark_id, skipped=True, attempts=attempt)
         decision, notes = await _judged(deps, view, origin)
+        now = deps.clock.now()
+        receipt = None
+        if run is not None:
+            receipt = ReceiptDraft(run.task_id, "offload-l15", now, {"mark": mark_id},
+                                   attempt=run)  # fmt: skip
         try:
             routed = await asyncio.to_thread(
                 deps.store.apply_decision, scope, session, mark_id, view.boundary.version,
-                decision, derived_id("t", session, mark_id), deps.clock.now(),
+                decision, derived_id("t", session, mark_id), now, receipt,
             )  # fmt: skip
         except VersionConflict:
             continue

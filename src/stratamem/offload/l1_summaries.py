@@ -47,6 +47,7 @@ from stratamem.stages.content import content_problem
 from stratamem.stages.envelope import StrictReply, array_of
 from stratamem.stages.records import Origin, reason, recordable
 from stratamem.store.failures import Failure, FailureKind
+from stratamem.store.receipts import Attempt, ReceiptDraft
 
 STAGE = Stage.L1.value
 
@@ -89,8 +90,11 @@ class _Summarised:
     dropped: list[Dropped]
 
 
-async def run_l1(deps: StageDeps, tenant: str, session: str) -> L1Outcome:
-    """One offload-l1 run for a session."""
+async def run_l1(
+    deps: StageDeps, tenant: str, session: str, attempt: Attempt | None = None
+) -> L1Outcome:
+    """One offload-l1 run for a session (its receipt, when run by the pipeline, is written with
+    the entries: under the task id, or `<task>@<claim>` when the run was interrupted)."""
     scope, now = Scope(tenant), deps.clock.now()
     claim = await asyncio.to_thread(
         deps.store.claim_pairs, scope, session, deps.ids.new_id(), now,
@@ -101,7 +105,8 @@ async def run_l1(deps: StageDeps, tenant: str, session: str) -> L1Outcome:
         return L1Outcome(duplicates=claim.duplicates)
     origin = Origin(tenant, session, claim.claim_id, now)
     done = await summarise(deps, claim.pairs, origin)
-    created = await _complete(deps, scope, session, claim, done)
+    receipt = _receipt(attempt, claim, done, deps.clock.now())
+    created = await _complete(deps, scope, session, claim, done, receipt)
     if done.interrupted is not None:
         if recordable(done.interrupted):
             failure = origin.failed(STAGE, done.interrupted)
@@ -116,8 +121,25 @@ async def run_l1(deps: StageDeps, tenant: str, session: str) -> L1Outcome:
                      tuple(done.fallbacks), dropped, left)  # fmt: skip
 
 
+def _receipt(
+    attempt: Attempt | None, claim: Claim, done: Summaries, now: float
+) -> ReceiptDraft | None:
+    if attempt is None:
+        return None
+    task_id = attempt.task_id
+    if done.interrupted is not None:
+        task_id = f"{task_id}@{claim.claim_id}"
+    result = {"pairs": len(claim.pairs), "entries": len(done.entries)}
+    return ReceiptDraft(task_id, "offload-l1", now, result, attempt=attempt)
+
+
 async def _complete(
-    deps: StageDeps, scope: Scope, session: str, claim: Claim, done: Summaries
+    deps: StageDeps,
+    scope: Scope,
+    session: str,
+    claim: Claim,
+    done: Summaries,
+    receipt: ReceiptDraft | None = None,
 ) -> list[Entry]:
     """Store the settled entries, note what failed, give the rest of the claim back."""
     refs = {e.pair.call_id: ref_id_for(session, e.pair.call_id) for e in done.entries}
@@ -125,7 +147,7 @@ async def _complete(
     if done.entries:
         created = await asyncio.to_thread(
             deps.store.complete_claim, scope, session, claim.claim_id, done.entries, refs,
-            deps.clock.now(),
+            deps.clock.now(), receipt,
         )  # fmt: skip
     if done.notes:
         await asyncio.to_thread(deps.store.record_failures, done.notes)

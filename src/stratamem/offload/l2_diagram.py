@@ -32,6 +32,7 @@ from stratamem.stages.envelope import StrictReply, array_of
 from stratamem.stages.records import Origin, recordable
 from stratamem.store.base import Fence
 from stratamem.store.failures import Failure
+from stratamem.store.receipts import Attempt, ReceiptDraft
 
 STAGE = Stage.L2.value
 ORPHAN_NODE = "orphans"
@@ -66,9 +67,15 @@ class L2Outcome:
 
 
 async def run_l2(
-    deps: StageDeps, tenant: str, session: str, fence: Fence | None = None
+    deps: StageDeps,
+    tenant: str,
+    session: str,
+    fence: Fence | None = None,
+    attempt: Attempt | None = None,
 ) -> L2Outcome:
-    """One offload-l2 run for a session (offline: nothing, and says diagrams need the LLM)."""
+    """One offload-l2 run for a session (offline: nothing, and says diagrams need the LLM).
+    Run by the pipeline, its receipt is written last, alone, under `fence` (each diagram is
+    its own commit)."""
     llm = deps.llm
     if llm is None:
         return L2Outcome(note=NEEDS_LLM)
@@ -87,6 +94,11 @@ async def run_l2(
         await deps.scheduler.arm(
             l2_timer_key(tenant, session), StageTask(Stage.L2, tenant, session), due
         )
+    if attempt is not None:
+        result = {"mapped": mapped, "orphaned": orphaned, "leftover": leftover}
+        draft = ReceiptDraft(attempt.task_id, "offload-l2", deps.clock.now(), result,
+                             attempt=attempt)  # fmt: skip
+        await asyncio.to_thread(deps.store.record_receipt, scope, draft, fence)
     return L2Outcome(mapped, orphaned, leftover, tuple(tasks))
 
 

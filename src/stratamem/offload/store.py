@@ -38,6 +38,7 @@ from stratamem.offload.models import (
 )
 from stratamem.store.base import Fence
 from stratamem.store.failures import Failure
+from stratamem.store.receipts import Receipt, ReceiptDraft
 
 
 class VersionConflict(StoreError):
@@ -103,11 +104,12 @@ class OffloadStore(Protocol):
         entries: Sequence[NewEntry],
         ref_ids: Mapping[str, str],
         now: float,
+        receipt: ReceiptDraft | None = None,
     ) -> list[Entry]:
         """In one transaction: insert entries (routed by the boundary covering their time) and
         their refs, skip call ids with an entry, mark the pairs done, resolve the session's open
-        offload-l1 failures; returns the new entries. `claim_id` may be one no pair holds (an
-        entry made outside a claim, by compaction)."""
+        offload-l1 failures, write `receipt` (the task's); returns the new entries. `claim_id`
+        may be one no pair holds (an entry made outside a claim, by compaction)."""
 
     # -- entries and refs --------------------------------------------------------------------
     def list_entries(
@@ -149,11 +151,19 @@ class OffloadStore(Protocol):
         decision: Decision,
         new_task_id: str,
         now: float,
+        receipt: ReceiptDraft | None = None,
     ) -> Routed:
         """Compare-and-set: apply a judgment of `mark_id` if the boundary is still at
         `expected_version`, else raise `VersionConflict`. Creates, switches or clears the active
-        task, routes the mark's unrouted entries to the task it chose and resolves the session's
-        open offload-l15 failures."""
+        task, routes the mark's unrouted entries to the task it chose, resolves the session's
+        open offload-l15 failures and writes `receipt` (the task's)."""
+
+    # -- receipts (the same records as `LayerStore.receipt` / `record_receipt`) -------------
+    def receipt(self, scope: Scope, task_id: str) -> Receipt | None:
+        """The receipt of a task, if it committed; `authentic` if its MAC verified."""
+
+    def record_receipt(self, scope: Scope, draft: ReceiptDraft, fence: Fence | None) -> None:
+        """Write a receipt alone under `fence` (offload-l2, which commits once per diagram)."""
 
     # -- diagrams ----------------------------------------------------------------------------
     def list_diagrams(self, scope: Scope, session: str) -> list[Diagram]:

@@ -11,7 +11,10 @@ an `ExecutorRegistry`. The worker calls it once per delivery, with:
   the store raises `StaleFencingToken`; let it propagate, the worker then aborts without ack;
 - `ctx.enqueue_after_release(task)`: tasks to enqueue only after the lock is released (so a
   follow-up on the same key does not meet our own lock); enqueued only if the executor succeeds;
-- `ctx.clock` (injected time), `ctx.enqueued_at` (when the task was enqueued).
+- `ctx.clock` (injected time), `ctx.enqueued_at` (when the task was enqueued);
+- `ctx.attempt`: this execution (task id, attempt, delivery count, fencing token, worker, start
+  time). An executor that writes commits a completion receipt carrying it with its effects
+  (`stratamem.store.receipts`), so a recovering worker can tell finished work from lost work.
 
 To choose the retry time itself (a rate limit's Retry-After), the executor raises
 `stratamem.pipeline.errors.RetryLater(delay_s)`; it still counts against the retry limit.
@@ -33,6 +36,7 @@ from typing import Protocol
 from stratamem.clock import Clock
 from stratamem.pipeline.errors import UnknownTaskType
 from stratamem.pipeline.task import Task, TaskType
+from stratamem.store.receipts import Attempt
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class ExecutionContext:
     clock: Clock
     enqueued_at: float
     after_release: list[Task] = field(default_factory=list)
+    attempt: Attempt | None = None
 
     def enqueue_after_release(self, task: Task) -> None:
         """Enqueue `task` once this execution succeeded and its lock was released."""

@@ -55,6 +55,7 @@ from stratamem.pipeline.timers import (
     forget_l1_request,
     lock_key_for,
 )
+from stratamem.store.receipts import Attempt
 
 log = logging.getLogger(__name__)
 FIRST_COMPLETED = asyncio.FIRST_COMPLETED
@@ -182,12 +183,17 @@ class Worker:
     async def _execute(
         self, delivery: Delivery, lock_key: str | None, grant: LockGrant | None
     ) -> Outcome:
+        token = None if grant is None else grant.token
+        task = delivery.task
+        attempt = Attempt(task.id, task.attempt, delivery.deliveries, token, self.name,
+                          self.clock.now())  # fmt: skip
         ctx = ExecutionContext(
             task=delivery.task,
             lock_key=lock_key,
-            fence_token=None if grant is None else grant.token,
+            fence_token=token,
             clock=self.clock,
             enqueued_at=delivery.enqueued_at,
+            attempt=attempt,
         )
         try:
             executor = self.executors.get(ctx.task.type)

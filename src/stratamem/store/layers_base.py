@@ -3,7 +3,8 @@
 Every write that a pipeline task makes goes through one `commit_*` call: one transaction that
 checks the task's fencing token, checks that the state it read (session cursor, tenant L2 mark)
 has not moved (`LayerConflict` otherwise), applies the effects, and writes a completion receipt
-under the task id. A task that finds its receipt has already finished and does nothing again.
+under the task id (authenticated, bound to the attempt that ran it: `stratamem.store.receipts`).
+A task that finds its own authentic receipt has already finished and does nothing again.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from typing import Any, Protocol
 from stratamem.domain import MemoryRecord, Profile, Scene, Scope
 from stratamem.store.base import Fence
 from stratamem.store.failures import Failure, FailureQuery
+from stratamem.store.receipts import Attempt, Receipt, ReceiptDraft
+
+__all__ = ["Attempt", "Receipt", "ReceiptDraft"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,14 +51,6 @@ class TenantState:
 
 
 @dataclass(frozen=True, slots=True)
-class Receipt:
-    task_id: str
-    kind: str
-    completed_at: float
-    result: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
 class Supersede:
     """`old_id` stops being valid at the commit time and points to `new_id`."""
 
@@ -77,6 +73,7 @@ class L1Commit:
     result: dict[str, Any] = field(default_factory=dict)
     quarantined: Sequence[Failure] = ()
     notes: Sequence[Failure] = ()
+    attempt: Attempt | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +86,7 @@ class L2Commit:
     scenes: Sequence[Scene] = ()
     result: dict[str, Any] = field(default_factory=dict)
     notes: Sequence[Failure] = ()
+    attempt: Attempt | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +97,7 @@ class L3Commit:
     result: dict[str, Any] = field(default_factory=dict)
     read_at: float | None = None
     """When the L3 read what it wrote from (recorded as `last_l3_at`; default `now`)."""
+    attempt: Attempt | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +112,7 @@ class RetryCommit:
     supersedes: Sequence[Supersede] = ()
     result: dict[str, Any] = field(default_factory=dict)
     notes: Sequence[Failure] = ()
+    attempt: Attempt | None = None
 
 
 class LayerStore(Protocol):
@@ -135,7 +135,16 @@ class LayerStore(Protocol):
     def tenant_state(self, scope: Scope) -> TenantState: ...
 
     def receipt(self, scope: Scope, task_id: str) -> Receipt | None:
-        """The completion receipt of a task, if it committed."""
+        """The completion receipt of a task (any task type), if it committed; `authentic`
+        says whether its MAC verified with a live key."""
+
+    def record_receipt(self, scope: Scope, draft: ReceiptDraft, fence: Fence | None) -> None:
+        """Write a receipt alone, under `fence`: for tasks whose effects were committed in
+        parts, each under its own receipt (flush, offload-l2). `LayerConflict` if it exists."""
+
+    def rotate_receipt_key(self, now: float, retire_old: bool = False) -> str:
+        """Add a new key that signs receipts from now on; the older keys still verify until
+        retired (`retire_old`: retire them now, and their receipts stop verifying)."""
 
     # -- L1 ----------------------------------------------------------------------------------
     def commit_l1(self, scope: Scope, commit: L1Commit, fence: Fence | None = None) -> None:

@@ -104,8 +104,24 @@ FROM layer_failures ORDER BY rid;
 DROP TABLE layer_failures;
 """
 
+# Receipts of every task type, authenticated: who ran it (attempt JSON), its outcome, and an
+# HMAC by a key of `receipt_keys` (rows from before have no MAC: they never verify).
+M015_RECEIPTS = """
+ALTER TABLE layer_receipts ADD COLUMN outcome TEXT NOT NULL DEFAULT 'completed';
+ALTER TABLE layer_receipts ADD COLUMN attempt TEXT;
+ALTER TABLE layer_receipts ADD COLUMN key_id TEXT;
+ALTER TABLE layer_receipts ADD COLUMN mac TEXT;
+CREATE TABLE receipt_keys (
+    id TEXT PRIMARY KEY,
+    secret BLOB NOT NULL,
+    created_at REAL NOT NULL,
+    retired_at REAL
+);
+"""
+
 LAYER_MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "layer state, receipts and failures", M010_LAYER_STATE),
     Migration(11, "scene and profile versions", M011_SCENES_PROFILE),
     Migration(12, "failure records of every LLM stage: quarantines, splits, drops", M012_FAILURES),
+    Migration(15, "authenticated receipts of every task type, and their keys", M015_RECEIPTS),
 )

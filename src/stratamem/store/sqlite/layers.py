@@ -6,10 +6,8 @@ short transaction that also checks the task's fencing token.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
 
 from stratamem.domain import MemoryRecord, Profile, Scene, Scope
 from stratamem.errors import LayerConflict, NotFound
@@ -25,7 +23,8 @@ from stratamem.store.layers_base import (
     Supersede,
     TenantState,
 )
-from stratamem.store.sqlite import failure_rows
+from stratamem.store.receipts import COMPLETED, SKIPPED, ReceiptDraft
+from stratamem.store.sqlite import failure_rows, receipt_rows
 from stratamem.store.sqlite.layer_rows import (
     PROFILE_COLUMNS,
     SCENE_COLUMNS,
@@ -109,14 +108,15 @@ class SqliteLayerStore:
 
     def receipt(self, scope: Scope, task_id: str) -> Receipt | None:
         with self._store.reading() as conn:
-            row = conn.execute(
-                "SELECT task_id, kind, completed_at, result FROM layer_receipts"
-                " WHERE tenant = ? AND task_id = ?",
-                (scope.tenant, task_id),
-            ).fetchone()
-        if row is None:
-            return None
-        return Receipt(row["task_id"], row["kind"], row["completed_at"], json.loads(row["result"]))
+            return receipt_rows.read_receipt(conn, scope.tenant, task_id)
+
+    def record_receipt(self, scope: Scope, draft: ReceiptDraft, fence: Fence | None) -> None:
+        with self._store.writing(fence) as conn:
+            receipt_rows.write_receipt(conn, scope.tenant, draft)
+
+    def rotate_receipt_key(self, now: float, retire_old: bool = False) -> str:
+        with self._store.writing() as conn:
+            return receipt_rows.rotate_key(conn, now, retire_old)
 
     # -- L1 ----------------------------------------------------------------------------------
     def commit_l1(self, scope: Scope, commit: L1Commit, fence: Fence | None = None) -> None:
@@ -135,7 +135,7 @@ class SqliteLayerStore:
             _bump_tenant(conn, tenant, len(commit.memories))
             failure_rows.insert_failures(conn, [*commit.quarantined, *commit.notes])
             failure_rows.resolve_open(conn, tenant, "L1", commit.session, commit.now)
-            _write_receipt(conn, tenant, commit.task_id, "L1", commit.now, commit.result)
+            _write_receipt(conn, tenant, commit, "L1")
 
     def commit_retry(self, scope: Scope, commit: RetryCommit, fence: Fence | None = None) -> None:
         tenant = scope.tenant
@@ -145,7 +145,7 @@ class SqliteLayerStore:
             _supersede(conn, tenant, commit.supersedes, commit.now)
             _bump_tenant(conn, tenant, len(commit.memories))
             failure_rows.insert_failures(conn, commit.notes)
-            _write_receipt(conn, tenant, commit.task_id, "L1", commit.now, commit.result)
+            _write_receipt(conn, tenant, commit, "L1")
 
     def memory_history(self, scope: Scope, memory_id: str) -> list[MemoryRecord]:
         with self._store.reading() as conn:
@@ -220,7 +220,7 @@ class SqliteLayerStore:
                 )
             failure_rows.insert_failures(conn, commit.notes)
             failure_rows.resolve_open(conn, tenant, "L2", None, commit.now)
-            _write_receipt(conn, tenant, commit.task_id, "L2", commit.now, commit.result)
+            _write_receipt(conn, tenant, commit, "L2")
 
     # -- L3 ----------------------------------------------------------------------------------
     def profile(self, scope: Scope) -> Profile | None:
@@ -250,7 +250,7 @@ class SqliteLayerStore:
                 (commit.now if commit.read_at is None else commit.read_at, tenant),
             )
             failure_rows.resolve_open(conn, tenant, "L3", None, commit.now)
-            _write_receipt(conn, tenant, commit.task_id, "L3", commit.now, commit.result)
+            _write_receipt(conn, tenant, commit, "L3")
 
     # -- failures ----------------------------------------------------------------------------
     def record_failures(self, failures: Sequence[Failure]) -> None:
@@ -340,19 +340,12 @@ def _bump_tenant(conn: sqlite3.Connection, tenant: str, new_memories: int) -> No
 def _write_receipt(
     conn: sqlite3.Connection,
     tenant: str,
-    task_id: str,
+    commit: L1Commit | L2Commit | L3Commit | RetryCommit,
     kind: str,
-    now: float,
-    result: dict[str, Any],
 ) -> None:
-    try:
-        conn.execute(
-            "INSERT INTO layer_receipts (tenant, task_id, kind, completed_at, result)"
-            " VALUES (?, ?, ?, ?, ?)",
-            (tenant, task_id, kind, now, json.dumps(result, ensure_ascii=False)),
-        )
-    except sqlite3.IntegrityError as exc:
-        raise LayerConflict(f"task {task_id!r} has committed already") from exc
+    outcome = SKIPPED if commit.result.get("skipped") else COMPLETED
+    draft = ReceiptDraft(commit.task_id, kind, commit.now, commit.result, outcome, commit.attempt)
+    receipt_rows.write_receipt(conn, tenant, draft)
 
 
 def _write_scene(conn: sqlite3.Connection, scene: Scene) -> None:

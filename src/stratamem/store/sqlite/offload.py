@@ -30,7 +30,8 @@ from stratamem.offload.schedule import Stage
 from stratamem.offload.store import Appended, DiagramWrite, Routed, VersionConflict
 from stratamem.store.base import Fence
 from stratamem.store.failures import Failure
-from stratamem.store.sqlite import failure_rows
+from stratamem.store.receipts import Receipt, ReceiptDraft
+from stratamem.store.sqlite import failure_rows, receipt_rows
 from stratamem.store.sqlite.store import SqliteStore
 
 _ENTRY_COLUMNS = (
@@ -141,9 +142,12 @@ class SqliteOffloadStore:
         entries: Sequence[NewEntry],
         ref_ids: Mapping[str, str],
         now: float,
+        receipt: ReceiptDraft | None = None,
     ) -> list[Entry]:
         created: list[Entry] = []
         with self._store.writing() as conn:
+            if receipt is not None:
+                receipt_rows.write_receipt(conn, scope.tenant, receipt)
             for item in entries:
                 ref_id = ref_ids[item.pair.call_id]
                 entry = _insert_entry(conn, scope.tenant, session, item, ref_id, now)
@@ -277,9 +281,12 @@ class SqliteOffloadStore:
         decision: Decision,
         new_task_id: str,
         now: float,
+        receipt: ReceiptDraft | None = None,
     ) -> Routed:
         tenant = scope.tenant
         with self._store.writing() as conn:
+            if receipt is not None:
+                receipt_rows.write_receipt(conn, tenant, receipt)
             current = _boundary(conn, tenant, session)
             if current.version != expected_version:
                 raise VersionConflict(
@@ -293,6 +300,17 @@ class SqliteOffloadStore:
             boundary = _write_boundary(conn, tenant, session, current, mark, task_id, now)
             failure_rows.resolve_open(conn, tenant, Stage.L15.value, session, now)
         return Routed(boundary, task_id, routed)
+
+    # -- receipts ----------------------------------------------------------------------------
+    @_translated
+    def receipt(self, scope: Scope, task_id: str) -> Receipt | None:
+        with self._store.reading() as conn:
+            return receipt_rows.read_receipt(conn, scope.tenant, task_id)
+
+    @_translated
+    def record_receipt(self, scope: Scope, draft: ReceiptDraft, fence: Fence | None) -> None:
+        with self._store.writing(fence) as conn:
+            receipt_rows.write_receipt(conn, scope.tenant, draft)
 
     # -- diagrams ----------------------------------------------------------------------------
     @_translated
