@@ -20,7 +20,8 @@ from stratamem.layers.executors import LayerExecutors, LayerScheduler, register_
 from stratamem.layers.service import LayerService
 from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLMClient
-from stratamem.pipeline.executors import ExecutionContext, ExecutorRegistry
+from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
+from stratamem.pipeline.reconcile import Report, reconcile
 from stratamem.pipeline.settings import LockScope, PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.status import WORKERS_SCOPE
@@ -29,7 +30,7 @@ from stratamem.pipeline.timers import l2_timer_key, lock_key_for
 from stratamem.pipeline.worker import Outcome, Worker
 from stratamem.store.base import Fence
 from stratamem.store.failures import FailureKind, FailureQuery
-from stratamem.store.receipts import Receipt, ReceiptDraft
+from stratamem.store.receipts import Attempt, Receipt, ReceiptDraft
 from stratamem.store.sqlite import SqliteStore
 from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers, l1_reply
@@ -411,3 +412,116 @@ async def test_rotated_receipt_keys_verify_until_retired(
 def authentic(receipt: Receipt | None) -> bool:
     assert receipt is not None
     return receipt.authentic
+
+
+def _killed_after_commit(rig: Rig, task_type: TaskType) -> Executor:
+    """Make `task_type` run for real, then die before its acknowledgement (its effects and its
+    receipt are committed, the delivery stays pending); returns the real executor."""
+    real = rig.worker.executors.get(task_type)
+
+    async def dies(ctx: ExecutionContext) -> ExecResult:
+        await real(ctx)
+        raise asyncio.CancelledError  # the process is killed here
+
+    rig.worker.executors.register(task_type, dies)
+    return real
+
+
+async def test_a_worker_killed_after_its_commit_is_acknowledged_on_reclaim_without_paying_twice(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    await rig.memory.capture("acme", "s1", TURNS)
+    real = _killed_after_commit(rig, TaskType.L1)
+    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
+    with pytest.raises(asyncio.CancelledError):
+        await rig.worker.handle(await rig.next(TaskType.L1))
+    rig.worker.executors.register(TaskType.L1, real)
+    assert len(scripted_llm.calls("L1")) == 1
+    assert await rig.backend.get_timer(l2_timer_key("acme", "s1")) is None  # no cascade yet
+
+    rig.clock.advance(61)
+    [again] = await rig.backend.reclaim(
+        "w2", min_idle_ms=60_000, count=1, max_deliveries=5, now=rig.clock.now()
+    )
+    assert await rig.worker.handle(again) is Outcome.RECOVERED
+    assert len(scripted_llm.calls("L1")) == 1  # not paid for twice
+    assert (await rig.backend.depth()).in_flight == 0
+    assert await rig.backend.get_timer(l2_timer_key("acme", "s1")) is not None  # cascaded
+    assert rig.worker.metrics.recovered == 1
+
+
+async def test_a_redelivery_whose_execution_left_no_receipt_runs_again(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    scripted_llm.push_for("L1", Reply.error(500), Reply.error(500), Reply.error(500))
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
+    first = await rig.next(TaskType.L1)
+    stamp = Attempt(first.task.id, 0, first.deliveries, None, "gone", rig.clock.now())
+    assert await rig.backend.stamp(first, stamp, now=rig.clock.now())  # started, then died
+    rig.clock.advance(61)
+    [again] = await rig.backend.reclaim(
+        "w2", min_idle_ms=60_000, count=1, max_deliveries=5, now=rig.clock.now()
+    )
+    assert again.stamp == stamp
+    scripted_llm.on("L1", l1_reply)
+    assert await rig.worker.handle(again) in (Outcome.COMPLETED, Outcome.RETRIED)
+    assert len(scripted_llm.calls("L1")) >= 1
+
+
+async def test_the_reconciler_reports_authority_and_findings_and_changes_nothing(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    b, layers, store = rig.backend, rig.memory.layers, rig.memory.store
+    assert layers is not None and isinstance(store, SqliteStore)
+
+    async def read(tenant: str, task_id: str) -> Receipt | None:
+        return layers.receipt(Scope(tenant), task_id)
+
+    settings = rig.worker.settings
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.memory.capture("acme", "s2", TURNS)
+    real = _killed_after_commit(rig, TaskType.L1)
+    for session in ("s1", "s2", "s3"):
+        await b.enqueue(Task(TaskType.L1, "acme", session), now=rig.clock.now())
+    for _ in range(2):  # s1 and s2 commit, then their worker dies
+        with pytest.raises(asyncio.CancelledError):
+            await rig.worker.handle(await rig.next(TaskType.L1))
+    rig.worker.executors.register(TaskType.L1, real)
+    waiting = await rig.next(TaskType.L1)  # s3: taken, never started
+    await rig.worker.publish_status()
+    s2 = next(i.delivery for i in await b.in_flight(limit=10, now=rig.clock.now())
+              if i.delivery.task.session == "s2")  # fmt: skip
+    with store.writing() as conn:  # s2's receipt edited by hand
+        conn.execute("UPDATE layer_receipts SET result = '{}' WHERE task_id = ?", (s2.task.id,))
+
+    def summary(reports: list[Report]) -> list[tuple[str | None, str, str, bool]]:
+        return [(r.task.session, r.authority.value, r.finding.value, r.may_submit_completion)
+                for r in reports]  # fmt: skip
+
+    now = rig.clock.now()
+    assert summary(await reconcile(b, read, settings, now=now)) == [
+        ("s1", "current", "completion observed", False),
+        ("s2", "current", "receipt conflict", False),
+        ("s3", "current", "no execution expected", False),
+    ]
+    assert summary(await reconcile(b, None, settings, now=now))[0][2] == "receipt unavailable"
+    later = now + settings.reclaim_idle_ms / 1000
+    assert summary(await reconcile(b, read, settings, now=later)) == [
+        ("s1", "delivery lease expired", "completion observed", True),
+        ("s2", "delivery lease expired", "receipt conflict", False),
+        ("s3", "delivery lease expired", "no execution expected", False),
+    ]
+    await rig.worker.publish_status(stopped=True)
+    s1_lock = lock_key_for(Task(TaskType.L1, "acme", "s1"), LockScope.SESSION)
+    assert s1_lock is not None
+    await b.acquire_lock(s1_lock, "someone", ttl_ms=1000, now=now)  # a newer grant
+    assert summary(await reconcile(b, read, settings, now=now)) == [
+        ("s1", "fenced", "completion observed", True),
+        ("s2", "worker offline", "receipt conflict", False),
+        ("s3", "current", "no execution expected", False),
+    ]
+    assert len(await b.in_flight(limit=10, now=now)) == 3 and waiting.stamp is None

@@ -9,6 +9,7 @@ import pytest
 from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, retry_timer_key
 from stratamem.pipeline.errors import DeadLetterNotFound, UnknownTaskType
 from stratamem.pipeline.task import Task, TaskType
+from stratamem.store.receipts import Attempt
 
 from .conftest import Harness
 
@@ -360,3 +361,25 @@ def test_unknown_task_types_are_refused_with_a_typed_error() -> None:
     body = l1().to_json().replace('"L1"', '"L9"')
     with pytest.raises(UnknownTaskType):
         Task.from_json(body)
+
+
+# -- execution stamps (what the recovery reconciler reads) -------------------------------------
+
+
+async def test_a_stamp_follows_its_delivery_to_the_next_owner_and_ends_with_it(
+    harness: Harness,
+) -> None:
+    b, now = harness.backend, harness.clock.now()
+    await b.enqueue(l1(), now=now)
+    [old] = await b.consume("a", count=1, block_ms=0, now=now)
+    [fresh] = await b.in_flight(limit=10, now=now)
+    assert fresh.delivery.stamp is None and fresh.delivery.consumer == "a"
+    stamp = Attempt(old.task.id, 0, old.deliveries, 7, "w-a", now)
+    assert await b.stamp(old, stamp, now=now) is True
+    [seen] = await b.in_flight(limit=10, now=now + 1)
+    assert seen.delivery.stamp == stamp and seen.delivery.task == old.task
+    [new] = await b.reclaim("b", min_idle_ms=0, count=1, max_deliveries=5, now=now + 61)
+    assert new.stamp == stamp and new.deliveries == 2
+    assert await b.stamp(old, stamp, now=now + 62) is False  # no longer the old owner's
+    assert await b.ack(new) is True
+    assert await b.in_flight(limit=10, now=now + 62) == []

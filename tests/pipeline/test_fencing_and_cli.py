@@ -96,6 +96,23 @@ def test_cli_status_and_dead_letters(tmp_path: Path) -> None:
     assert missing.exit_code == 1 and "no dead letter" in missing.output
 
 
+def test_cli_reconcile_reports_and_changes_nothing(tmp_path: Path) -> None:
+    async def seed() -> None:
+        backend = SqliteBackend(tmp_path / "pipeline.db")
+        await backend.enqueue(Task(TaskType.L2, "t", "s"), now=time.time())
+        await backend.consume("c", count=1, block_ms=0, now=time.time())
+        await backend.close()
+
+    asyncio.run(seed())
+    [report] = json.loads(run_cli(tmp_path, "pipeline", "reconcile", "--json"))
+    assert (report["authority"], report["finding"]) == ("current", "no execution expected")
+    assert report["may_submit_completion"] is False and report["task"]["type"] == "L2"
+    assert "L2" in run_cli(tmp_path, "pipeline", "reconcile")
+    status = json.loads(run_cli(tmp_path, "pipeline", "status", "--json"))
+    assert status["depth"]["in_flight"] == 1
+    assert "signed with key rk_" in run_cli(tmp_path, "pipeline", "rotate-receipt-key")
+
+
 def test_cli_worker_refuses_bad_executors(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         cli, ["--data-dir", str(tmp_path), "worker", "--executors", "no.such.module:factory"]

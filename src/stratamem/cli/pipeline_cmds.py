@@ -8,17 +8,25 @@ import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
+from stratamem.config import Settings
+from stratamem.domain import Scope
 from stratamem.errors import StratamemError
 from stratamem.pipeline.backend import PipelineBackend
+from stratamem.pipeline.executors import ReceiptReader
+from stratamem.pipeline.reconcile import reconcile
 from stratamem.pipeline.runner import load_registry, open_backend, serve
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import worker_statuses
+from stratamem.store.receipts import Receipt
+from stratamem.store.sqlite import SqliteStore
+from stratamem.store.sqlite.layers import SqliteLayerStore
 
 T = TypeVar("T")
 DEFAULT_DATA_DIR = "./stratamem-data"
@@ -121,6 +129,74 @@ def status(ctx: click.Context, backend: str | None, as_json: bool) -> None:
             f"{w['name']} ({w['state']}, {w['age_s']:.0f} s ago): {w['counters']}"
             f" running={len(w['running'])}"
         )
+
+
+@contextmanager
+def _receipts(ctx: click.Context) -> Iterator[ReceiptReader | None]:
+    """A reader of the store's receipts; None when the data directory has no store."""
+    settings = Settings(data_dir=_data_dir(ctx))
+    if not settings.store_path.exists():
+        yield None
+        return
+    store = SqliteStore(settings.store_path, settings.sqlite_synchronous)
+    layers = SqliteLayerStore(store)
+
+    async def read(tenant: str, task_id: str) -> Receipt | None:
+        return await asyncio.to_thread(layers.receipt, Scope(tenant), task_id)
+
+    try:
+        yield read
+    finally:
+        store.close()
+
+
+@pipeline.command("reconcile")
+@backend_option
+@click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def reconcile_cmd(ctx: click.Context, backend: str | None, limit: int, as_json: bool) -> None:
+    """For each delivery in flight or pending reclaim: who has authority over it, what the
+    evidence says (completion receipt, execution stamp) and whether its completion may be
+    submitted. Evidence only: changes nothing."""
+    settings = _settings(backend=backend)
+    with _receipts(ctx) as reader:
+        reports = _with_backend(
+            ctx, settings, lambda b: reconcile(b, reader, settings, now=time.time(), limit=limit)
+        )
+    if as_json:
+        click.echo(json.dumps([r.to_json() for r in reports], sort_keys=True))
+        return
+    for r in reports:
+        click.echo(
+            f"{r.task.type} {r.task.id} ({r.task.tenant}/{r.task.session or '-'}):"
+            f" {r.authority}, {r.finding}"
+            + (", completion may be submitted" if r.may_submit_completion else "")
+        )
+
+
+@pipeline.command("rotate-receipt-key")
+@click.option(
+    "--retire-old",
+    is_flag=True,
+    help="Retire the older keys: their receipts stop "
+    "verifying (they then count as receipt conflicts, never as completion).",
+)
+@click.pass_context
+def rotate_receipt_key(ctx: click.Context, retire_old: bool) -> None:
+    """Add a new key that signs completion receipts from now on (older keys still verify until
+    retired)."""
+    settings = Settings(data_dir=_data_dir(ctx))
+    store = SqliteStore(settings.store_path, settings.sqlite_synchronous)
+    try:
+        key_id = SqliteLayerStore(store).rotate_receipt_key(time.time(), retire_old=retire_old)
+    except StratamemError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        store.close()
+    click.echo(
+        f"receipts are signed with key {key_id}" + (" (older keys retired)" if retire_old else "")
+    )
 
 
 @pipeline.group("dead-letters")

@@ -28,7 +28,7 @@ from stratamem.pipeline.timers import (
     tenant_scope,
 )
 from stratamem.store.base import Fence
-from stratamem.store.receipts import ReceiptDraft
+from stratamem.store.receipts import Receipt, ReceiptDraft
 
 log = logging.getLogger(__name__)
 REQUEST_STALE_S = 3600.0
@@ -130,11 +130,16 @@ class LayerExecutors:
         await self.backend.set_timer_if_earlier(key, follow, due_at=earliest)
         return True
 
+    async def receipt(self, tenant: str, task_id: str) -> Receipt | None:
+        """The receipt of any task type (the store keeps them in one place)."""
+        return await asyncio.to_thread(self.service.layers.receipt, Scope(tenant), task_id)
+
     def registry(self, into: ExecutorRegistry | None = None) -> ExecutorRegistry:
         """Register the four executors (into an existing registry, or a new one)."""
         registry = into or ExecutorRegistry()
         if self.service.llm is not None:
             registry.add_usage_source(self.service.llm.usage.snapshot)
+        registry.receipts = self.receipt
         registry.register(TaskType.L1, self.l1)
         registry.register(TaskType.L2, self.l2)
         registry.register(TaskType.L3, self.l3)

@@ -26,6 +26,7 @@ from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.store.base import Fence
+from stratamem.store.receipts import Receipt
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.offload import SqliteOffloadStore
 
@@ -64,40 +65,53 @@ def _where(ctx: ExecutionContext) -> tuple[str, str]:
     return ctx.task.tenant, ctx.task.session or ""
 
 
-def register_executors(registry: ExecutorRegistry, offload: Offload) -> None:
-    """Register the three offload executors with the pipeline's registry."""
-    if offload.deps.llm is not None:
-        registry.add_usage_source(offload.deps.llm.usage.snapshot)
+class OffloadExecutors:
+    """The three offload executors over one `Offload`. Each first looks for the task's own
+    receipt: an earlier attempt that committed is not run (and paid for) again."""
 
-    async def replayed(ctx: ExecutionContext) -> bool:
-        """Whether an earlier attempt of this task committed (its authentic receipt)."""
-        scope = Scope(ctx.task.tenant)
-        receipt = await asyncio.to_thread(offload.deps.store.receipt, scope, ctx.task.id)
+    def __init__(self, offload: Offload) -> None:
+        self.offload = offload
+
+    async def receipt(self, tenant: str, task_id: str) -> Receipt | None:
+        store = self.offload.deps.store
+        return await asyncio.to_thread(store.receipt, Scope(tenant), task_id)
+
+    async def _replayed(self, ctx: ExecutionContext) -> bool:
+        receipt = await self.receipt(ctx.task.tenant, ctx.task.id)
         if receipt is not None and not receipt.authentic:
             raise ReceiptConflict(f"{ctx.task.type} {ctx.task.id}: its receipt does not verify")
         return receipt is not None
 
-    async def offload_l1(ctx: ExecutionContext) -> ExecResult:
-        if await replayed(ctx):
+    async def l1(self, ctx: ExecutionContext) -> ExecResult:
+        if await self._replayed(ctx):
             return ExecResult(changed=False, skipped=True)
-        outcome = await offload.run_l1(*_where(ctx), ctx.attempt)
+        outcome = await self.offload.run_l1(*_where(ctx), ctx.attempt)
         return ExecResult(changed=bool(outcome.created), skipped=not outcome.claimed)
 
-    async def offload_l15(ctx: ExecutionContext) -> ExecResult:
-        if await replayed(ctx):
+    async def l15(self, ctx: ExecutionContext) -> ExecResult:
+        if await self._replayed(ctx):
             return ExecResult(changed=False, skipped=True)
-        outcome = await offload.run_l15(*_where(ctx), mark_of(ctx.task.payload), ctx.attempt)
+        mark = mark_of(ctx.task.payload)
+        outcome = await self.offload.run_l15(*_where(ctx), mark, ctx.attempt)
         return ExecResult(changed=not outcome.skipped, skipped=outcome.skipped)
 
-    async def offload_l2(ctx: ExecutionContext) -> ExecResult:
-        if await replayed(ctx):
+    async def l2(self, ctx: ExecutionContext) -> ExecResult:
+        if await self._replayed(ctx):
             return ExecResult(changed=False, skipped=True)
-        outcome = await offload.run_l2(*_where(ctx), _fence(ctx), ctx.attempt)
+        outcome = await self.offload.run_l2(*_where(ctx), _fence(ctx), ctx.attempt)
         return ExecResult(changed=bool(outcome.mapped or outcome.orphaned))
 
-    registry.register(TaskType.OFFLOAD_L1, offload_l1)
-    registry.register(TaskType.OFFLOAD_L15, offload_l15)
-    registry.register(TaskType.OFFLOAD_L2, offload_l2)
+
+def register_executors(registry: ExecutorRegistry, offload: Offload) -> None:
+    """Register the three offload executors with the pipeline's registry."""
+    if offload.deps.llm is not None:
+        registry.add_usage_source(offload.deps.llm.usage.snapshot)
+    executors = OffloadExecutors(offload)
+    if registry.receipts is None:  # the layers' reader reads the same records
+        registry.receipts = executors.receipt
+    registry.register(TaskType.OFFLOAD_L1, executors.l1)
+    registry.register(TaskType.OFFLOAD_L15, executors.l15)
+    registry.register(TaskType.OFFLOAD_L2, executors.l2)
 
 
 def worker_registry() -> ExecutorRegistry:

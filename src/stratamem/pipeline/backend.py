@@ -29,7 +29,16 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Protocol
 
-from stratamem.pipeline.task import DeadLetter, Delivery, LockGrant, QueueDepth, Task, TaskType
+from stratamem.pipeline.task import (
+    DeadLetter,
+    Delivery,
+    InFlight,
+    LockGrant,
+    QueueDepth,
+    Task,
+    TaskType,
+)
+from stratamem.store.receipts import Attempt
 
 Types = Collection[TaskType] | None
 
@@ -62,6 +71,16 @@ class PipelineBackend(Protocol):
 
         False if the delivery is no longer pending for its consumer (it was reclaimed or acked).
         """
+
+    async def stamp(self, delivery: Delivery, attempt: Attempt, *, now: float) -> bool:
+        """Record on the pending delivery that its execution `attempt` starts now (and reset its
+        idle time, as `extend`). A later `reclaim` hands the stamp to the new owner
+        (`Delivery.stamp`) and `in_flight` reports it. False if the delivery is no longer
+        pending for its consumer."""
+
+    async def in_flight(self, *, limit: int, now: float) -> list[InFlight]:
+        """Up to `limit` pending deliveries (delivered, not acknowledged) with their idle time
+        and stamp, oldest first: what the recovery reconciler inspects. Changes nothing."""
 
     async def reclaim(
         self,

@@ -29,14 +29,14 @@ The result drives the cascade: `skipped=True` means nothing was done (no cascade
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from stratamem.clock import Clock
 from stratamem.pipeline.errors import UnknownTaskType
 from stratamem.pipeline.task import Task, TaskType
-from stratamem.store.receipts import Attempt
+from stratamem.store.receipts import Attempt, Receipt
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,8 @@ class Executor(Protocol):
 
 
 UsageSource = Callable[[], Mapping[str, Mapping[str, int]]]
+#: Reads the receipt of a task id in a tenant (None: no receipt). Raises when it cannot tell.
+ReceiptReader = Callable[[str, str], Awaitable[Receipt | None]]
 
 
 class ExecutorRegistry:
@@ -73,6 +75,9 @@ class ExecutorRegistry:
     def __init__(self, executors: Iterable[tuple[TaskType, Executor]] = ()) -> None:
         self._executors: dict[TaskType, Executor] = {}
         self._usage_sources: list[UsageSource] = []
+        #: Reads completion receipts from the store the executors write to (set by whoever
+        #: registers them); the worker's reclaim path acknowledges finished work with it.
+        self.receipts: ReceiptReader | None = None
         for task_type, executor in executors:
             self.register(task_type, executor)
 

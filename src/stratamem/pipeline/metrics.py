@@ -31,6 +31,7 @@ class WorkerMetrics:
     renew_failures: int = 0
     aborted: int = 0
     reclaimed: int = 0
+    recovered: int = 0
     timers_fired: int = 0
     running: dict[str, RunningTask] = field(default_factory=dict)
 

@@ -7,6 +7,8 @@ Keys (all under one prefix, see `RedisKeys`):
   `dead`); ack, extend, retry and dead letter are Lua scripts checked against the consumer and
   delivery count the entry is pending for;
 - `dead` stream: dead-letter records (task, error, failed_at);
+- `stamps` hash, `<type>/<entry id>` -> the execution stamp of a pending delivery (JSON
+  `Attempt`), set when its execution starts, dropped when the delivery ends;
 - `lock:<key>` SET NX PX with Lua renew / release (owner-checked); `fence:<key>` INCR counters;
 - `timers` sorted set (score = due time) + `timer-data` hash (key -> task); `ZADD … LT` is
   set-if-earlier, a Lua script pops due timers and XADDs their tasks in one step;
@@ -18,8 +20,10 @@ Stream entries carry the task JSON in field `task` and the enqueue time in field
 from __future__ import annotations
 
 import functools
+import json
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import replace
 from typing import Any, ParamSpec, TypeVar
 
 import redis.asyncio as aioredis
@@ -27,7 +31,16 @@ from redis.exceptions import RedisError, ResponseError, WatchError
 
 from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, Types, retry_timer_key
 from stratamem.pipeline.errors import BackendUnavailable, DeadLetterNotFound
-from stratamem.pipeline.task import DeadLetter, Delivery, LockGrant, QueueDepth, Task, TaskType
+from stratamem.pipeline.task import (
+    DeadLetter,
+    Delivery,
+    InFlight,
+    LockGrant,
+    QueueDepth,
+    Task,
+    TaskType,
+)
+from stratamem.store.receipts import Attempt
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -65,28 +78,29 @@ return changed
 """
 
 # Owner-checked operations on a pending entry: only the hand-over it is pending for (the same
-# consumer and the same delivery count; a reclaim counts one more) may ack, extend, retry or
-# dead-letter it, so a consumer whose delivery was reclaimed cannot touch the new owner's entry.
-# ARGV[1..4] of each: group, entry id, consumer, delivery count.
+# consumer and the same delivery count; a reclaim counts one more) may ack, extend, stamp, retry
+# or dead-letter it, so a consumer whose delivery was reclaimed cannot touch the new owner's
+# entry. KEYS[1], KEYS[2] of each: the type's stream, the stamps hash; ARGV[1..5]: group, entry
+# id, consumer, delivery count, the entry's field in the stamps hash. Whatever ends the delivery
+# drops its execution stamp.
 OWNED = """
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 if #p ~= 1 or p[1][2] ~= ARGV[3] or tonumber(p[1][4]) ~= tonumber(ARGV[4]) then
   return false
 end
 """
-
-OWNED_ACK_LUA = (
-    OWNED
-    + """
+DONE = """
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
-return 1
+redis.call('HDEL', KEYS[2], ARGV[5])
 """
-)
 
+OWNED_ACK_LUA = OWNED + DONE + "return 1"
+
+# KEYS[3]: the lock ('' for none); ARGV[6]: its owner.
 RELEASE_AND_ACK_LUA = """
-if KEYS[2] ~= '' and redis.call('GET', KEYS[2]) == ARGV[5] then
-  redis.call('DEL', KEYS[2])
+if KEYS[3] ~= '' and redis.call('GET', KEYS[3]) == ARGV[6] then
+  redis.call('DEL', KEYS[3])
 end
 """ + OWNED_ACK_LUA
 
@@ -98,27 +112,34 @@ return 1
 """
 )
 
-# KEYS[2], KEYS[3]: timers, timer data; ARGV[5..7]: timer key, due time, task.
-OWNED_RETRY_LUA = (
+# ARGV[6]: the execution stamp (JSON); also resets the idle time, as `extend`.
+OWNED_STAMP_LUA = (
     OWNED
     + """
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
-redis.call('ZADD', KEYS[2], ARGV[6], ARGV[5])
-redis.call('HSET', KEYS[3], ARGV[5], ARGV[7])
+redis.call('HSET', KEYS[2], ARGV[5], ARGV[6])
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[2], 'JUSTID')
 return 1
 """
 )
 
-# KEYS[2]: dead letters; ARGV[5..7]: task, error, failed_at. Returns the dead letter's id.
+# KEYS[3], KEYS[4]: timers, timer data; ARGV[6..8]: timer key, due time, task.
+OWNED_RETRY_LUA = (
+    OWNED
+    + DONE
+    + """
+redis.call('ZADD', KEYS[3], ARGV[7], ARGV[6])
+redis.call('HSET', KEYS[4], ARGV[6], ARGV[8])
+return 1
+"""
+)
+
+# KEYS[3]: dead letters; ARGV[6..8]: task, error, failed_at. Returns the dead letter's id.
 OWNED_DEAD_LUA = (
     OWNED
+    + DONE
     + """
-local id = redis.call('XADD', KEYS[2], '*', 'task', ARGV[5], 'error', ARGV[6],
-                      'failed_at', ARGV[7])
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
-return id
+return redis.call('XADD', KEYS[3], '*', 'task', ARGV[6], 'error', ARGV[7],
+                  'failed_at', ARGV[8])
 """
 )
 
@@ -147,6 +168,7 @@ class RedisKeys:
         self.dead = f"{prefix}dead"
         self.timers = f"{prefix}timers"
         self.timer_data = f"{prefix}timer-data"
+        self.stamps = f"{prefix}stamps"
 
     def tasks(self, task_type: TaskType) -> str:
         """The stream of one task type (consumers read the streams of the types they run)."""
@@ -194,6 +216,7 @@ class RedisBackend:
         self._pop_due = self._redis.register_script(POP_DUE_LUA)
         self._owned_ack = self._redis.register_script(OWNED_ACK_LUA)
         self._owned_extend = self._redis.register_script(OWNED_EXTEND_LUA)
+        self._owned_stamp = self._redis.register_script(OWNED_STAMP_LUA)
         self._owned_retry = self._redis.register_script(OWNED_RETRY_LUA)
         self._owned_dead = self._redis.register_script(OWNED_DEAD_LUA)
         self._release_and_ack = self._redis.register_script(RELEASE_AND_ACK_LUA)
@@ -225,8 +248,9 @@ class RedisBackend:
         )
 
     def _owned_args(self, delivery: Delivery) -> tuple[list[str], list[Any]]:
-        keys = [self.keys.tasks(delivery.task.type)]
-        return keys, [GROUP, delivery.receipt, delivery.consumer, delivery.deliveries]
+        keys = [self.keys.tasks(delivery.task.type), self.keys.stamps]
+        field = _stamp_field(delivery.task.type, delivery.receipt)
+        return keys, [GROUP, delivery.receipt, delivery.consumer, delivery.deliveries, field]
 
     # -- queue ------------------------------------------------------------------------------
 
@@ -294,6 +318,12 @@ class RedisBackend:
         return bool(await self._owned_extend(keys=keys, args=args) == 1)
 
     @_translated
+    async def stamp(self, delivery: Delivery, attempt: Attempt, *, now: float) -> bool:
+        keys, args = self._owned_args(delivery)
+        args.append(json.dumps(attempt.to_json()))
+        return bool(await self._owned_stamp(keys=keys, args=args) == 1)
+
+    @_translated
     async def reclaim(
         self,
         consumer: str,
@@ -331,10 +361,53 @@ class RedisBackend:
             for eid, _ in entries:
                 pipe.xpending_range(stream, GROUP, min=eid, max=eid, count=1)
             infos = await pipe.execute()
+        stamps = await self._stamps(task_type, [_text(eid) for eid, _ in entries])
         return [
-            self._delivery(eid, raw, consumer, int(info[0]["times_delivered"]) if info else 1)
-            for (eid, raw), info in zip(entries, infos, strict=True)
+            replace(
+                self._delivery(eid, raw, consumer, int(info[0]["times_delivered"]) if info else 1),
+                stamp=stamp,
+            )
+            for (eid, raw), info, stamp in zip(entries, infos, stamps, strict=True)
         ]
+
+    async def _stamps(self, task_type: TaskType, entry_ids: list[str]) -> list[Attempt | None]:
+        if not entry_ids:
+            return []
+        fields = [_stamp_field(task_type, eid) for eid in entry_ids]
+        raw: list[Any] = await self._redis.hmget(self.keys.stamps, fields)
+        return [None if r is None else Attempt.from_json(json.loads(r)) for r in raw]
+
+    @_translated
+    async def in_flight(self, *, limit: int, now: float) -> list[InFlight]:
+        found: list[tuple[tuple[int, int], InFlight]] = []
+        for task_type in TaskType:
+            found += await self._in_flight_of(task_type, limit)
+        return [item for _, item in sorted(found, key=lambda f: f[0])[:limit]]
+
+    async def _in_flight_of(
+        self, task_type: TaskType, limit: int
+    ) -> list[tuple[tuple[int, int], InFlight]]:
+        stream = self.keys.tasks(task_type)
+        await self._ensure_groups([task_type])
+        pending: Any = await self._redis.xpending_range(stream, GROUP, "-", "+", limit)
+        if not pending:
+            return []
+        ids = [_text(p["message_id"]) for p in pending]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for eid in ids:
+                pipe.xrange(stream, min=eid, max=eid, count=1)
+            bodies = await pipe.execute()
+        stamps = await self._stamps(task_type, ids)
+        out = []
+        for info, body, stamp in zip(pending, bodies, stamps, strict=True):
+            if not body:
+                continue  # deleted under its consumer (a wiped stream)
+            eid, raw = body[0]
+            delivery = self._delivery(eid, raw, _text(info["consumer"]),
+                                      int(info["times_delivered"]))  # fmt: skip
+            idle_s = int(info["time_since_delivered"]) / 1000
+            out.append((_entry_order(eid), InFlight(replace(delivery, stamp=stamp), idle_s)))
+        return out
 
     @_translated
     async def retry(self, delivery: Delivery, task: Task, *, due_at: float) -> bool:
@@ -503,6 +576,10 @@ class RedisBackend:
         """Delete every key under the prefix (tests and benchmarks)."""
         async for key in self._redis.scan_iter(match=f"{self.keys.prefix}*", count=500):
             await self._redis.delete(key)
+
+
+def _stamp_field(task_type: TaskType, entry_id: str) -> str:
+    return f"{task_type.value}/{entry_id}"
 
 
 def _types(types: Types) -> list[TaskType]:

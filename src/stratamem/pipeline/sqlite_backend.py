@@ -19,7 +19,16 @@ from typing import ParamSpec, TypeVar
 from stratamem.pipeline.backend import Types
 from stratamem.pipeline.errors import BackendUnavailable
 from stratamem.pipeline.sqlite_core import BUSY_TIMEOUT_MS, SqliteCore, is_busy, translated
-from stratamem.pipeline.task import DeadLetter, Delivery, LockGrant, QueueDepth, Task, TaskType
+from stratamem.pipeline.task import (
+    DeadLetter,
+    Delivery,
+    InFlight,
+    LockGrant,
+    QueueDepth,
+    Task,
+    TaskType,
+)
+from stratamem.store.receipts import Attempt
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -139,6 +148,12 @@ class SqliteBackend:
 
     async def extend(self, delivery: Delivery, *, now: float) -> bool:
         return await self._call(self._core.extend, delivery.receipt, now)
+
+    async def stamp(self, delivery: Delivery, attempt: Attempt, *, now: float) -> bool:
+        return await self._call(self._core.stamp, delivery.receipt, attempt, now)
+
+    async def in_flight(self, *, limit: int, now: float) -> list[InFlight]:
+        return await self._call(self._core.in_flight, limit, now)
 
     async def reclaim(
         self,

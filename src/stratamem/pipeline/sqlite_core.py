@@ -4,6 +4,7 @@ operation (`SqliteCore`, synchronous). `SqliteBackend` is its asyncio shell."""
 from __future__ import annotations
 
 import functools
+import json
 import sqlite3
 import threading
 import uuid
@@ -14,7 +15,16 @@ from typing import Any, ParamSpec, TypeVar
 
 from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, retry_timer_key
 from stratamem.pipeline.errors import BackendUnavailable, DeadLetterNotFound
-from stratamem.pipeline.task import DeadLetter, Delivery, LockGrant, QueueDepth, Task, TaskType
+from stratamem.pipeline.task import (
+    DeadLetter,
+    Delivery,
+    InFlight,
+    LockGrant,
+    QueueDepth,
+    Task,
+    TaskType,
+)
+from stratamem.store.receipts import Attempt
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -59,6 +69,10 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         UPDATE tasks SET type = json_extract(body, '$.type');
         CREATE INDEX tasks_ready_by_type ON tasks (consumer, type, seq)
         """,
+    ),
+    (
+        "0003_execution_stamp",
+        "ALTER TABLE tasks ADD COLUMN stamp TEXT",
     ),
 )
 
@@ -187,6 +201,27 @@ class SqliteCore:
             )
         return cur.rowcount == 1
 
+    def stamp(self, receipt: str, attempt: Attempt, now: float) -> bool:
+        seq, token = _parse_receipt(receipt)
+        with self.write() as c:
+            cur = c.execute(
+                "UPDATE tasks SET stamp = ?, leased_at = ? WHERE seq = ? AND lease_token = ?",
+                (json.dumps(attempt.to_json()), now, seq, token),
+            )
+        return cur.rowcount == 1
+
+    def in_flight(self, limit: int, now: float) -> list[InFlight]:
+        with self.read() as c:
+            rows = c.execute(
+                "SELECT seq, body, deliveries, enqueued_at, stamp, consumer, lease_token, leased_at"
+                " FROM tasks WHERE consumer IS NOT NULL ORDER BY seq LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [
+            InFlight(_delivery(row[:5], row[5], row[6]), max(0.0, now - float(row[7])))
+            for row in rows
+        ]
+
     def reclaim(
         self,
         consumer: str,
@@ -204,7 +239,7 @@ class SqliteCore:
                 " deliveries = deliveries + 1 WHERE seq IN"
                 " (SELECT seq FROM tasks WHERE consumer IS NOT NULL AND leased_at <= ?"
                 f"{where} ORDER BY seq LIMIT ?)"
-                " RETURNING seq, body, deliveries, enqueued_at",
+                " RETURNING seq, body, deliveries, enqueued_at, stamp",
                 (consumer, now, token, now - min_idle_ms / 1000, *params, count),
             ).fetchall()
             rows.sort(key=lambda r: r[0])
@@ -422,13 +457,15 @@ def _bury(c: sqlite3.Connection, seq: int, body: str, error: str, now: float) ->
 
 
 def _delivery(row: tuple[Any, ...], consumer: str, token: str) -> Delivery:
-    seq, body, deliveries, enqueued_at = row
+    seq, body, deliveries, enqueued_at, *rest = row
+    stamp = rest[0] if rest else None
     return Delivery(
         task=Task.from_json(body),
         receipt=f"{seq}:{token}",
         consumer=consumer,
         deliveries=int(deliveries),
         enqueued_at=float(enqueued_at),
+        stamp=None if stamp is None else Attempt.from_json(json.loads(stamp)),
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from stratamem.domain import check_ident
 from stratamem.errors import InvalidInput
 from stratamem.pipeline.errors import UnknownTaskType
+from stratamem.store.receipts import Attempt
 
 
 class TaskType(StrEnum):
@@ -101,13 +102,27 @@ class Task:
 
 @dataclass(frozen=True)
 class Delivery:
-    """One hand-over of `task` to `consumer`. `receipt` is the backend's handle for ack/extend."""
+    """One hand-over of `task` to `consumer`. `receipt` is the backend's handle for ack/extend.
+
+    `stamp`: the execution a previous hand-over started (set by `reclaim` when the worker that
+    had it stamped it, see `PipelineBackend.stamp`), so the new owner can look for its receipt
+    before running the task again; None for a fresh delivery."""
 
     task: Task
     receipt: str
     consumer: str
     deliveries: int
     enqueued_at: float
+    stamp: Attempt | None = None
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A delivery still pending (delivered, not acknowledged), idle for `idle_s`; its `stamp`
+    is the execution its worker started, None when none started."""
+
+    delivery: Delivery
+    idle_s: float
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,16 @@
 """The worker: N concurrent consumers per process, locks with fencing, retries, the cascade.
 
 One delivery goes through `Worker.handle`:
+0. a redelivery of a task whose previous execution started (`Delivery.stamp`) is looked up
+   first: when that execution's authentic receipt is in the store, its result cascades and the
+   delivery is acknowledged without running the task again (`Outcome.RECOVERED`);
 1. take the task's lock (see `timers.lock_key_for`); on conflict wait locally with backoff
    (200 ms, times 3, capped at 5 s) until one lock TTL has passed, then drop and ack the task
    (a dropped L1 clears its session's request, so the layers' scheduler queues it again at its
    next scan; offload-l2 is skipped at once: its timer re-triggers it);
-2. run the executor while a keeper renews the lock and heartbeats the delivery every quarter of
+2. stamp the delivery with this execution (`Attempt`: attempt, delivery count, fencing token,
+   worker, start time; `PipelineBackend.stamp`, which also checks the delivery is still ours),
+   then run the executor while a keeper renews the lock and heartbeats the delivery every quarter of
    the TTL; if renewal fails or errors, the executor is cancelled at once and the task is neither
    acknowledged nor cascaded (another worker will take it over);
 3. on success: cascade (still under the lock), release, enqueue what the executor asked for
@@ -45,6 +50,7 @@ from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.errors import RetryLater, UnknownTaskType
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
 from stratamem.pipeline.metrics import RunningTask, WorkerMetrics
+from stratamem.pipeline.reconcile import matches
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import RUNNING, STOPPED, WORKERS_SCOPE
 from stratamem.pipeline.task import Delivery, LockGrant, TaskType
@@ -75,6 +81,7 @@ class Outcome(StrEnum):
     DEAD = "dead"
     DROPPED = "dropped"
     ABORTED = "aborted"
+    RECOVERED = "recovered"  # a redelivery whose previous execution had committed: acknowledged
 
 
 async def _cancel_and_wait(task: asyncio.Future[Any]) -> None:
@@ -114,30 +121,50 @@ class Worker:
 
     # -- one delivery -----------------------------------------------------------------------
 
-    async def handle(self, delivery: Delivery, *, received_at: float | None = None) -> Outcome:
-        """Process one delivery to its end (see the module docstring); returns what happened.
-
-        `received_at` (the clock time the delivery was leased at, no later) lets a fresh
-        delivery skip the check that it was not reclaimed meanwhile; without it the check is
-        always made."""
+    async def handle(self, delivery: Delivery) -> Outcome:
+        """Process one delivery to its end (see the module docstring); returns what happened."""
         task = delivery.task
         self.metrics.consumed += 1
+        if delivery.stamp is not None and await self._finished_before(delivery):
+            return Outcome.RECOVERED
         lock_key = lock_key_for(task, self.settings.lock_scope)
         grant = None
         if lock_key is not None:
             grant = await self._acquire(delivery, lock_key)
             if grant is None:
                 return await self._on_conflict(delivery)
-        if not await self._still_ours(delivery, received_at):
+        now = self.clock.now()
+        attempt = Attempt(task.id, task.attempt, delivery.deliveries,
+                          None if grant is None else grant.token, self.name, now)  # fmt: skip
+        if not await self.backend.stamp(delivery, attempt, now=now):
             return await self._on_stale(delivery, grant)
         self.metrics.running[task.id] = RunningTask(
-            task.id, task.type.value, task.tenant, task.session, lock_key, task.attempt,
-            self.clock.now(),
-        )  # fmt: skip
+            task.id, task.type.value, task.tenant, task.session, lock_key, task.attempt, now
+        )
         try:
-            return await self._execute(delivery, lock_key, grant)
+            return await self._execute(delivery, lock_key, grant, attempt)
         finally:
             self.metrics.running.pop(task.id, None)
+
+    async def _finished_before(self, delivery: Delivery) -> bool:
+        """Whether the execution a previous hand-over started committed (its authentic receipt,
+        written by that very execution: see `reconcile`): then its result cascades and the
+        delivery is acknowledged, without running the task (and paying for it) again."""
+        reader, stamp, task = self.executors.receipts, delivery.stamp, delivery.task
+        if reader is None or stamp is None:
+            return False
+        receipt = await reader(task.tenant, task.id)
+        if receipt is None or not matches(stamp, receipt):
+            return False
+        result = receipt.result
+        done = ExecResult(changed=bool(result.get("changed", True)),
+                          skipped=bool(result.get("skipped", False)))  # fmt: skip
+        await cascade(self.backend, self.settings, task, done, self.clock.now())
+        if await self.backend.ack(delivery):
+            self.metrics.recovered += 1
+            log.info("%s %s had finished before its worker stopped: acknowledged", task.type,
+                     task.id)  # fmt: skip
+        return True
 
     async def _acquire(self, delivery: Delivery, key: str) -> LockGrant | None:
         owner = f"{self.name}:{delivery.task.id}:{uuid.uuid4().hex[:8]}"
@@ -166,13 +193,6 @@ class Worker:
         log.warning("dropped %s %s: its lock stayed busy", delivery.task.type, delivery.task.id)
         return Outcome.DROPPED
 
-    async def _still_ours(self, delivery: Delivery, received_at: float | None) -> bool:
-        now = self.clock.now()
-        fresh_s = self.settings.reclaim_idle_ms / 4000
-        if received_at is not None and now - received_at < fresh_s:
-            return True  # not idle long enough for anyone to have reclaimed it
-        return await self.backend.extend(delivery, now=now)
-
     async def _on_stale(self, delivery: Delivery, grant: LockGrant | None) -> Outcome:
         """The delivery was reclaimed by another consumer while we waited: leave it to them."""
         await self._release(grant)
@@ -181,16 +201,12 @@ class Worker:
         return Outcome.ABORTED
 
     async def _execute(
-        self, delivery: Delivery, lock_key: str | None, grant: LockGrant | None
+        self, delivery: Delivery, lock_key: str | None, grant: LockGrant | None, attempt: Attempt
     ) -> Outcome:
-        token = None if grant is None else grant.token
-        task = delivery.task
-        attempt = Attempt(task.id, task.attempt, delivery.deliveries, token, self.name,
-                          self.clock.now())  # fmt: skip
         ctx = ExecutionContext(
             task=delivery.task,
             lock_key=lock_key,
-            fence_token=token,
+            fence_token=attempt.token,
             clock=self.clock,
             enqueued_at=delivery.enqueued_at,
             attempt=attempt,
@@ -405,8 +421,8 @@ class Worker:
                     got = await self._next(consumer)
                 finally:
                     self._idle_consumers -= 1
-                for delivery, leased_at in got:
-                    await self.handle(delivery, received_at=leased_at)
+                for delivery, _leased_at in got:
+                    await self.handle(delivery)
             except StratamemError:
                 log.exception("consumer %s: pipeline error, pausing", consumer)
                 await asyncio.sleep(BACKEND_ERROR_PAUSE_S)
