@@ -151,3 +151,30 @@ async def test_a_memory_is_corrected_by_a_new_version_and_forgotten_without_loss
     assert (await client.get("/v1/memories", headers=alice.headers)).json() == []
     kept = await client.get(f"/v1/memories/{fixed.json()['id']}/history", headers=alice.headers)
     assert len(kept.json()) == 2
+
+
+async def test_a_tenants_own_dead_letter_is_found_behind_ten_thousand_of_another(
+    client: httpx.AsyncClient, services: Services, alice: Caller
+) -> None:
+    backend = services.require_pipeline()
+    batch = 500
+    for start in range(0, 10_000, batch):  # tenant bob's failures, first
+        for n in range(start, start + batch):
+            await backend.enqueue(Task(TaskType.L2, "bob", f"s{n}"), now=0.0)
+        for delivery in await backend.consume("test", count=batch, block_ms=0, now=0.0):
+            await backend.dead_letter(delivery, "LLMError: boom", now=0.0)
+    await backend.enqueue(Task(TaskType.L1, "alice", "s1"), now=1.0)
+    [delivery] = await backend.consume("test", count=1, block_ms=0, now=1.0)
+    mine = await backend.dead_letter(delivery, "LLMError: mine", now=1.0)
+    assert mine is not None
+    listed = (await client.get("/v1/dead-letters", headers=alice.headers)).json()
+    assert [d["id"] for d in listed] == [mine.id]
+    status = (await client.get("/v1/pipeline", headers=alice.headers)).json()
+    assert status["dead_letters"] == 1
+    paged = await client.get(f"/v1/dead-letters?after={mine.id}", headers=alice.headers)
+    assert paged.json() == []
+    requeued = await client.post(f"/v1/dead-letters/{mine.id}/requeue", headers=alice.headers)
+    assert requeued.status_code == 200
+    bobs = (await backend.list_dead(limit=1, tenant="bob"))[0].id
+    theirs = await client.post(f"/v1/dead-letters/{bobs}/requeue", headers=alice.headers)
+    assert theirs.status_code == 404

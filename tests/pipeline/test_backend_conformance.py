@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, retry_timer_key
+from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, PipelineBackend, retry_timer_key
 from stratamem.pipeline.errors import DeadLetterNotFound, UnknownTaskType
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import DeadLetter, Task, TaskType
 from stratamem.store.receipts import Attempt
 
 from .conftest import Harness
@@ -271,6 +271,36 @@ async def test_dead_letters_list_requeue_purge(harness: Harness) -> None:
     assert [d.task for d in await b.list_dead(limit=10)] == tasks[2:]
     assert await b.purge_dead() == 1
     assert await b.list_dead(limit=10) == []
+
+
+async def _bury(b: PipelineBackend, task: Task, now: float) -> DeadLetter:
+    await b.enqueue(task, now=now)
+    [got] = await b.consume("c1", count=1, block_ms=0, now=now)
+    dead = await b.dead_letter(got, "boom", now=now)
+    assert dead is not None
+    return dead
+
+
+async def test_dead_letters_are_listed_per_tenant_and_paged_with_random_ids(
+    harness: Harness,
+) -> None:
+    b, now = harness.backend, harness.clock.now()
+    others = [await _bury(b, Task(TaskType.L1, "other", f"s{i}"), now) for i in range(5)]
+    mine = [await _bury(b, Task(TaskType.L1, "t1", f"s{i}"), now) for i in range(3)]
+    assert [d.id for d in await b.list_dead(limit=10, tenant="t1")] == [d.id for d in mine]
+    first = await b.list_dead(limit=2, tenant="t1")
+    rest = await b.list_dead(limit=2, tenant="t1", after=first[-1].id)
+    assert [d.id for d in first + rest] == [d.id for d in mine]
+    assert await b.count_dead(tenant="t1") == 3 and await b.count_dead() == 8
+    with pytest.raises(DeadLetterNotFound):  # another tenant's id is no cursor of mine
+        await b.list_dead(limit=2, tenant="t1", after=others[0].id)
+    with pytest.raises(DeadLetterNotFound):
+        await b.requeue_dead(others[0].id, now=now, tenant="t1")
+    assert (await b.requeue_dead(mine[1].id, now=now, tenant="t1")).session == "s1"
+    assert [d.id for d in await b.list_dead(limit=10, tenant="t1")] == [mine[0].id, mine[2].id]
+    ids = [d.id for d in others + mine]
+    assert len(set(ids)) == 8 and all(not i.isdigit() and len(i) >= 20 for i in ids)
+    assert await b.purge_dead([mine[0].id]) == 1 and await b.count_dead(tenant="t1") == 1
 
 
 # -- ownership: a reclaimed delivery is out of its old consumer's hands ---------------------------

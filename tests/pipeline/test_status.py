@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from stratamem.pipeline.executors import ExecutorRegistry
+from stratamem.pipeline.metrics import RunningTask
 from stratamem.pipeline.settings import PipelineSettings
-from stratamem.pipeline.status import STALE_MIN_S, stale_after_s, worker_statuses
+from stratamem.pipeline.status import STALE_MIN_S, WORKERS_SCOPE, stale_after_s, worker_statuses
+from stratamem.pipeline.task import Task, TaskType
 from stratamem.pipeline.worker import Worker
 
 from .conftest import Harness
@@ -33,3 +35,26 @@ async def test_a_worker_that_stops_publishing_becomes_unresponsive(harness: Harn
 def test_staleness_allows_several_pump_intervals() -> None:
     assert stale_after_s(PipelineSettings(pump_interval_s=0.1)) == STALE_MIN_S
     assert stale_after_s(PipelineSettings(pump_interval_s=10)) == 50
+
+
+async def test_dead_workers_expire_with_their_stale_running_tasks(harness: Harness) -> None:
+    settings = PipelineSettings(pump_interval_s=1.0, worker_status_expiry_s=600)
+    gone = Worker(harness.backend, ExecutorRegistry(), settings, clock=harness.clock, name="gone")
+    done = Worker(harness.backend, ExecutorRegistry(), settings, clock=harness.clock, name="done")
+    live = Worker(harness.backend, ExecutorRegistry(), settings, clock=harness.clock, name="live")
+    t0 = harness.clock.now()
+    task = Task(TaskType.L1, "t", "s")
+    gone.metrics.running[task.id] = RunningTask(task.id, "L1", "t", "s", None, 0, t0)
+    await gone.publish_status()  # then killed while running a task
+    await done.publish_status(stopped=True)
+
+    harness.clock.set(t0 + 60)
+    [_, dead] = await worker_statuses(harness.backend, harness.clock.now(), settings)
+    assert dead["state"] == "unresponsive" and dead["running"] == []
+    assert [r["task_id"] for r in dead["stale_running"]] == [task.id]
+
+    harness.clock.set(t0 + 601)
+    await live.publish_status()
+    now = harness.clock.now()
+    assert [s["name"] for s in await worker_statuses(harness.backend, now, settings)] == ["live"]
+    assert set(await harness.backend.state_get(WORKERS_SCOPE)) == {"live"}  # deleted too

@@ -206,16 +206,20 @@ def dead_letters() -> None:
 
 @dead_letters.command("list")
 @backend_option
-@click.option("--limit", type=int, default=100)
+@click.option("--limit", type=click.IntRange(min=1), default=100)
+@click.option("--tenant", default=None, help="Only this tenant's dead letters.")
+@click.option("--after", default=None, help="Page after this dead-letter id (a cursor).")
 @click.pass_context
-def dead_list(ctx: click.Context, backend: str | None, limit: int) -> None:
-    """Print dead letters as JSON lines (id, task, error, failed_at)."""
+def dead_list(
+    ctx: click.Context, backend: str | None, limit: int, tenant: str | None, after: str | None
+) -> None:
+    """Print dead letters as JSON lines (id, task, error, failed_at), oldest first."""
 
     async def read(b: PipelineBackend) -> list[dict[str, Any]]:
         return [
             {"id": d.id, "task": json.loads(d.task.to_json()), "error": d.error,
              "failed_at": d.failed_at}
-            for d in await b.list_dead(limit=limit)
+            for d in await b.list_dead(limit=limit, tenant=tenant, after=after)
         ]  # fmt: skip
 
     for record in _with_backend(ctx, _settings(backend=backend), read):

@@ -26,6 +26,7 @@ moved to the dead letters (a poison task that kills its worker every time).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Collection
 from typing import Protocol
 
@@ -160,6 +161,9 @@ class PipelineBackend(Protocol):
     async def state_get(self, scope: str) -> dict[str, str]:
         """All fields of `scope` (counters as decimal strings); {} if none."""
 
+    async def state_delete(self, scope: str, fields: list[str]) -> int:
+        """Delete `fields` of `scope`; returns how many existed."""
+
     # -- dead letters -----------------------------------------------------------------------
 
     async def dead_letter(
@@ -168,13 +172,24 @@ class PipelineBackend(Protocol):
         """Atomically acknowledge `delivery` and record it as dead with `error`. None, and
         nothing done, if the delivery is no longer pending for its consumer (it was reclaimed)."""
 
-    async def list_dead(self, *, limit: int) -> list[DeadLetter]:
-        """Up to `limit` dead letters, oldest first."""
+    async def list_dead(
+        self, *, limit: int, tenant: str | None = None, after: str | None = None
+    ) -> list[DeadLetter]:
+        """Up to `limit` dead letters of `tenant` (every tenant's when None), oldest first,
+        through an index on the tenant. `after`: the id of the last dead letter of the previous
+        page (a cursor; `DeadLetterNotFound` if there is no such record of `tenant`).
 
-    async def requeue_dead(self, dead_id: str, *, now: float) -> Task:
-        """Move a dead letter back to the queue with its attempt count reset to 0.
+        Dead-letter ids are random (`new_dead_id`): they do not tell how many failures other
+        tenants had."""
 
-        Raises `DeadLetterNotFound` if there is no such record."""
+    async def count_dead(self, *, tenant: str | None = None) -> int:
+        """How many dead letters `tenant` (every tenant when None) has."""
+
+    async def requeue_dead(self, dead_id: str, *, now: float, tenant: str | None = None) -> Task:
+        """Move a dead letter (of `tenant`, when given) back to the queue with its attempt count
+        reset to 0.
+
+        Raises `DeadLetterNotFound` if there is no such record (of that tenant)."""
 
     async def purge_dead(self, dead_ids: list[str] | None = None) -> int:
         """Delete the named dead letters (all when `dead_ids` is None); returns how many."""
@@ -183,6 +198,10 @@ class PipelineBackend(Protocol):
 
     async def close(self) -> None:
         """Release connections. The backend is unusable afterwards."""
+
+
+def new_dead_id() -> str:
+    return f"dl_{uuid.uuid4().hex[:24]}"
 
 
 def retry_timer_key(task: Task) -> str:

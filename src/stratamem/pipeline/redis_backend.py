@@ -6,7 +6,9 @@ Keys (all under one prefix, see `RedisKeys`):
   acknowledge, XAUTOCLAIM to reclaim idle deliveries (the delivery count sends poison tasks to
   `dead`); ack, extend, retry and dead letter are Lua scripts checked against the consumer and
   delivery count the entry is pending for;
-- `dead` stream: dead-letter records (task, error, failed_at);
+- dead letters: `dead-letters` hash (random id -> task, error, failed_at), ordered in the
+  sorted sets `dead-order` (all) and `dead-by:<tenant>` (one tenant's) by an internal counter
+  (`dead-seq`), so a tenant's dead letters are listed and paged without reading others';
 - `stamps` hash, `<type>/<entry id>` -> the execution stamp of a pending delivery (JSON
   `Attempt`), set when its execution starts, dropped when the delivery ends;
 - `lock:<key>` SET NX PX with Lua renew / release (owner-checked); `fence:<key>` INCR counters;
@@ -29,7 +31,7 @@ from typing import Any, ParamSpec, TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError, WatchError
 
-from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, Types, retry_timer_key
+from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, Types, new_dead_id, retry_timer_key
 from stratamem.pipeline.errors import BackendUnavailable, DeadLetterNotFound
 from stratamem.pipeline.task import (
     DeadLetter,
@@ -133,13 +135,17 @@ return 1
 """
 )
 
-# KEYS[3]: dead letters; ARGV[6..8]: task, error, failed_at. Returns the dead letter's id.
+# KEYS[3..6]: dead-letter records, their order, the tenant's order, the order counter;
+# ARGV[6], ARGV[7]: the dead letter's (random) id and record. Returns the id.
 OWNED_DEAD_LUA = (
     OWNED
     + DONE
     + """
-return redis.call('XADD', KEYS[3], '*', 'task', ARGV[6], 'error', ARGV[7],
-                  'failed_at', ARGV[8])
+local seq = redis.call('INCR', KEYS[6])
+redis.call('HSET', KEYS[3], ARGV[6], ARGV[7])
+redis.call('ZADD', KEYS[4], seq, ARGV[6])
+redis.call('ZADD', KEYS[5], seq, ARGV[6])
+return ARGV[6]
 """
 )
 
@@ -165,7 +171,9 @@ class RedisKeys:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.tasks_prefix = f"{prefix}tasks:"
-        self.dead = f"{prefix}dead"
+        self.dead = f"{prefix}dead-letters"
+        self.dead_order = f"{prefix}dead-order"
+        self.dead_seq = f"{prefix}dead-seq"
         self.timers = f"{prefix}timers"
         self.timer_data = f"{prefix}timer-data"
         self.stamps = f"{prefix}stamps"
@@ -173,6 +181,10 @@ class RedisKeys:
     def tasks(self, task_type: TaskType) -> str:
         """The stream of one task type (consumers read the streams of the types they run)."""
         return f"{self.tasks_prefix}{task_type.value}"
+
+    def dead_of(self, tenant: str) -> str:
+        """The order of one tenant's dead letters (ids scored by their global order)."""
+        return f"{self.prefix}dead-by:{tenant}"
 
     def lock(self, key: str) -> str:
         return f"{self.prefix}lock:{key}"
@@ -424,7 +436,7 @@ class RedisBackend:
                 pipe.xlen(self.keys.tasks(task_type))
                 pipe.xpending(self.keys.tasks(task_type), GROUP)
             pipe.zcard(self.keys.timers)
-            pipe.xlen(self.keys.dead)
+            pipe.hlen(self.keys.dead)
             *per_type, timers, dead = await pipe.execute()
         total = sum(int(n) for n in per_type[0::2])
         in_flight = sum(int(p["pending"]) for p in per_type[1::2])
@@ -518,6 +530,12 @@ class RedisBackend:
     async def state_get(self, scope: str) -> dict[str, str]:
         return _fields(await self._redis.hgetall(self.keys.state(scope)))
 
+    @_translated
+    async def state_delete(self, scope: str, fields: list[str]) -> int:
+        if not fields:
+            return 0
+        return int(await self._redis.hdel(self.keys.state(scope), *fields))
+
     # -- dead letters -----------------------------------------------------------------------
 
     @_translated
@@ -525,32 +543,51 @@ class RedisBackend:
         self, delivery: Delivery, error: str, *, now: float
     ) -> DeadLetter | None:
         keys, args = self._owned_args(delivery)
-        keys.append(self.keys.dead)
-        args += [delivery.task.to_json(), error, repr(now)]
+        keys += [self.keys.dead, self.keys.dead_order, self.keys.dead_of(delivery.task.tenant),
+                 self.keys.dead_seq]  # fmt: skip
+        record = {"task": delivery.task.to_json(), "error": error, "failed_at": now}
+        args += [new_dead_id(), json.dumps(record)]
         dead_id = await self._owned_dead(keys=keys, args=args)
         if dead_id is None:
             return None
         return DeadLetter(id=_text(dead_id), task=delivery.task, error=error, failed_at=now)
 
     @_translated
-    async def list_dead(self, *, limit: int) -> list[DeadLetter]:
-        entries: Any = await self._redis.xrange(self.keys.dead, count=limit)
-        return [_dead(eid, raw) for eid, raw in entries]
+    async def list_dead(
+        self, *, limit: int, tenant: str | None = None, after: str | None = None
+    ) -> list[DeadLetter]:
+        order = self.keys.dead_order if tenant is None else self.keys.dead_of(tenant)
+        low: str = "-inf"
+        if after is not None:
+            score = await self._redis.zscore(order, after)
+            if score is None:
+                raise DeadLetterNotFound(f"no dead letter {after!r} to page after")
+            low = f"({score}"
+        ids: list[Any] = await self._redis.zrangebyscore(order, low, "+inf", start=0, num=limit)
+        if not ids:
+            return []
+        records: list[Any] = await self._redis.hmget(self.keys.dead, ids)
+        return [_dead(i, r) for i, r in zip(ids, records, strict=True) if r is not None]
 
     @_translated
-    async def requeue_dead(self, dead_id: str, *, now: float) -> Task:
-        """WATCH the dead stream, read the record, then delete it and enqueue in one MULTI."""
+    async def count_dead(self, *, tenant: str | None = None) -> int:
+        order = self.keys.dead_order if tenant is None else self.keys.dead_of(tenant)
+        return int(await self._redis.zcard(order))
+
+    @_translated
+    async def requeue_dead(self, dead_id: str, *, now: float, tenant: str | None = None) -> Task:
+        """WATCH the record, read it, then delete it and enqueue its task in one MULTI."""
         for _ in range(REQUEUE_ATTEMPTS):
             async with self._redis.pipeline(transaction=True) as pipe:
                 await pipe.watch(self.keys.dead)
-                entries: Any = await pipe.xrange(self.keys.dead, min=dead_id, max=dead_id)
-                if not entries:
+                raw: Any = await pipe.hget(self.keys.dead, dead_id)
+                old = None if raw is None else _dead(dead_id, raw).task
+                if old is None or tenant not in (None, old.tenant):
                     raise DeadLetterNotFound(f"no dead letter {dead_id!r}")
-                old = _dead(*entries[0]).task
                 task = Task(old.type, old.tenant, old.session, old.payload, 0, old.id)
                 await self._ensure_groups([task.type])
                 pipe.multi()  # type: ignore[no-untyped-call]
-                pipe.xdel(self.keys.dead, dead_id)
+                self._forget_dead(pipe, dead_id, task.tenant)
                 pipe.xadd(self.keys.tasks(task.type), {"task": task.to_json(), "at": repr(now)})
                 try:
                     await pipe.execute()
@@ -559,15 +596,26 @@ class RedisBackend:
                 return task
         raise BackendUnavailable(f"dead letters kept changing while requeueing {dead_id!r}")
 
+    def _forget_dead(self, pipe: Any, dead_id: str, tenant: str) -> None:
+        pipe.hdel(self.keys.dead, dead_id)
+        pipe.zrem(self.keys.dead_order, dead_id)
+        pipe.zrem(self.keys.dead_of(tenant), dead_id)
+
     @_translated
     async def purge_dead(self, dead_ids: list[str] | None = None) -> int:
         if dead_ids is None:
-            count = int(await self._redis.xlen(self.keys.dead))
-            await self._redis.delete(self.keys.dead)
+            count = int(await self._redis.hlen(self.keys.dead))
+            await self._redis.delete(self.keys.dead, self.keys.dead_order)
+            async for key in self._redis.scan_iter(match=self.keys.dead_of("*"), count=500):
+                await self._redis.delete(key)
             return count
-        if not dead_ids:
-            return 0
-        return int(await self._redis.xdel(self.keys.dead, *dead_ids))
+        records: list[Any] = await self._redis.hmget(self.keys.dead, dead_ids) if dead_ids else []
+        found = [(d, _dead(d, r).task.tenant) for d, r in zip(dead_ids, records, strict=True) if r]
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for dead_id, tenant in found:
+                self._forget_dead(pipe, dead_id, tenant)
+            await pipe.execute()
+        return len(found)
 
     async def close(self) -> None:
         await self._redis.aclose()
@@ -591,11 +639,11 @@ def _entry_order(entry_id: Any) -> tuple[int, int]:
     return int(millis), int(seq or 0)
 
 
-def _dead(entry_id: Any, raw: dict[Any, Any]) -> DeadLetter:
-    fields = _fields(raw)
+def _dead(dead_id: Any, raw: Any) -> DeadLetter:
+    record = json.loads(raw)
     return DeadLetter(
-        id=_text(entry_id),
-        task=Task.from_json(fields["task"]),
-        error=fields["error"],
-        failed_at=float(fields["failed_at"]),
+        id=_text(dead_id),
+        task=Task.from_json(record["task"]),
+        error=str(record["error"]),
+        failed_at=float(record["failed_at"]),
     )

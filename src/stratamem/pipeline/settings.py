@@ -47,6 +47,9 @@ class PipelineSettings(BaseSettings):
     pump_batch: int = Field(default=100, ge=1)
 
     grace_period_s: float = Field(default=30.0, ge=0)
+    # A worker status that is stopped or unresponsive for longer than this is no longer listed
+    # (and is deleted by the next worker that publishes): dead workers do not stay forever.
+    worker_status_expiry_s: float = Field(default=3600.0, gt=0)
 
     # Cascade: after L1 / flush, the session's L2 timer is moved to at most now + l2_delay_s
     # (at once after l2_batch L1 completions); after L2, the max-interval timer is armed.

@@ -217,16 +217,24 @@ class SqliteBackend:
     async def state_get(self, scope: str) -> dict[str, str]:
         return await self._call(self._core.state_get, scope)
 
+    async def state_delete(self, scope: str, fields: list[str]) -> int:
+        return await self._call(self._core.state_delete, scope, fields)
+
     async def dead_letter(
         self, delivery: Delivery, error: str, *, now: float
     ) -> DeadLetter | None:
         return await self._call(self._core.dead_letter, delivery.receipt, error, now)
 
-    async def list_dead(self, *, limit: int) -> list[DeadLetter]:
-        return await self._call(self._core.list_dead, limit)
+    async def list_dead(
+        self, *, limit: int, tenant: str | None = None, after: str | None = None
+    ) -> list[DeadLetter]:
+        return await self._call(self._core.list_dead, limit, tenant, after)
 
-    async def requeue_dead(self, dead_id: str, *, now: float) -> Task:
-        return await self._call(self._core.requeue_dead, dead_id, now)
+    async def count_dead(self, *, tenant: str | None = None) -> int:
+        return await self._call(self._core.count_dead, tenant)
+
+    async def requeue_dead(self, dead_id: str, *, now: float, tenant: str | None = None) -> Task:
+        return await self._call(self._core.requeue_dead, dead_id, now, tenant)
 
     async def purge_dead(self, dead_ids: list[str] | None = None) -> int:
         return await self._call(self._core.purge_dead, dead_ids)

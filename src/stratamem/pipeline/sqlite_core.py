@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, retry_timer_key
+from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, new_dead_id, retry_timer_key
 from stratamem.pipeline.errors import BackendUnavailable, DeadLetterNotFound
 from stratamem.pipeline.task import (
     DeadLetter,
@@ -73,6 +73,19 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     (
         "0003_execution_stamp",
         "ALTER TABLE tasks ADD COLUMN stamp TEXT",
+    ),
+    (
+        # Dead letters are listed per tenant through an index and paged by a cursor; their ids
+        # are random (a global sequence told each tenant how many failures others had).
+        "0004_dead_letters_by_tenant",
+        """
+        ALTER TABLE dead_letters ADD COLUMN id TEXT;
+        ALTER TABLE dead_letters ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
+        UPDATE dead_letters SET id = 'dl_' || lower(hex(randomblob(12))),
+            tenant = json_extract(body, '$.tenant');
+        CREATE UNIQUE INDEX dead_letters_id ON dead_letters (id);
+        CREATE INDEX dead_letters_by_tenant ON dead_letters (tenant, seq)
+        """,
     ),
 )
 
@@ -375,6 +388,15 @@ class SqliteCore:
             ).fetchall()
         return {str(f): str(v) for f, v in rows}
 
+    def state_delete(self, scope: str, fields: list[str]) -> int:
+        with self.write() as c:
+            return sum(
+                c.execute(
+                    "DELETE FROM session_state WHERE scope = ? AND field = ?", (scope, f)
+                ).rowcount
+                for f in fields
+            )
+
     # dead letters
     def dead_letter(self, receipt: str, error: str, now: float) -> DeadLetter | None:
         seq, token = _parse_receipt(receipt)
@@ -387,21 +409,35 @@ class SqliteCore:
             dead_id = _bury(c, seq, row[0], error, now)
         return DeadLetter(id=dead_id, task=Task.from_json(row[0]), error=error, failed_at=now)
 
-    def list_dead(self, limit: int) -> list[DeadLetter]:
+    def list_dead(self, limit: int, tenant: str | None, after: str | None) -> list[DeadLetter]:
+        params: list[Any] = [] if tenant is None else [tenant]
+        where = "" if tenant is None else "WHERE tenant = ?"
         with self.read() as c:
+            if after is not None:
+                where += " AND " if where else "WHERE "
+                where += "seq > ?"
+                params.append(_dead_seq(c, after, tenant))
             rows = c.execute(
-                "SELECT seq, body, error, failed_at FROM dead_letters ORDER BY seq LIMIT ?",
-                (limit,),
+                f"SELECT id, body, error, failed_at FROM dead_letters {where} ORDER BY seq LIMIT ?",
+                (*params, limit),
             ).fetchall()
         return [
-            DeadLetter(id=str(s), task=Task.from_json(b), error=e, failed_at=f)
-            for s, b, e, f in rows
+            DeadLetter(id=i, task=Task.from_json(b), error=e, failed_at=f) for i, b, e, f in rows
         ]
 
-    def requeue_dead(self, dead_id: str, now: float) -> Task:
+    def count_dead(self, tenant: str | None) -> int:
+        with self.read() as c:
+            if tenant is None:
+                return int(c.execute("SELECT COUNT(*) FROM dead_letters").fetchone()[0])
+            row = c.execute("SELECT COUNT(*) FROM dead_letters WHERE tenant = ?", (tenant,))
+            return int(row.fetchone()[0])
+
+    def requeue_dead(self, dead_id: str, now: float, tenant: str | None) -> Task:
         with self.write() as c:
             row = c.execute(
-                "DELETE FROM dead_letters WHERE seq = ? RETURNING body", (_dead_seq(dead_id),)
+                "DELETE FROM dead_letters WHERE id = ? AND tenant = COALESCE(?, tenant)"
+                " RETURNING body",
+                (dead_id, tenant),
             ).fetchone()
             if row is None:
                 raise DeadLetterNotFound(f"no dead letter {dead_id!r}")
@@ -414,9 +450,8 @@ class SqliteCore:
         with self.write() as c:
             if dead_ids is None:
                 return c.execute("DELETE FROM dead_letters").rowcount
-            seqs = [(_dead_seq(d),) for d in dead_ids]
             return sum(
-                c.execute("DELETE FROM dead_letters WHERE seq = ?", s).rowcount for s in seqs
+                c.execute("DELETE FROM dead_letters WHERE id = ?", (d,)).rowcount for d in dead_ids
             )
 
 
@@ -450,10 +485,12 @@ def _upsert_timer(c: sqlite3.Connection, key: str, task: Task, due_at: float) ->
 
 def _bury(c: sqlite3.Connection, seq: int, body: str, error: str, now: float) -> str:
     c.execute("DELETE FROM tasks WHERE seq = ?", (seq,))
-    cur = c.execute(
-        "INSERT INTO dead_letters (body, error, failed_at) VALUES (?, ?, ?)", (body, error, now)
+    dead_id = new_dead_id()
+    c.execute(
+        "INSERT INTO dead_letters (id, tenant, body, error, failed_at) VALUES (?, ?, ?, ?, ?)",
+        (dead_id, json.loads(body)["tenant"], body, error, now),
     )
-    return str(cur.lastrowid)
+    return dead_id
 
 
 def _delivery(row: tuple[Any, ...], consumer: str, token: str) -> Delivery:
@@ -474,8 +511,12 @@ def _parse_receipt(receipt: str) -> tuple[int, str]:
     return int(seq), token
 
 
-def _dead_seq(dead_id: str) -> int:
-    try:
-        return int(dead_id)
-    except ValueError as exc:
-        raise DeadLetterNotFound(f"no dead letter {dead_id!r}") from exc
+def _dead_seq(c: sqlite3.Connection, dead_id: str, tenant: str | None) -> int:
+    """The position of the dead letter `dead_id` (a page cursor)."""
+    row = c.execute(
+        "SELECT seq FROM dead_letters WHERE id = ? AND tenant = COALESCE(?, tenant)",
+        (dead_id, tenant),
+    ).fetchone()
+    if row is None:
+        raise DeadLetterNotFound(f"no dead letter {dead_id!r} to page after")
+    return int(row[0])

@@ -52,7 +52,7 @@ from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor,
 from stratamem.pipeline.metrics import RunningTask, WorkerMetrics
 from stratamem.pipeline.reconcile import matches
 from stratamem.pipeline.settings import PipelineSettings
-from stratamem.pipeline.status import RUNNING, STOPPED, WORKERS_SCOPE
+from stratamem.pipeline.status import RUNNING, STOPPED, WORKERS_SCOPE, expired
 from stratamem.pipeline.task import Delivery, LockGrant, TaskType
 from stratamem.pipeline.timers import (
     TimerPump,
@@ -376,6 +376,10 @@ class Worker:
             "llm_usage": self.executors.usage(),
         }
         await self.backend.state_set(WORKERS_SCOPE, self.name, json.dumps(status))
+        raw = await self.backend.state_get(WORKERS_SCOPE)
+        gone = expired(raw, self.clock.now(), self.settings)
+        if gone:
+            await self.backend.state_delete(WORKERS_SCOPE, gone)
 
     # -- the loop ---------------------------------------------------------------------------
 

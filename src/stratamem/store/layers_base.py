@@ -122,6 +122,10 @@ class LayerStore(Protocol):
     def session_state(self, scope: Scope, session: str) -> SessionState:
         """The session's cursor and counters (zeros when the layers never ran)."""
 
+    def pending_turns(self, scope: Scope) -> int:
+        """How many of the tenant's turns are past their session's cursor, summed over its
+        sessions, in one aggregated query (what `GET /v1/pipeline` reports)."""
+
     def sessions_with_pending_turns(self, limit: int) -> list[SessionState]:
         """Sessions (any tenant) with turns past their cursor, oldest last turn first."""
 

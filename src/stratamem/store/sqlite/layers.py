@@ -71,6 +71,18 @@ class SqliteLayerStore:
             return SessionState(tenant=scope.tenant, session=session)
         return session_state_from_row(row)
 
+    def pending_turns(self, scope: Scope) -> int:
+        with self._store.reading() as conn:
+            row = conn.execute(
+                "SELECT COALESCE(SUM(t.last_seq - COALESCE(s.cursor_seq, 0)), 0) FROM"
+                " (SELECT session, MAX(seq) AS last_seq FROM turns WHERE tenant = ?"
+                "  GROUP BY session) t"
+                " LEFT JOIN layer_sessions s ON s.tenant = ? AND s.session = t.session"
+                " WHERE t.last_seq > COALESCE(s.cursor_seq, 0)",
+                (scope.tenant, scope.tenant),
+            ).fetchone()
+        return int(row[0])
+
     def sessions_with_pending_turns(self, limit: int) -> list[SessionState]:
         with self._store.reading() as conn:
             rows = conn.execute(
