@@ -180,7 +180,8 @@ class PipelineBackend(Protocol):
         page (a cursor; `DeadLetterNotFound` if there is no such record of `tenant`).
 
         Dead-letter ids are random (`new_dead_id`): they do not tell how many failures other
-        tenants had."""
+        tenants had. A scheduler that parks keys whose task is dead reads a tenant's dead
+        letters this way (each carries its task: type, tenant, session, payload)."""
 
     async def count_dead(self, *, tenant: str | None = None) -> int:
         """How many dead letters `tenant` (every tenant when None) has."""
