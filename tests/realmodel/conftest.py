@@ -2,9 +2,9 @@
 scripts/test-llm.sh; deselected everywhere else by tests/conftest.py).
 
 `llama_server` starts llama-cpp-python's OpenAI-compatible server with the SmolLM2-135M GGUF on a
-free port of 127.0.0.1 and stops it afterwards. `Wire` records every chat request the client
-sends (through httpx event hooks: our code is not patched) and how long each took, so the tier
-can check that each one carried `max_tokens` and print what it cost.
+free port of 127.0.0.1 (through scripts/llama-server.py) and stops it afterwards. `Wire` records
+every chat request the client sends (through httpx event hooks: our code is not patched) and how
+long each took, so the tier can check that each one carried `max_tokens` and print its cost.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import httpx
 import pytest
 
 MODEL_ALIAS = "smollm2-135m-instruct"
+LAUNCHER = Path(__file__).resolve().parents[2] / "scripts" / "llama-server.py"
+"""`python -m llama_cpp.server` with weight repacking off (see the script's doc)."""
 STARTUP_S = 300.0
 STOP_S = 30.0
 
@@ -43,7 +45,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
     log = tmp_path_factory.mktemp("llama") / "server.log"
     command = [
-        python, "-m", "llama_cpp.server", "--model", gguf, "--model_alias", MODEL_ALIAS,
+        python, str(LAUNCHER), "--model", gguf, "--model_alias", MODEL_ALIAS,
         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "8192", "--n_threads", "2",
     ]  # fmt: skip
     with log.open("wb") as out:
@@ -70,11 +72,24 @@ def _wait_until_up(server: subprocess.Popen[bytes], base_url: str, log: Path) ->
             pytest.fail(f"the llama.cpp server exited: {log.read_text(errors='replace')[-2000:]}")
         try:
             if httpx.get(f"{base_url}/models", timeout=2.0).is_success:
-                return
+                break
         except httpx.HTTPError:
             pass
         time.sleep(0.5)
-    pytest.fail(f"the llama.cpp server did not answer within {STARTUP_S:g} s")
+    else:
+        pytest.fail(f"the llama.cpp server did not answer within {STARTUP_S:g} s")
+    _smoke(base_url, log)
+
+
+def _smoke(base_url: str, log: Path) -> None:
+    """One short completion, so a server that cannot decode fails here, with its log."""
+    body = {"model": MODEL_ALIAS, "max_tokens": 4,
+            "messages": [{"role": "user", "content": "Say hello to Maria, please."}]}  # fmt: skip
+    try:
+        httpx.post(f"{base_url}/chat/completions", json=body, timeout=120.0).raise_for_status()
+    except httpx.HTTPError as exc:
+        tail = log.read_text(errors="replace")[-2000:]
+        pytest.fail(f"the llama.cpp server cannot complete a chat ({exc}): {tail}")
 
 
 @dataclass
