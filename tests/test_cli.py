@@ -59,8 +59,8 @@ def test_malformed_jsonl_line_fails_with_its_number_and_stores_nothing(tmp_path:
     code, _, err = run(tmp_path, "import", str(bad), "--tenant", "t1")
     assert code == 2
     assert "bad.jsonl:2" in err
-    code, out, _ = run(tmp_path, "stats", "--json")
-    assert json.loads(out)["L0"]["records"] == 0
+    code, _, err = run(tmp_path, "stats", "--json")
+    assert (code, "no store" in err) == (5, True)  # not even an empty store was made
 
 
 def test_unknown_role_in_jsonl_is_refused(tmp_path: Path) -> None:

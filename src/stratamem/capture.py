@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from stratamem.domain import Message, Role, Turn, check_ident
 from stratamem.errors import InvalidInput
+from stratamem.inputs import check_json, nfc
+from stratamem.timestamps import check_timestamp
 
 #: Tags of the blocks `recall()` renders; any text inside them is removed on capture.
 INJECTED_TAGS = ("stratamem-recall", "stratamem-profile", "stratamem-context")
@@ -92,24 +93,25 @@ def parse_role(value: object, position: int) -> Role:
 
 
 def parse_timestamp(value: object, position: int) -> float | None:
-    """Epoch seconds, or an ISO 8601 string (naive times are taken as UTC)."""
+    """Epoch seconds, or an ISO 8601 string (naive times are taken as UTC), within the accepted
+    range (`stratamem.timestamps`)."""
     if value is None:
         return None
+    what = f"message {position}: timestamp"
     if isinstance(value, bool):
-        raise InvalidInput(f"message {position}: timestamp must be epoch seconds or ISO 8601")
+        raise InvalidInput(f"{what} must be epoch seconds or ISO 8601")
     if isinstance(value, int | float):
-        if not math.isfinite(value):
-            raise InvalidInput(f"message {position}: timestamp must be a finite number")
-        return float(value)
+        return check_timestamp(value, f"{what} {value!r}")
     if isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError as exc:
-            raise InvalidInput(f"message {position}: bad timestamp {value!r}: {exc}") from exc
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=UTC)
-        return parsed.timestamp()
-    raise InvalidInput(f"message {position}: timestamp must be epoch seconds or ISO 8601")
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=UTC)
+            seconds = parsed.timestamp()
+        except (ValueError, OverflowError) as exc:
+            raise InvalidInput(f"{what}: bad timestamp {value!r}: {exc}") from exc
+        return check_timestamp(seconds, f"{what} {value!r}")
+    raise InvalidInput(f"{what} must be epoch seconds or ISO 8601")
 
 
 
@@ -158,6 +160,11 @@ def build_turns(
 
 
 def _validated(message: Message, position: int, max_chars: int) -> Message:
+    """`message` checked, with its text and speaker normalised to NFC (`stratamem.inputs`)."""
+    what = f"message {position}"
+    speaker = None if message.speaker is None else nfc(message.speaker, f"{what}: speaker")
+    check_json(message.metadata, f"{what}: metadata")
+    message = replace(message, text=nfc(message.text, f"{what}: text"), speaker=speaker)
     if not message.text.strip():
         raise InvalidInput(f"message {position}: text is empty")
     if len(message.text) > max_chars:

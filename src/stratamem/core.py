@@ -27,6 +27,7 @@ from stratamem.domain import (
 from stratamem.embed import make_embedder
 from stratamem.embed.base import Embedder
 from stratamem.errors import ConfigError, InvalidInput
+from stratamem.inputs import nfc
 from stratamem.layers.service import FlushResult, LayerService
 from stratamem.layers.settings import LayerSettings
 from stratamem.layers.stable import stable_parts
@@ -205,7 +206,7 @@ class AsyncMemory:
     ) -> list[Hit]:
         """Hybrid (BM25 + vector, fused by reciprocal rank) search within one tenant."""
         request = SearchRequest(
-            query=query,
+            query=nfc(query, "the search query"),
             k=k,
             layers=tuple(Layer(layer) for layer in layers),
             filters=Filters(
@@ -219,7 +220,7 @@ class AsyncMemory:
         request.validate()
         vector = None
         if self.embedder is not None:
-            vector = (await self.embedder.embed([query]))[0]
+            vector = (await self.embedder.embed([request.query]))[0]
             info = EmbeddingInfo(self.embedder.model, int(vector.shape[0]))
             await asyncio.to_thread(self.store.bind_embedding, info)
         return await hybrid_search(self.store, Scope(tenant), request, vector, self.retrieval)

@@ -19,6 +19,7 @@ from typing import Any
 from stratamem.capture import MAX_METADATA_CHARS, strip_injected
 from stratamem.domain import MemoryRecord, MemoryType, Mode, Scope, check_ident
 from stratamem.errors import InvalidInput, NotFound
+from stratamem.inputs import check_json, nfc
 from stratamem.store.base import Store
 
 MIN_PRIORITY, MAX_PRIORITY = 0, 100
@@ -76,6 +77,7 @@ def _checked_metadata(metadata: Mapping[str, Any] | None) -> str:
     """The metadata as canonical JSON ("" for none), within the size capture allows."""
     if not metadata:
         return ""
+    check_json(metadata, "metadata")
     try:
         encoded = json.dumps(metadata, sort_keys=True, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
@@ -86,7 +88,7 @@ def _checked_metadata(metadata: Mapping[str, Any] | None) -> str:
 
 
 def _checked_text(content: str, max_chars: int) -> str:
-    text = strip_injected(content)
+    text = strip_injected(nfc(content, "a memory's text"))
     if not text:
         raise InvalidInput("a memory needs some text (recalled blocks are not memories)")
     if len(text) > max_chars:

@@ -10,17 +10,17 @@ from contextlib import contextmanager
 import uvicorn
 from fastapi import FastAPI
 
-from stratamem.api.server import bind
+from stratamem.api.server import bind, server_config
 
 START_TIMEOUT_S = 30.0
 
 
 @contextmanager
-def live(app: FastAPI) -> Iterator[str]:
+def live(app: FastAPI, log_level: str = "warning") -> Iterator[str]:
     """The base URL of `app` served on a free port; stopped (lifespan shutdown) on exit."""
     sock = bind("127.0.0.1", 0)
     host, port = sock.getsockname()[:2]
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning"))
+    server = uvicorn.Server(server_config(app, log_level))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT_S

@@ -87,3 +87,12 @@ async def test_no_page_that_loads_third_party_scripts(client: httpx.AsyncClient)
     assert (await client.get("/docs")).status_code == 404
     assert (await client.get("/redoc")).status_code == 404
     assert (await client.get("/openapi.json")).json()["info"]["title"] == "stratamem"
+
+
+async def test_a_refused_preflight_is_in_the_error_shape(tmp_path: Path) -> None:
+    async for client in _client(tmp_path, cors_origins="https://app.example"):
+        evil = {**PREFLIGHT, "Origin": "https://evil.example"}
+        refused = await client.options("/v1/recall", headers=evil)
+        assert refused.status_code == 400
+        assert refused.json()["error"]["type"] == "cors_refused"
+        assert "origin" in refused.json()["error"]["message"]

@@ -103,3 +103,30 @@ async def test_http_round_trip_is_scoped_by_the_key(tmp_path: Path) -> None:
 def _client(url: str, token: str) -> Client:
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
     return Client(streamable_http_client(url, http_client=http))
+
+
+async def test_tool_arguments_are_checked_as_rest_checks_them(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = build_mcp(services.memory, fixed_tenant("alice"))
+    refused = [
+        ("search_memories", {"query": "x", "k": 0}),
+        ("search_memories", {"query": "x", "k": 10**9}),
+        ("search_memories", {"query": "x", "k": -3}),
+        ("search_conversations", {"query": "x", "limit": 5}),
+        ("recall", {"query": "x", "tenant": "bob"}),
+        ("recall", {"query": "q" * 4001}),
+        ("recall", {"query": ""}),
+        ("add_memory", {"content": "x", "type": "gossip"}),
+    ]
+    async with Client(server) as mcp:
+        for name, arguments in refused:
+            result = await mcp.call_tool(name, arguments)
+            assert result.is_error, (name, arguments)
+        tools = {t.name: t for t in (await mcp.list_tools()).tools}
+        assert all(t.input_schema.get("additionalProperties") is False for t in tools.values())
+        typed = await mcp.call_tool("add_memory", {"content": "<stratamem-recall>x"})
+        assert typed.is_error
+        text = typed.content[0].text
+        assert "recalled blocks are not memories" in text, text
+    assert not any(r.exc_info for r in caplog.records), "a typed error logged a traceback"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from stratamem.capture import strip_injected
@@ -83,7 +85,14 @@ def test_strip_handles_case_attributes_and_unterminated_blocks() -> None:
         ({"role": "user", "content": "hi", "metadata": [1]}, "metadata"),
         ({"role": "user", "content": "hi", "metadata": {"x": object()}}, "not JSON"),
         ({"role": "user", "content": "hi", "metadata": {"x": "y" * 20_000}}, "metadata"),
-        ({"role": "user", "content": "hi", "timestamp": float("nan")}, "finite"),
+        ({"role": "user", "content": "hi", "timestamp": float("nan")}, "accepted range"),
+        ({"role": "user", "content": "hi", "timestamp": 1e15}, "accepted range"),
+        ({"role": "user", "content": "hi", "timestamp": "9999-12-31T23:59:59-01:00"}, "range"),
+        ({"role": "user", "content": "a\ud800"}, "surrogate"),
+        ({"role": "user", "content": "hi", "metadata": {"\udfff": 1}}, "surrogate"),
+        ({"role": "user", "content": "hi", "speaker": "\ud800"}, "surrogate"),
+        ({"role": "user", "content": "hi", "metadata": {"x": json.loads("[" * 40 + "]" * 40)}},
+         "nested"),
     ],
 )
 async def test_bad_message_stores_nothing_of_the_call(

@@ -6,14 +6,13 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
 from fastapi import Depends, FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.telemetry import TelemetryConfig
 from mcp.server.mcpserver import MCPServer
 
 from stratamem.api import errors
 from stratamem.api.background import Background
 from stratamem.api.mcp_server import build_mcp, http_route, tenant_from_key
-from stratamem.api.middleware import BodyLimit, RequestMetrics
+from stratamem.api.middleware import BodyLimit, CatchAll, RequestMetrics, ShapedCORS
 from stratamem.api.routes import admin, failures, health, layers, memory, offload, pipeline
 from stratamem.api.services import Services
 from stratamem.api.strict_query import reject_unknown_query
@@ -64,17 +63,19 @@ def create_app(
 
 def _install_middleware(app: FastAPI, services: Services) -> None:
     """Each one added wraps the ones before: the body limit runs before anything reads, CORS
-    headers reach every answer (a 413 too), metrics see every request."""
+    headers reach every answer (a 413 too), metrics see every request, and any failure is
+    answered in the error shape."""
     settings = services.settings
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.cors_origins:
         app.add_middleware(
-            CORSMiddleware,
+            ShapedCORS,
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST", "PATCH", "DELETE"],
             allow_headers=["Authorization", "Content-Type"],
         )
     app.add_middleware(RequestMetrics, metrics=services.metrics, monotonic=services.monotonic)
+    app.add_middleware(CatchAll)
 
 
 def _lifespan(

@@ -11,12 +11,16 @@ message is read.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import ConfigDict, Field
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -27,8 +31,9 @@ from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.domain import Layer, MemoryType
 from stratamem.domain import Scope as TenantScope
-from stratamem.errors import Unauthenticated
+from stratamem.errors import StratamemError, Unauthenticated
 from stratamem.offload import Offload
+from stratamem.retrieval.search import MAX_QUERY_CHARS
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.tenants import TenantStore
 
@@ -41,6 +46,31 @@ INSTRUCTIONS = (
 
 TenantOf = Callable[[Context], Awaitable[str]]
 MemoryKind = Literal["persona", "episodic", "instruction"]
+# Arguments are bounded as the REST API bounds them.
+QueryArg = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
+KArg = Annotated[int, Field(strict=True, ge=1, le=100)]
+IdentArg = Annotated[str, Field(min_length=1, max_length=128)]
+TokensArg = Annotated[int, Field(strict=True, ge=1, le=100_000)]
+
+
+@contextmanager
+def tool_errors() -> Iterator[None]:
+    """A typed error of ours reaches the client as its message (a `ToolError`), with no
+    traceback in the server's log; anything else stays a crash the SDK reports generically."""
+    try:
+        yield
+    except StratamemError as exc:
+        raise ToolError(str(exc)) from exc
+
+
+def strict_tool(fn: Callable[..., Any]) -> Tool:
+    """`fn` as a tool that refuses arguments it does not name (as REST refuses unknown fields)."""
+    tool = Tool.from_function(fn)
+    loose = tool.fn_metadata.arg_model
+    config = ConfigDict(**{**loose.model_config, "extra": "forbid"})
+    tool.fn_metadata.arg_model = type(loose.__name__, (loose,), {"model_config": config})
+    tool.parameters = {**tool.parameters, "additionalProperties": False}
+    return tool
 
 
 def fixed_tenant(tenant: str) -> TenantOf:
@@ -73,25 +103,28 @@ def build_mcp(
 ) -> MCPServer:
     """An MCP server with the memory tools (and, with `offload`, the read-back of offloaded
     tool results), each scoped by `tenant_of`."""
-    server: MCPServer = MCPServer(
-        "stratamem", version=package_version(), instructions=INSTRUCTIONS, log_level="WARNING"
-    )
-    for tool in _tools(memory, tenant_of):
-        server.add_tool(tool)
+    functions = _tools(memory, tenant_of)
     if offload is not None:
-        server.add_tool(_read_tool_result(offload, tenant_of))
-    return server
+        functions.append(_read_tool_result(offload, tenant_of))
+    return MCPServer(
+        "stratamem", version=package_version(), instructions=INSTRUCTIONS, log_level="WARNING",
+        tools=[strict_tool(fn) for fn in functions],
+    )  # fmt: skip
 
 
 def _read_tool_result(offload: Offload, tenant_of: TenantOf) -> Callable[..., Any]:
     async def read_tool_result(
-        ref_id: str, ctx: Context, query: str | None = None, max_tokens: int | None = None
+        ref_id: IdentArg,
+        ctx: Context,
+        query: QueryArg | None = None,
+        max_tokens: TokensArg | None = None,
     ) -> dict[str, Any]:
         """The exact result of an offloaded tool call (by the ref in its summary), or the part
         around `query` when it is long."""
-        tenant = await tenant_of(ctx)
-        found = await offload.read_back(tenant, ref_id, query=query, max_tokens=max_tokens)
-        return found.to_json()
+        with tool_errors():
+            tenant = await tenant_of(ctx)
+            found = await offload.read_back(tenant, ref_id, query=query, max_tokens=max_tokens)
+            return found.to_json()
 
     return read_tool_result
 
@@ -107,45 +140,49 @@ def _tools(memory: AsyncMemory, tenant_of: TenantOf) -> list[Callable[..., Any]]
 
 
 def _search_memories(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[..., Any]:
-    async def search_memories(query: str, ctx: Context, k: int = 8) -> dict[str, Any]:
+    async def search_memories(query: QueryArg, ctx: Context, k: KArg = 8) -> dict[str, Any]:
         """Search the user's distilled memories (facts, preferences, events, instructions)."""
-        hits = await memory.search(await tenant_of(ctx), query, k=k, layers=(Layer.L1,))
-        return {"hits": [h.to_json() for h in hits]}
+        with tool_errors():
+            hits = await memory.search(await tenant_of(ctx), query, k=k, layers=(Layer.L1,))
+            return {"hits": [h.to_json() for h in hits]}
 
     return search_memories
 
 
 def _search_conversations(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[..., Any]:
     async def search_conversations(
-        query: str, ctx: Context, k: int = 8, session: str | None = None
+        query: QueryArg, ctx: Context, k: KArg = 8, session: IdentArg | None = None
     ) -> dict[str, Any]:
         """Search the verbatim conversation history (optionally one session)."""
         sessions = None if session is None else [session]
-        tenant = await tenant_of(ctx)
-        hits = await memory.search(tenant, query, k=k, layers=(Layer.L0,), sessions=sessions)
-        return {"hits": [h.to_json() for h in hits]}
+        with tool_errors():
+            tenant = await tenant_of(ctx)
+            hits = await memory.search(tenant, query, k=k, layers=(Layer.L0,), sessions=sessions)
+            return {"hits": [h.to_json() for h in hits]}
 
     return search_conversations
 
 
 def _recall(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[..., Any]:
-    async def recall(query: str, ctx: Context) -> dict[str, Any]:
+    async def recall(query: QueryArg, ctx: Context) -> dict[str, Any]:
         """What to know before answering `query`: relevant memories and the user's profile."""
-        result = await memory.recall(await tenant_of(ctx), query)
-        return {"context": result.context, "stable": result.stable}
+        with tool_errors():
+            result = await memory.recall(await tenant_of(ctx), query)
+            return {"context": result.context, "stable": result.stable}
 
     return recall
 
 
 def _add_memory(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[..., Any]:
     async def add_memory_tool(
-        content: str, ctx: Context, type: MemoryKind = "persona"
+        content: Annotated[str, Field(min_length=1)], ctx: Context, type: MemoryKind = "persona"
     ) -> dict[str, Any]:
         """Remember a lasting fact, preference (persona), event (episodic) or standing rule
         (instruction) the user stated."""
-        tenant = await tenant_of(ctx)
-        record, created = await memory.remember(tenant, content, type=MemoryType(type))
-        return {"id": record.id, "type": record.type.value, "created": created}
+        with tool_errors():
+            tenant = await tenant_of(ctx)
+            record, created = await memory.remember(tenant, content, type=MemoryType(type))
+            return {"id": record.id, "type": record.type.value, "created": created}
 
     add_memory_tool.__name__ = "add_memory"
     return add_memory_tool
@@ -154,7 +191,8 @@ def _add_memory(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[..., Any]:
 def _read_profile(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[..., Any]:
     async def read_profile(ctx: Context) -> dict[str, Any]:
         """The user's profile document and the titles of their memory scenes."""
-        tenant = TenantScope(await tenant_of(ctx))
+        with tool_errors():
+            tenant = TenantScope(await tenant_of(ctx))
         if memory.layers is None:
             return {"profile": None, "scenes": []}
         profile = await asyncio.to_thread(memory.layers.profile, tenant)

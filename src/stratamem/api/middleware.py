@@ -1,16 +1,69 @@
-"""ASGI middleware of the service: request body limit (413) and request metrics."""
+"""ASGI middleware of the service: every failure in the error shape, request body limit (413),
+CORS refusals in the error shape, and request metrics."""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stratamem.api.errors import error_body
 from stratamem.api.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class CatchAll:
+    """An unexpected exception becomes a 500 in the error shape, and the connection stays
+    usable: the exception is logged here and not re-raised (re-raising makes the server close
+    a keep-alive connection under the client's next request)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            if started:  # too late for another answer: the server ends the connection
+                raise
+            log.error("%s %s failed", scope["method"], scope["path"], exc_info=exc)
+            body = error_body("internal_error", "the service failed; the error is in its log")
+            await JSONResponse(body, status_code=500)(scope, receive, send)
+
+
+class ShapedCORS(CORSMiddleware):
+    """CORS, with a refused preflight answered in the error shape (400 `cors_refused`)."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code < 400:
+            return response
+        message = bytes(response.body).decode("utf-8", "replace")
+        kept = {
+            k: v for k, v in response.headers.items()
+            if k.lower() not in {"content-type", "content-length"}
+        }  # fmt: skip
+        return JSONResponse(
+            error_body("cors_refused", message), status_code=response.status_code, headers=kept
+        )
 
 
 class BodyTooLarge(HTTPException):

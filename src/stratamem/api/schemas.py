@@ -4,22 +4,41 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from stratamem.domain import Layer, MemoryType
+from stratamem.inputs import MAX_NESTING, check_json
+from stratamem.retrieval.search import MAX_QUERY_CHARS
+from stratamem.timestamps import MAX_TIMESTAMP_S, MIN_TIMESTAMP_S, RANGE_TEXT
 
 Ident = Annotated[str, Field(min_length=1, max_length=128, examples=["s1"])]
-Query = Annotated[str, Field(min_length=1, max_length=10_000, examples=["what is my dog's name?"])]
+Query = Annotated[
+    str, Field(min_length=1, max_length=MAX_QUERY_CHARS, examples=["what is my dog's name?"])
+]
 # Numbers and flags in bodies are strict: `true` is not 1, and "5" is not 5.
 K = Annotated[int, Field(strict=True, ge=1, le=100)]
 Seconds = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 Flag = Annotated[bool, Field(strict=True)]
 Time = Seconds | None
+#: When something happened: epoch seconds within `stratamem.timestamps`' range.
+Timestamp = Annotated[
+    float,
+    Field(strict=True, allow_inf_nan=False, ge=MIN_TIMESTAMP_S, le=MAX_TIMESTAMP_S,
+          description=f"Epoch seconds, {RANGE_TEXT}."),
+]  # fmt: skip
 Label = Annotated[str, Field(max_length=200)]
 
 
 class Strict(BaseModel):
+    """A request body: unknown fields, text that is not UTF-8 and deep nesting are refused."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_json(cls, data: Any) -> Any:
+        check_json(data, "the request body", MAX_NESTING)  # InvalidInput is a ValueError
+        return data
 
 
 class MessageIn(Strict):
@@ -30,8 +49,8 @@ class MessageIn(Strict):
     )
     content: str = Field(description="The message, verbatim.", examples=["I adopted a dog"])
     speaker: str | None = Field(None, max_length=200, description="Who said it (a name).")
-    timestamp: Seconds | str | None = Field(
-        None, description="Epoch seconds or ISO 8601; default now."
+    timestamp: Timestamp | str | None = Field(
+        None, description=f"Epoch seconds or ISO 8601, {RANGE_TEXT}; default now."
     )
     id: str | None = Field(None, max_length=200, description="Caller's id, for idempotence.")
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -289,7 +308,7 @@ class ToolPairIn(Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     result: str | None = Field(None, description="The tool's result, verbatim.")
     error: str | None = None
-    timestamp: Seconds | None = None
+    timestamp: Timestamp | None = None
     duration_ms: Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)] | None = None
 
 
@@ -300,9 +319,12 @@ class ToolResultsIn(Strict):
 class UserMessageIn(Strict):
     text: str = Field(min_length=1, description="The user's message: a possible task boundary.")
     id: str | None = Field(None, max_length=128)
-    timestamp: Seconds | None = None
+    timestamp: Timestamp | None = None
 
 
 class CompactIn(Strict):
-    messages: list[dict[str, Any]] = Field(description="Chat messages, OpenAI format.")
+    messages: list[dict[str, Any]] = Field(
+        description=f"Chat messages, OpenAI format (at most {MAX_NESTING} levels of nesting"
+        " in the whole body)."
+    )
     budget_tokens: int = Field(strict=True, ge=1, le=10_000_000)

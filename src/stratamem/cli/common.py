@@ -18,6 +18,7 @@ from stratamem.errors import (
     EmbeddingMismatch,
     InvalidInput,
     NotFound,
+    StoreError,
     StratamemError,
 )
 from stratamem.sync import Memory
@@ -31,6 +32,7 @@ EXIT_CODES: tuple[tuple[type[StratamemError], int], ...] = (
     (NotFound, 3),
     (EmbeddingMismatch, 4),
     (ConfigError, 5),
+    (StoreError, 6),
     (StratamemError, 1),
 )
 
@@ -70,11 +72,29 @@ def data_dir(ctx: click.Context) -> Path:
     return settings_from(ctx).data_dir
 
 
+def existing_store(settings: Settings) -> Settings:
+    """`settings` when their data directory holds a store; else `ConfigError`, so that a
+    command that only reads never creates an empty store in a mistyped directory."""
+    if not settings.store_path.is_file():
+        raise ConfigError(
+            f"no store in {settings.data_dir} (no {settings.store_path.name}): check --data-dir"
+            " or STRATAMEM_DATA_DIR; `stratamem capture` or `stratamem import` creates one"
+        )
+    return settings
+
+
 @contextmanager
 def open_memory(
-    ctx: click.Context, *, background: bool = False, verify_embedding: bool = True
+    ctx: click.Context,
+    *,
+    background: bool = False,
+    verify_embedding: bool = True,
+    existing: bool = False,
 ) -> Iterator[Memory]:
+    """The memory of the data directory; with `existing`, only if it already holds a store."""
     settings = settings_from(ctx).model_copy(update={"background_embedding": background})
+    if existing:
+        existing_store(settings)
     memory = Memory(settings, verify_embedding=verify_embedding)
     try:
         yield memory

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
@@ -19,6 +18,7 @@ from stratamem.offload import InProcessRunner, Offload
 from stratamem.store.failures import Failure, FailureKind, FailureQuery, FailureStatus
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.offload import SqliteOffloadStore
+from stratamem.timestamps import utc_text
 
 T = TypeVar("T")
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -56,7 +56,7 @@ def _run(
 
 
 def _when(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return utc_text(timestamp, "%Y-%m-%d %H:%M:%S", "-")
 
 
 def _line(failure: Failure) -> str:

@@ -6,12 +6,17 @@ import asyncio
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import Any
 
 import click
 
-from stratamem.cli.common import handle_errors, open_memory, print_json, settings_from
+from stratamem.cli.common import (
+    existing_store,
+    handle_errors,
+    open_memory,
+    print_json,
+    settings_from,
+)
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.domain import MemoryRecord, MemoryType, Profile, Scene, Scope
@@ -21,6 +26,7 @@ from stratamem.pipeline.settings import PipelineSettings
 from stratamem.store.base import Filters
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.layers import SqliteLayerStore
+from stratamem.timestamps import utc_text
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 _TENANT = click.option("--tenant", required=True, help="Tenant.")
@@ -29,7 +35,7 @@ _TENANT = click.option("--tenant", required=True, help="Tenant.")
 @contextmanager
 def _open_layers(ctx: click.Context) -> Iterator[tuple[SqliteStore, SqliteLayerStore]]:
     """The store and its layer records, without an embedder or LLM (read-only commands)."""
-    settings = settings_from(ctx)
+    settings = existing_store(settings_from(ctx))
     store = SqliteStore(settings.store_path, settings.sqlite_synchronous)
     try:
         yield store, SqliteLayerStore(store)
@@ -38,9 +44,7 @@ def _open_layers(ctx: click.Context) -> Iterator[tuple[SqliteStore, SqliteLayerS
 
 
 def _when(timestamp: float | None) -> str:
-    if timestamp is None:
-        return "-"
-    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M")
+    return utc_text(timestamp, "%Y-%m-%d %H:%M", "-")
 
 
 def memory_json(memory: MemoryRecord) -> dict[str, Any]:

@@ -3,7 +3,6 @@ stats."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from stratamem.datasets import locomo
 from stratamem.domain import Hit, Layer, MemoryType, Role
 from stratamem.importing import read_jsonl
 from stratamem.sync import Memory
+from stratamem.timestamps import utc_text
 
 _LAYERS = click.Choice(["L0", "L1", "all"], case_sensitive=False)
 
@@ -98,7 +98,7 @@ def search(
 ) -> None:
     """Hybrid search (BM25 + vectors, fused by reciprocal rank) within one tenant."""
     layers = [Layer.L1, Layer.L0] if layer.lower() == "all" else [Layer(layer.upper())]
-    with open_memory(ctx) as memory:
+    with open_memory(ctx, existing=True) as memory:
         _catch_up(memory)
         hits = memory.search(
             tenant,
@@ -118,7 +118,7 @@ def search(
 
 
 def _hit_line(hit: Hit) -> str:
-    when = "" if hit.timestamp is None else datetime.fromtimestamp(hit.timestamp, UTC).date()
+    when = utc_text(hit.timestamp, "%Y-%m-%d")
     who = f"{hit.speaker}: " if hit.speaker else ""
     return f"{hit.score:.4f}  {hit.layer.value}  {hit.session or '-'}  {when}  {who}{hit.text}"
 
@@ -150,7 +150,7 @@ def recall(
     as_json: bool,
 ) -> None:
     """What to put before the next model call: relevant memories and the stable block."""
-    with open_memory(ctx) as memory:
+    with open_memory(ctx, existing=True) as memory:
         _catch_up(memory)
         result = memory.recall(tenant, query, session=session, k=k, budget_chars=budget)
     if as_json:
@@ -242,7 +242,7 @@ def erase(ctx: click.Context, tenant: str, session: str | None, yes: bool) -> No
     what = f"session {session!r} of tenant {tenant!r}" if session else f"all of tenant {tenant!r}"
     if not yes:
         click.confirm(f"Erase {what}? This cannot be undone.", abort=True)
-    with open_memory(ctx) as memory:
+    with open_memory(ctx, existing=True) as memory:
         erased = memory.erase_session(tenant, session) if session else memory.erase_tenant(tenant)
     print_json({"tenant": tenant, "session": session, "erased": erased})
 
@@ -254,7 +254,7 @@ def erase(ctx: click.Context, tenant: str, session: str | None, yes: bool) -> No
 @handle_errors
 def stats(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
     """Counts of turns, memories, sessions and pending embeddings."""
-    with open_memory(ctx, verify_embedding=False) as memory:
+    with open_memory(ctx, verify_embedding=False, existing=True) as memory:
         result = memory.stats(tenant)
     if as_json:
         print_json(result)

@@ -22,6 +22,7 @@ import numpy as np
 
 from stratamem.embed.base import Embedder, Vectors, check_texts, empty
 from stratamem.errors import ConfigError, EmbeddingError
+from stratamem.files import create_private
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS vectors (
@@ -56,7 +57,7 @@ class CachedEmbedder:
         self.inner = inner
         self.path = path
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            create_private(path)
             self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(_SCHEMA)

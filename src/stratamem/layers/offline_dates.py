@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+from stratamem.timestamps import utc
+
 _NUMBERS = {
     "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
     "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a couple of": 2, "a few": 3,
@@ -35,11 +37,16 @@ def _start_of_day(moment: datetime) -> float:
 
 def resolve_relative_date(sentence: str, turn_time: float) -> float | None:
     """The day a sentence's relative date refers to, or None when it names none."""
-    base = datetime.fromtimestamp(turn_time, tz=UTC)
+    base = utc(turn_time)
+    if base is None:  # a stored time no calendar can show: no date to resolve against
+        return None
     for finder in (_single, _ago, _last_unit, _next_unit, _weekday, _next_weekday):
         days = finder(sentence, base)
         if days is not None:
-            return _start_of_day(base + timedelta(days=days))
+            try:
+                return _start_of_day(base + timedelta(days=days))
+            except OverflowError:
+                return None
     return None
 
 

@@ -20,6 +20,7 @@ from stratamem.domain import MemoryType
 from stratamem.stages.checked import Unusable
 from stratamem.stages.content import content_problem
 from stratamem.stages.envelope import StrictReply, array_of
+from stratamem.timestamps import RANGE_TEXT, in_range
 
 MAX_CONTENT_CHARS = 1000
 MAX_PROFILE_CHARS = 20_000
@@ -52,15 +53,20 @@ def require_content(
 
 
 def parse_activity_date(value: str) -> float:
-    """Epoch seconds of an ISO date or date-time (UTC when naive); `ValueError` otherwise."""
+    """Epoch seconds of an ISO date or date-time (UTC when naive) within the accepted range
+    (`stratamem.timestamps`); `ValueError` otherwise."""
     text = value.strip()
     if len(text) == 10:
         day = date.fromisoformat(text)
-        return datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
+        seconds = datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
+    else:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        seconds = moment.timestamp()
+    if not in_range(seconds):
+        raise ValueError(f"{text} is outside {RANGE_TEXT}")
+    return seconds
 
 
 # -- L1 extraction ---------------------------------------------------------------------------

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from stratamem.domain import MemoryRecord, Turn
+from stratamem.timestamps import utc_text
 
 
 def day(timestamp: float | None) -> str:
-    if timestamp is None:
-        return "undated"
-    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d")
+    return utc_text(timestamp, "%Y-%m-%d", "undated")
 
 
 def moment(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d (%A) %H:%M UTC")
+    return utc_text(timestamp, "%Y-%m-%d (%A) %H:%M UTC", "undated")
 
 
 def clip(text: str, limit: int) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 from stratamem.clock import Clock, IdFactory, SystemClock, UuidFactory
 from stratamem.domain import Scope, check_ident
 from stratamem.errors import InvalidIdentifier, InvalidInput
+from stratamem.inputs import check_json
 from stratamem.llm.base import LLM
 from stratamem.offload import ingest as intake
 from stratamem.offload import l1_summaries, l2_diagram, l15_judgment, unreferenced
@@ -157,6 +158,7 @@ class Offload:
         context without a ref (a result whose call id is not a valid identifier cannot have
         one, and stays)."""
         check_ident(session, "session")
+        check_json(list(messages), "messages")
         call_ids = _known_call_ids(messages)
 
         def load() -> tuple[list[Entry], list[Diagram]]:

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 
 from stratamem.domain import Scope, check_ident
 from stratamem.errors import InvalidInput
+from stratamem.inputs import check_text
 from stratamem.offload.models import Mark, ToolPair
 from stratamem.offload.schedule import Stage, StageTask, l1_timer_key
 from stratamem.offload.stage import StageDeps, arm_diagram_timer, derived_id
+from stratamem.timestamps import check_timestamp
 
 MAX_MARK_CHARS = 20_000
 
@@ -63,9 +65,9 @@ async def record_user_message(
     Returns the boundary's id (`message_id` if given, else derived from time and text).
     """
     check_ident(session, "session")
-    if not text.strip():
+    if not check_text(text, "a user message").strip():
         raise InvalidInput("a user message needs text")
-    ts = deps.clock.now() if timestamp is None else timestamp
+    ts = deps.clock.now() if timestamp is None else check_timestamp(timestamp, "timestamp")
     mark_id = (
         check_ident(message_id, "message id")
         if message_id is not None

@@ -9,6 +9,8 @@ from typing import Any
 
 from stratamem.domain import Mode, check_ident
 from stratamem.errors import InvalidInput
+from stratamem.inputs import check_json
+from stratamem.timestamps import check_timestamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,8 @@ class ToolPair:
             raise InvalidInput(f"tool name of call {self.call_id!r} must be 1-200 characters")
         if self.result is None and self.error is None:
             raise InvalidInput(f"call {self.call_id!r} has neither a result nor an error")
+        check_timestamp(self.timestamp, f"the timestamp of call {self.call_id!r}")
+        check_json([self.tool, self.params, self.result, self.error], f"call {self.call_id!r}")
 
     @property
     def output(self) -> str:

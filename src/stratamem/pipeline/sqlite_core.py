@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
+from stratamem.files import create_private
 from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, new_dead_id, retry_timer_key
 from stratamem.pipeline.errors import BackendUnavailable, DeadLetterNotFound
 from stratamem.pipeline.task import (
@@ -103,7 +104,7 @@ def translated(fn: Callable[P, R]) -> Callable[P, R]:
 
 def connect(path: Path) -> sqlite3.Connection:
     """Open `path` in WAL mode, autocommit (explicit transactions), and apply migrations."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    create_private(path)
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA journal_mode = WAL")

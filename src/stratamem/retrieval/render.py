@@ -6,18 +6,16 @@ Blocks are wrapped in tags that capture strips, so recalled text is never captur
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
 from stratamem.domain import Hit, Layer
+from stratamem.timestamps import utc_text
 
 RECALL_TAG = "stratamem-recall"
 PROFILE_TAG = "stratamem-profile"
 
 
 def _date(timestamp: float | None) -> str:
-    if timestamp is None:
-        return ""
-    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d")
+    return utc_text(timestamp, "%Y-%m-%d")
 
 
 def hit_line(hit: Hit) -> str:
