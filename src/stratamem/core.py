@@ -26,6 +26,7 @@ from stratamem.domain import (
 )
 from stratamem.embed import make_embedder
 from stratamem.embed.base import Embedder
+from stratamem.embed.fair import FairEmbedder
 from stratamem.errors import ConfigError, InvalidInput
 from stratamem.inputs import nfc
 from stratamem.layers.service import FlushResult, LayerService
@@ -94,6 +95,9 @@ class AsyncMemory:
         self.layer_settings = layer_settings or LayerSettings()
         self._owns_embedder = owns_embedder
         self.embedder = embedder
+        self.fair_embedder = None if embedder is None else FairEmbedder(embedder)
+        """The embedder as every part of this memory calls it: queries (search, recall) before
+        background work (catch-up, layers), so a search never waits behind a big import."""
         self.settings = settings or Settings()
         self.retrieval = retrieval_config(self.settings)
         """How `search` ranks: the settings' fusion constant and candidates, else the defaults
@@ -101,10 +105,12 @@ class AsyncMemory:
         self.clock = clock or SystemClock()
         self._backfill: backfill.Backfill | None = None
         self._offload: EmbeddedOffload | None = None
-        if embedder is not None:
+        if self.fair_embedder is not None:
             if verify_embedding:
-                backfill.bind_if_known(store, embedder)
-            self._backfill = backfill.Backfill(store, embedder, self.settings.embed_batch_size)
+                backfill.bind_if_known(store, self.fair_embedder)
+            self._backfill = backfill.Backfill(
+                store, self.fair_embedder, self.settings.embed_batch_size
+            )
 
     @classmethod
     def open(
@@ -219,9 +225,9 @@ class AsyncMemory:
         )
         request.validate()
         vector = None
-        if self.embedder is not None:
-            vector = (await self.embedder.embed([request.query]))[0]
-            info = EmbeddingInfo(self.embedder.model, int(vector.shape[0]))
+        if self.fair_embedder is not None:
+            vector = (await self.fair_embedder.embed_query([request.query]))[0]
+            info = EmbeddingInfo(self.fair_embedder.model, int(vector.shape[0]))
             await asyncio.to_thread(self.store.bind_embedding, info)
         return await hybrid_search(self.store, Scope(tenant), request, vector, self.retrieval)
 
@@ -268,7 +274,7 @@ class AsyncMemory:
             self.store,
             self.layers,
             llm=self.llm,
-            embedder=self.embedder,
+            embedder=self.fair_embedder,
             settings=self.layer_settings,
             clock=self.clock,
             candidates_per_retriever=self.settings.candidates_per_retriever,
@@ -480,7 +486,7 @@ class AsyncMemory:
         self, max_records: int | None = None, progress: ProgressFn | None = None
     ) -> int:
         """Embed what capture left pending, now; returns how many records were embedded."""
-        if self.embedder is None:
+        if self.fair_embedder is None:
             return 0
         total = 0
         while max_records is None or total < max_records:
@@ -488,7 +494,7 @@ class AsyncMemory:
             if max_records is not None:
                 step = min(step, max_records - total)
             done = await backfill.embed_pending(
-                self.store, self.embedder, self.settings.embed_batch_size, step
+                self.store, self.fair_embedder, self.settings.embed_batch_size, step
             )
             total += done
             if progress is not None and done:

@@ -56,7 +56,7 @@ def create_app(
     routers = (health, memory, layers, offload, pipeline, failures, admin)
     for module in routers:
         app.include_router(module.router)
-    app.router.routes.append(http_route(mcp, services.tenants))
+    app.router.routes.append(http_route(mcp, services.tenants, services.admit))
     _install_middleware(app, services)
     return app
 
@@ -66,7 +66,9 @@ def _install_middleware(app: FastAPI, services: Services) -> None:
     headers reach every answer (a 413 too), metrics see every request, and any failure is
     answered in the error shape."""
     settings = services.settings
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit, limit=settings.max_body_bytes, timeout_s=settings.body_timeout_s
+    )
     if settings.cors_origins:
         app.add_middleware(
             ShapedCORS,

@@ -26,9 +26,20 @@ def get_memory(services: ServicesDep) -> AsyncMemory:
     return services.memory
 
 
-def current_tenant(services: ServicesDep, credentials: CredentialsDep) -> str:
-    """The caller's tenant, from its key (sync: FastAPI runs it off the event loop)."""
-    return auth.tenant_of(services.tenants, credentials.credentials if credentials else None)
+def current_tenant(request: Request, services: ServicesDep, credentials: CredentialsDep) -> str:
+    """The caller's tenant, from its key, counted against its limits (sync: FastAPI runs it
+    off the event loop)."""
+    tenant = auth.tenant_of(services.tenants, credentials.credentials if credentials else None)
+    services.admit(tenant, declared_length(request.headers.get("content-length")))
+    return tenant
+
+
+def declared_length(value: str | None) -> int:
+    """A request's Content-Length (0 when absent or not a number)."""
+    try:
+        return max(0, int(value or 0))
+    except ValueError:
+        return 0
 
 
 def require_admin(services: ServicesDep, credentials: CredentialsDep) -> None:

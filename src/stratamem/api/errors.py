@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -26,6 +27,7 @@ from stratamem.errors import (
     StaleFencingToken,
     StoreError,
     StratamemError,
+    Throttled,
     Unauthenticated,
 )
 from stratamem.pipeline.errors import DeadLetterNotFound
@@ -45,6 +47,7 @@ STATUS_OF_ERROR: tuple[tuple[type[StratamemError], int, str], ...] = (
     (EmbeddingMismatch, 409, "embedding_mismatch"),
     (StaleFencingToken, 409, "conflict"),
     (MemoryChanged, 409, "conflict"),
+    (Throttled, 429, "rate_limited"),
     (EmbeddingError, 503, "embedding_unavailable"),
     (LLMError, 502, "llm_failed"),
     (LayerError, 502, "layer_failed"),
@@ -60,9 +63,11 @@ TYPE_OF_STATUS = {
     401: "unauthenticated",
     404: "not_found",
     405: "method_not_allowed",
+    408: "body_too_slow",
     413: "body_too_large",
     415: "unsupported_media_type",
     422: "invalid_input",
+    429: "rate_limited",
 }
 
 
@@ -70,9 +75,13 @@ def error_body(kind: str, message: str) -> dict[str, dict[str, str]]:
     return {"error": {"type": kind, "message": message}}
 
 
-def error_response(status: int, kind: str, message: str) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(error_body(kind, message), status_code=status, headers=headers)
+def error_response(
+    status: int, kind: str, message: str, retry_after_s: float | None = None
+) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+    if retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
+    return JSONResponse(error_body(kind, message), status_code=status, headers=headers or None)
 
 
 def status_of(error: StratamemError) -> tuple[int, str]:
@@ -88,7 +97,8 @@ async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
     status, kind = status_of(exc)
     if status >= 500:
         log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
-    return error_response(status, kind, str(exc))
+    retry_after = exc.retry_after_s if isinstance(exc, Throttled) else None
+    return error_response(status, kind, str(exc), retry_after)
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

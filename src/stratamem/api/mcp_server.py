@@ -25,13 +25,14 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stratamem.api import auth
+from stratamem.api.deps import declared_length
 from stratamem.api.errors import error_response
 from stratamem.api.views import package_version, profile_json
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.domain import Layer, MemoryType
 from stratamem.domain import Scope as TenantScope
-from stratamem.errors import StratamemError, Unauthenticated
+from stratamem.errors import StratamemError, Throttled, Unauthenticated
 from stratamem.offload import Offload
 from stratamem.retrieval.search import MAX_QUERY_CHARS
 from stratamem.store.sqlite import SqliteStore
@@ -45,6 +46,7 @@ INSTRUCTIONS = (
 )
 
 TenantOf = Callable[[Context], Awaitable[str]]
+Admit = Callable[[str, int], None]
 MemoryKind = Literal["persona", "episodic", "instruction"]
 # Arguments are bounded as the REST API bounds them.
 QueryArg = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
@@ -206,24 +208,34 @@ def _read_profile(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[..., Any
 
 
 class RequireKey:
-    """401 in the service's error shape unless the request carries a live tenant key."""
+    """401 in the service's error shape unless the request carries a live tenant key; 429 when
+    the tenant is over its limits (`admit`)."""
 
-    def __init__(self, app: ASGIApp, tenants: TenantStore) -> None:
+    def __init__(self, app: ASGIApp, tenants: TenantStore, admit: Admit) -> None:
         self.app = app
         self.tenants = tenants
+        self.admit = admit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         try:
-            await asyncio.to_thread(auth.tenant_of, self.tenants, bearer_token(headers))
+            tenant = await asyncio.to_thread(auth.tenant_of, self.tenants, bearer_token(headers))
+            self.admit(tenant, declared_length(headers.get("content-length")))
         except Unauthenticated as exc:
             await error_response(401, "unauthenticated", str(exc))(scope, receive, send)
+            return
+        except Throttled as exc:
+            response = error_response(429, "rate_limited", str(exc), exc.retry_after_s)
+            await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
 
-def http_route(server: MCPServer, tenants: TenantStore) -> Route:
-    """The streamable HTTP endpoint as a route of the service (stateless, JSON answers).
+def http_route(server: MCPServer, tenants: TenantStore, admit: Admit) -> Route:
+    """The streamable HTTP endpoint as a route of the service: POST only, stateless, with JSON
+    answers. A stateless server never sends a message of its own, so it offers no event stream:
+    GET (which would open one, held open for ever) and DELETE (which ends a session there is
+    not) are 405, as the MCP transport allows.
 
     DNS-rebinding protection by Host header is off: every request needs an API key, which a
     page rebinding a name to this host does not have. Run `server.session_manager.run()` in
@@ -235,8 +247,8 @@ def http_route(server: MCPServer, tenants: TenantStore) -> Route:
         json_response=True,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
-    endpoint = RequireKey(StreamableHTTPASGIApp(server.session_manager), tenants)
-    return Route(MCP_PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"])
+    endpoint = RequireKey(StreamableHTTPASGIApp(server.session_manager), tenants, admit)
+    return Route(MCP_PATH, endpoint=endpoint, methods=["POST"])
 
 
 def _read_only_offload(memory: AsyncMemory) -> Offload | None:

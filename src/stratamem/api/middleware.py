@@ -3,6 +3,7 @@ CORS refusals in the error shape, and request metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
@@ -71,26 +72,44 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"the request body is larger than {limit} bytes")
 
 
-class BodyLimit:
-    """Refuse bodies over `limit` bytes with 413: by Content-Length, else while reading."""
+class BodyTooSlow(HTTPException):
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(408, f"the request body did not arrive within {timeout_s:g} s")
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+
+class BodyLimit:
+    """Refuse bodies over `limit` bytes with 413 (by Content-Length, else while reading), and
+    bodies still incomplete `timeout_s` after the first read with 408: a client sending a
+    few bytes now and then cannot hold a connection and a request slot for ever."""
+
+    def __init__(self, app: ASGIApp, limit: int, timeout_s: float = 30.0) -> None:
         self.app = app
         self.limit = limit
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         if _declared_length(scope) > self.limit:
-            await _send_413(send, self.limit)
+            await _send_error(send, BodyTooLarge(self.limit))
             return
         started = False
         seen = 0
+        deadline: float | None = None
+        complete = False
 
         async def counting_receive() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, deadline, complete
+            if complete:  # the body is in: later reads wait for a disconnect, untimed
+                return await receive()
+            loop = asyncio.get_running_loop()
+            deadline = deadline or loop.time() + self.timeout_s
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except TimeoutError as exc:
+                raise BodyTooSlow(self.timeout_s) from exc
+            complete = not message.get("more_body", False)
             seen += len(message.get("body", b""))
             if seen > self.limit:
                 raise BodyTooLarge(self.limit)
@@ -103,10 +122,10 @@ class BodyLimit:
 
         try:
             await self.app(scope, counting_receive, tracking_send)
-        except BodyTooLarge:
+        except (BodyTooLarge, BodyTooSlow) as exc:
             if started:
                 raise
-            await _send_413(send, self.limit)
+            await _send_error(send, exc)
 
 
 def _declared_length(scope: Scope) -> int:
@@ -119,12 +138,14 @@ def _declared_length(scope: Scope) -> int:
     return 0
 
 
-async def _send_413(send: Send, limit: int) -> None:
-    body = json.dumps(error_body("body_too_large", BodyTooLarge(limit).detail)).encode()
+async def _send_error(send: Send, error: HTTPException) -> None:
+    """The error in the error shape, closing the connection (the body was not read whole)."""
+    kind = "body_too_large" if isinstance(error, BodyTooLarge) else "body_too_slow"
+    body = json.dumps(error_body(kind, error.detail)).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": error.status_code,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),

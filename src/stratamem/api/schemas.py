@@ -180,7 +180,7 @@ class ErrorOut(BaseModel):
 
 #: Error responses every authenticated route documents.
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (400, 401, 403, 404, 409, 413, 422)
+    status: {"model": ErrorOut} for status in (400, 401, 403, 404, 408, 409, 413, 422, 429)
 }
 
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from stratamem.api.limits import TenantLimits
 from stratamem.api.metrics import Metrics
 from stratamem.api.settings import ServerSettings
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
+from stratamem.domain import Scope as TenantScope
 from stratamem.errors import ConfigError, PipelineError
 from stratamem.failures import Failures
 from stratamem.offload import Offload
@@ -33,6 +36,10 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     pipeline_settings: PipelineSettings = field(default_factory=PipelineSettings)
     monotonic: Callable[[], float] = time.perf_counter
+    limits: TenantLimits = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.limits = limits_of(self.settings, self.monotonic)
 
     @classmethod
     def over(
@@ -67,6 +74,18 @@ class Services:
             memory.store.close()
             raise
 
+    def admit(self, tenant: str, body_bytes: int) -> None:
+        """Count a request of `tenant` against its limits (`TenantThrottled` when over)."""
+        self.limits.admit(tenant, body_bytes)
+
+    async def check_pending(self, tenant: str) -> None:
+        """Refuse a capture while too many of `tenant`'s records wait for a vector."""
+        if not self.limits.pending_embeddings or self.memory.embedder is None:
+            return
+        scope = TenantScope(tenant)
+        pending = await asyncio.to_thread(self.memory.store.count_pending_embeddings, scope)
+        self.limits.check_pending(pending)
+
     @property
     def layers(self) -> LayerStore:
         if self.memory.layers is None:
@@ -92,3 +111,14 @@ class Services:
         if self.pipeline is not None:
             await self.pipeline.close()
         await self.memory.aclose()
+
+
+def limits_of(settings: ServerSettings, monotonic: Callable[[], float]) -> TenantLimits:
+    return TenantLimits(
+        requests_per_s=settings.tenant_requests_per_s,
+        request_burst=settings.tenant_request_burst,
+        bytes_per_s=settings.tenant_bytes_per_s,
+        byte_burst=settings.tenant_byte_burst,
+        pending_embeddings=settings.tenant_pending_embeddings,
+        monotonic=monotonic,
+    )

@@ -56,6 +56,25 @@ class ServerSettings(BaseSettings):
     workers: int = Field(
         2, ge=0, le=256, description="Pipeline consumers inside `serve` (0: API only)."
     )
+    body_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="Longest wait for a request body to arrive (else 408)."
+    )
+    tenant_requests_per_s: float = Field(
+        100.0, ge=0, description="Requests a second per tenant, on average (0: no limit; 429)."
+    )
+    tenant_request_burst: int = Field(
+        200, ge=1, description="Requests a tenant may send at once after a quiet spell."
+    )
+    tenant_bytes_per_s: int = Field(
+        4 * 1_048_576, ge=0, description="Request-body bytes a second per tenant (0: no limit)."
+    )
+    tenant_byte_burst: int = Field(
+        16 * 1_048_576, ge=1024, description="Body bytes a tenant may send at once."
+    )
+    tenant_pending_embeddings: int = Field(
+        50_000, ge=0, description="Records of a tenant waiting for a vector above which"
+        " captures are refused with 429 until the background catches up (0: no limit).",
+    )
 
     @field_validator("admin_key")
     @classmethod

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -73,3 +74,19 @@ def vector_blobs(
     rows = np.ascontiguousarray(vectors, dtype=np.float32)
     ends = np.cumsum(sizes)
     return [rows[end - size : end].tobytes() for size, end in zip(sizes, ends, strict=True)]
+
+
+T = TypeVar("T")
+
+
+def fair_share(queues: Sequence[Sequence[T]], limit: int) -> list[T]:
+    """Up to `limit` items taken round-robin from `queues` (each oldest first): the first of
+    each queue, then the second of each, and so on."""
+    taken: list[T] = []
+    for position in range(max((len(q) for q in queues), default=0)):
+        for queue in queues:
+            if position < len(queue):
+                taken.append(queue[position])
+                if len(taken) == limit:
+                    return taken
+    return taken

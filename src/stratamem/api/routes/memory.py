@@ -31,7 +31,9 @@ router = APIRouter(prefix="/v1", tags=["memory"], responses=ERRORS)
 
 @router.post("/capture", response_model=CaptureOut)
 async def capture(body: CaptureIn, tenant: TenantDep, services: ServicesDep) -> dict[str, Any]:
-    """Store each finished message verbatim (idempotently); searchable by BM25 at once."""
+    """Store each finished message verbatim (idempotently); searchable by BM25 at once. Refused
+    (429) while too many of the tenant's records wait for a vector."""
+    await services.check_pending(tenant)
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     result = await services.memory.capture(tenant, body.session, messages)
     services.metrics.count("captured_messages", len(result.stored))

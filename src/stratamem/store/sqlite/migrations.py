@@ -212,12 +212,18 @@ CREATE INDEX api_keys_by_tenant ON api_keys (tenant);
 # Version ranges by part, so parts can add migrations independently: 1-9 core (turns, memories),
 # 10-19 memory layers (versions, scenes, profile, session state), 20-29 context offload,
 # 30-39 service (tenants, keys).
+M006_PENDING_BY_TENANT = """
+CREATE INDEX turns_emb_pending_by_tenant ON turns (tenant, rid) WHERE embedding IS NULL;
+CREATE INDEX memories_emb_pending_by_tenant ON memories (tenant, rid) WHERE embedding IS NULL;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "turns with full-text index", M001_TURNS),
     Migration(2, "memories with full-text index", M002_MEMORIES),
     Migration(3, "meta and fencing tokens", M003_META),
     Migration(4, "turns indexed with neighbours and date", turn_context_sql(_FTS_TOKENIZER)),
     Migration(5, "full-text words prefixed by tenant", tenant_index_sql(_FTS_TOKENIZER)),
+    Migration(6, "pending embeddings by tenant, for a fair share", M006_PENDING_BY_TENANT),
     *LAYER_MIGRATIONS,
     Migration(20, "context offload: tool pairs, entries, refs, boundaries, tasks", M020_OFFLOAD),
     Migration(30, "service tenants and hashed API keys", M030_TENANTS),

@@ -24,7 +24,7 @@ from stratamem.store.base import (
     PendingText,
     TurnFieldWeights,
 )
-from stratamem.store.pieces import embedding_pieces, embedding_text, vector_blobs
+from stratamem.store.pieces import embedding_pieces, embedding_text, fair_share, vector_blobs
 from stratamem.store.sqlite import erase, fencing, retrieval
 from stratamem.store.sqlite.connection import connect, write_transaction
 from stratamem.store.sqlite.filters import filter_sql
@@ -125,11 +125,20 @@ class SqliteStore:
         table = _TABLES[layer]
         text_col = "text, speaker" if layer is Layer.L0 else "content AS text, NULL AS speaker"
         with self._lock:
-            rows = self._conn.execute(
-                f"SELECT tenant, id, {text_col} FROM {table}"
-                " WHERE embedding IS NULL ORDER BY rid LIMIT ?",
-                (limit,),
-            ).fetchall()
+            tenants = [
+                str(r[0]) for r in self._conn.execute(
+                    f"SELECT DISTINCT tenant FROM {table} WHERE embedding IS NULL"
+                )
+            ]  # fmt: skip
+            queues = [
+                self._conn.execute(
+                    f"SELECT tenant, id, {text_col} FROM {table}"
+                    " WHERE tenant = ? AND embedding IS NULL ORDER BY rid LIMIT ?",
+                    (tenant, limit),
+                ).fetchall()
+                for tenant in tenants
+            ]
+        rows = fair_share(queues, limit)
         return [
             PendingText(
                 layer,
@@ -140,6 +149,16 @@ class SqliteStore:
             )
             for r in rows
         ]
+
+    def count_pending_embeddings(self, scope: Scope) -> int:
+        with self._lock:
+            return sum(
+                int(self._conn.execute(
+                    f"SELECT COUNT(*) FROM {table} WHERE tenant = ? AND embedding IS NULL",
+                    (scope.tenant,),
+                ).fetchone()[0])
+                for table in _TABLES.values()
+            )  # fmt: skip
 
     def store_embeddings(
         self,
