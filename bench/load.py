@@ -1,0 +1,224 @@
+"""Load benchmark of `stratamem serve`: many clients of several tenants, with and without one
+tenant importing a big conversation at the same time.
+
+Each run starts a fresh `stratamem serve` (on 127.0.0.1 only, a temporary data directory, the
+configured embedder) and drives it with `--clients` concurrent clients spread over `--tenants`
+tenants for `--seconds`: 70 % captures (1-3 messages), 30 % recalls. The second run does the
+same while tenant t0 captures `--import-messages` messages (~1 KB each) in one request. Prints
+requests per second and p50/p95/p99 latency per route for both runs, and the recall p95 of the
+other tenants in the second run against the first (the target: within 2x).
+
+    python bench/load.py [--seconds 60] [--clients 20] [--tenants 5] [--import-messages 1000]
+                         [--embedder local]
+
+Bounded: at most 300 s per run and 200,000 requests in all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import re
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+HOST = "127.0.0.1"
+MAX_SECONDS = 300.0
+MAX_REQUESTS = 200_000
+READY_TIMEOUT_S = 120.0
+CAPTURE_SHARE = 0.7
+IMPORTER = "t0"
+_ADDRESS = re.compile(r"listening on (http://\S+)")
+WORDS = [
+    "garden", "coffee", "river", "violin", "hiking", "tomato", "budget", "museum", "puppy",
+    "soccer", "novel", "recipe", "bicycle", "meeting", "painting", "travel", "concert",
+    "spreadsheet", "birthday", "vacation",
+]  # fmt: skip
+
+
+@dataclass
+class Sample:
+    route: str
+    tenant: str
+    seconds: float
+    status: int
+
+
+@dataclass
+class Run:
+    name: str
+    elapsed_s: float = 0.0
+    samples: list[Sample] = field(default_factory=list)
+    import_s: float | None = None
+    import_status: int | None = None
+
+
+@contextmanager
+def serve(embedder: str, admin_key: str) -> Iterator[str]:
+    """A fresh `stratamem serve` on 127.0.0.1; its base URL. Stopped (SIGTERM) on exit."""
+    with tempfile.TemporaryDirectory(prefix="stratamem-load-") as tmp:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
+        env.update(HF_HUB_OFFLINE="1", STRATAMEM_SERVER_ADMIN_KEY=admin_key)
+        log = Path(tmp) / "serve.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "stratamem.cli.main", "--data-dir", f"{tmp}/data",
+                 "--embedder", embedder, "serve", "--host", HOST, "--port", "0"],
+                env=env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            try:
+                yield _address(proc, log)
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def _address(proc: subprocess.Popen[bytes], log: Path) -> str:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        found = _ADDRESS.search(log.read_text(errors="replace"))
+        if found:
+            return found.group(1)
+        if proc.poll() is not None:
+            raise SystemExit(f"serve exited with {proc.returncode}:\n{log.read_text()}")
+        time.sleep(0.1)  # waiting for a process to start, bounded by the deadline
+    raise SystemExit("serve did not start in time")
+
+
+def sentence(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(words)).capitalize() + "."
+
+
+async def keys_for(url: str, admin_key: str, tenants: list[str]) -> dict[str, str]:
+    admin = {"Authorization": f"Bearer {admin_key}"}
+    keys = {}
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        for tenant in tenants:
+            (await client.post("/v1/admin/tenants", json={"name": tenant}, headers=admin))\
+                .raise_for_status()  # fmt: skip
+            issued = await client.post(f"/v1/admin/tenants/{tenant}/keys", json={}, headers=admin)
+            keys[tenant] = issued.raise_for_status().json()["token"]
+    return keys
+
+
+async def client_loop(
+    client: httpx.AsyncClient, tenant: str, key: str, rng: random.Random, deadline: float,
+    run: Run, budget: list[int],
+) -> None:  # fmt: skip
+    headers = {"Authorization": f"Bearer {key}"}
+    session = f"s{rng.randrange(1000)}"
+    while time.monotonic() < deadline and budget[0] > 0:
+        budget[0] -= 1
+        if rng.random() < CAPTURE_SHARE:
+            route = "/v1/capture"
+            messages = [{"role": rng.choice(["user", "assistant"]),
+                         "content": sentence(rng, rng.randint(8, 24))}
+                        for _ in range(rng.randint(1, 3))]  # fmt: skip
+            body: dict[str, object] = {"session": session, "messages": messages}
+        else:
+            route, body = "/v1/recall", {"query": sentence(rng, rng.randint(3, 8))}
+        start = time.perf_counter()
+        response = await client.post(route, json=body, headers=headers)
+        run.samples.append(Sample(route, tenant, time.perf_counter() - start, response.status_code))
+
+
+async def big_import(client: httpx.AsyncClient, key: str, count: int, run: Run) -> None:
+    rng = random.Random(99)
+    messages = [{"role": "user" if i % 2 == 0 else "assistant",
+                 "content": " ".join(sentence(rng, 12) for _ in range(10))[:940]}
+                for i in range(count)]  # fmt: skip
+    start = time.perf_counter()
+    response = await client.post(
+        "/v1/capture", json={"session": "import", "messages": messages},
+        headers={"Authorization": f"Bearer {key}"}, timeout=600,
+    )  # fmt: skip
+    run.import_s, run.import_status = time.perf_counter() - start, response.status_code
+
+
+async def drive(url: str, admin_key: str, args: argparse.Namespace, run: Run) -> None:
+    tenants = [f"t{i}" for i in range(args.tenants)]
+    keys = await keys_for(url, admin_key, tenants)
+    limits = httpx.Limits(max_connections=args.clients + 2)
+    budget = [MAX_REQUESTS // 2]
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        start = time.monotonic()
+        deadline = start + min(args.seconds, MAX_SECONDS)
+        jobs = [
+            client_loop(client, tenants[i % len(tenants)], keys[tenants[i % len(tenants)]],
+                        random.Random(i), deadline, run, budget)
+            for i in range(args.clients)
+        ]  # fmt: skip
+        if run.name == "with import":
+            jobs.append(big_import(client, keys[IMPORTER], args.import_messages, run))
+        await asyncio.gather(*jobs)
+        run.elapsed_s = time.monotonic() - start
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def report(run: Run) -> None:
+    print(f"\n== {run.name}: {len(run.samples)} requests in {run.elapsed_s:.1f} s"
+          f" ({len(run.samples) / run.elapsed_s:.1f} req/s)")  # fmt: skip
+    print(f"{'route':<14}{'count':>7}{'req/s':>8}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}"
+          f"{'non-2xx':>9}")  # fmt: skip
+    by_route: dict[str, list[Sample]] = defaultdict(list)
+    for sample in run.samples:
+        by_route[sample.route].append(sample)
+    for route, samples in sorted(by_route.items()):
+        ms = [s.seconds * 1e3 for s in samples]
+        bad = sum(1 for s in samples if not 200 <= s.status < 300)
+        print(f"{route:<14}{len(ms):>7}{len(ms) / run.elapsed_s:>8.1f}{statistics.median(ms):>9.1f}"
+              f"{percentile(ms, 0.95):>9.1f}{percentile(ms, 0.99):>9.1f}{bad:>9}")  # fmt: skip
+    if run.import_s is not None:
+        print(f"import of t0 ({IMPORTER}): status {run.import_status} in {run.import_s:.1f} s")
+
+
+def others_recall_p95_ms(run: Run) -> float:
+    ms = [s.seconds * 1e3 for s in run.samples if s.route == "/v1/recall" and s.tenant != IMPORTER]
+    return percentile(ms, 0.95)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--tenants", type=int, default=5)
+    parser.add_argument("--import-messages", type=int, default=1000)
+    parser.add_argument("--embedder", default="local")
+    args = parser.parse_args()
+    admin_key = secrets.token_urlsafe(32)
+    runs = [Run("baseline"), Run("with import")]
+    for run in runs:
+        with serve(args.embedder, admin_key) as url:
+            asyncio.run(drive(url, admin_key, args, run))
+        report(run)
+    base, loaded = (others_recall_p95_ms(r) for r in runs)
+    ratio = loaded / base
+    print(f"\nrecall p95 of the tenants not importing: {base:.1f} ms without the import,"
+          f" {loaded:.1f} ms with it: x{ratio:.2f} (target: at most x2.00)"
+          f" {'OK' if ratio <= 2.0 else 'OVER'}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
