@@ -1,5 +1,7 @@
 """The OpenAPI document fuzzed with schemathesis over a real socket: no 5xx, ever; answers match
-their documented status codes and schemas; invalid data is rejected.
+their documented status codes and schemas; invalid data is rejected. Then properties of hostile
+input (times, Unicode with lone surrogates, NUL, direction marks and NFC/NFD forms, nesting
+depth) over REST and the MCP tools.
 
 (Hypothesis drives each operation directly: schemathesis' pytest plugin does not run under the
 pytest this project uses.)
@@ -7,7 +9,10 @@ pytest this project uses.)
 
 from __future__ import annotations
 
+import json
+import unicodedata
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +20,7 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from schemathesis import APIOperation, Case, GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -89,3 +95,148 @@ def test_valid_requests_never_get_a_server_error(service: tuple[str, str]) -> No
 
 def test_invalid_requests_are_rejected_without_a_server_error(service: tuple[str, str]) -> None:
     _fuzz(*service, GenerationMode.NEGATIVE)
+
+
+# -- properties of hostile input: times, Unicode, nesting; over REST and the MCP tools ------
+PROPERTY_EXAMPLES = 40
+MIN_TS, MAX_TS = -2_208_988_800.0, 7_258_118_400.0  # the documented range: 1900 .. 2200 UTC
+MAX_NESTING = 32
+UNICODE = st.text(
+    alphabet=st.one_of(
+        st.characters(codec=None),  # any code point, lone surrogates included
+        st.sampled_from(  # NUL, direction marks, a decomposable letter, lone surrogates
+            ["\x00", "\u200f", "\u202e", "\u202c", "e", "\u0301", "\u00e9", "\ud800", "\udfff"]
+        ),
+    ),
+    min_size=1,
+    max_size=40,
+)
+TIMES = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(min_value=-(10**20), max_value=10**20),
+    st.floats(min_value=MIN_TS, max_value=MAX_TS),
+    st.datetimes(timezones=st.timezones()).map(lambda d: d.isoformat()),
+)
+
+
+def property_settings(test: Any) -> Any:
+    return settings(max_examples=PROPERTY_EXAMPLES, deadline=None, database=None,
+                    suppress_health_check=list(HealthCheck))(test)  # fmt: skip
+
+
+def post_raw(url: str, token: str, path: str, body: Any, **headers: str) -> httpx.Response:
+    """`body` as JSON with every non-ASCII character escaped, so lone surrogates reach the
+    server as `\\udXXX`, the way a hostile client sends them."""
+    raw = json.dumps(body, ensure_ascii=True).encode()
+    all_headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    return httpx.post(f"{url}{path}", content=raw, headers={**all_headers, **headers}, timeout=60)
+
+
+def expect(response: httpx.Response, ok: bool) -> None:
+    """200 when the input is valid, else 422; either way never a 5xx, always the error shape."""
+    assert response.status_code == (200 if ok else 422), response.text
+    if not ok:
+        assert set(response.json()["error"]) == {"type", "message"}
+
+
+def is_text(value: str) -> bool:
+    return not any(0xD800 <= ord(c) <= 0xDFFF for c in value)
+
+
+def in_range(value: float | int | str) -> bool:
+    if isinstance(value, str):
+        parsed = datetime.fromisoformat(value)
+        parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        return MIN_TS <= parsed.timestamp() <= MAX_TS
+    return MIN_TS <= value <= MAX_TS
+
+
+def test_any_time_is_stored_or_refused_and_recall_keeps_working(service: tuple[str, str]) -> None:
+    url, token = service
+
+    @property_settings
+    @given(when=TIMES)
+    def check(when: float | int | str) -> None:
+        body = {"session": "times", "messages": [{"role": "user", "content": "at a time",
+                                                  "timestamp": when}]}  # fmt: skip
+        expect(post_raw(url, token, "/v1/capture", body), in_range(when))
+        expect(post_raw(url, token, "/v1/recall", {"query": "time"}), True)
+
+    check()
+
+
+def test_any_unicode_is_stored_verbatim_or_refused(service: tuple[str, str]) -> None:
+    url, token = service
+
+    @property_settings
+    @given(text=UNICODE, key=UNICODE)
+    def check(text: str, key: str) -> None:
+        ok = is_text(text) and is_text(key) and bool(text.strip())
+        body = {"session": "unicode", "messages": [{"role": "user", "content": text,
+                                                    "metadata": {key: text}}]}  # fmt: skip
+        response = post_raw(url, token, "/v1/capture", body)
+        expect(response, ok)
+        if ok and response.json()["stored"]:
+            again = {"session": "unicode", "messages": [
+                {"role": "user", "content": unicodedata.normalize("NFD", text),
+                 "metadata": {key: text}}]}  # fmt: skip
+            assert post_raw(url, token, "/v1/capture", again).json()["stored"] == []
+        recalled = post_raw(url, token, "/v1/recall", {"query": text})
+        expect(recalled, is_text(text) and bool(text.strip()))
+        pair = {"call_id": "c1", "tool": "t", "result": text}
+        tools = post_raw(url, token, "/v1/offload/sessions/unicode/tool-results", {"pairs": [pair]})
+        expect(tools, is_text(text))
+
+    check()
+
+
+def test_nesting_is_bounded(service: tuple[str, str]) -> None:
+    url, token = service
+
+    @property_settings
+    @given(depth=st.integers(min_value=1, max_value=80), leaf=st.sampled_from(["x", 1, None]))
+    def check(depth: int, leaf: Any) -> None:
+        value: Any = leaf
+        for level in range(depth):
+            value = [value] if level % 2 else {"k": value}
+        message = {"role": "user", "content": "nested", "extra": value}
+        body = {"messages": [message], "budget_tokens": 1000}
+        # the body, the messages list and the message are three levels above `value`
+        expect(post_raw(url, token, "/v1/offload/sessions/deep/compact", body),
+               depth + 3 <= MAX_NESTING)  # fmt: skip
+
+    check()
+
+
+def call_tool(url: str, token: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments}}  # fmt: skip
+    response = post_raw(url, token, "/mcp", call, Accept="application/json, text/event-stream")
+    assert response.status_code < 500, response.text
+    return dict(response.json())
+
+
+def test_the_mcp_tools_check_what_rest_checks(service: tuple[str, str]) -> None:
+    url, token = service
+    tools = st.sampled_from(["search_memories", "search_conversations", "recall"])
+
+    @property_settings
+    @given(name=tools, query=UNICODE, k=st.integers(min_value=-(10**12), max_value=10**12),
+           extra=st.booleans())  # fmt: skip
+    def check(name: str, query: str, k: int, extra: bool) -> None:
+        arguments: dict[str, Any] = {"query": query}
+        if name != "recall":
+            arguments["k"] = k
+        if extra:
+            arguments["tenant"] = "someone-else"
+        answer = call_tool(url, token, name, arguments)
+        if not is_text(query):
+            assert "error" in answer  # not JSON text: refused before any tool runs
+            return
+        valid = bool(query.strip()) and (name == "recall" or 1 <= k <= 100) and not extra
+        result = answer["result"]
+        assert result["isError"] is not valid, (arguments, result)
+        if not valid:  # the reason reaches the client, not only the server's log
+            assert result["content"][0]["text"] != f"Error executing tool {name}"
+
+    check()
