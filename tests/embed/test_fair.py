@@ -11,6 +11,7 @@ import numpy as np
 from stratamem.embed.base import Vectors
 from stratamem.embed.fair import FairEmbedder
 from stratamem.embed.hashing import HashingEmbedder
+from stratamem.errors import EmbeddingError
 
 
 class Gated(HashingEmbedder):
@@ -69,3 +70,34 @@ async def test_a_cancelled_waiter_does_not_keep_the_embedder() -> None:
     inner.gate.set()
     await running
     assert (await fair.embed_query(["later"])).shape == (1, 32)
+
+
+async def test_queries_waiting_together_are_embedded_in_one_call() -> None:
+    inner = Gated()
+    fair = FairEmbedder(inner, chunk_texts=4)
+    background = asyncio.create_task(fair.embed(["b1", "b2", "b3", "b4", "b5"]))
+    await inner.entered.wait()
+    questions = [["q1"], ["q2", "q3"], ["q4"]]
+    queries = [asyncio.create_task(fair.embed_query(q)) for q in questions]
+    while fair.queries_waiting < len(questions):
+        await asyncio.sleep(0)
+    inner.gate.set()
+    found = await asyncio.gather(*queries)
+    await background
+    assert inner.calls == [["b1", "b2", "b3", "b4"], ["q1", "q2", "q3", "q4"], ["b5"]]
+    plain = HashingEmbedder(32)
+    for texts, vectors in zip(questions, found, strict=True):
+        assert np.array_equal(vectors, await plain.embed(texts))
+
+
+class Failing(HashingEmbedder):
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        raise EmbeddingError("the endpoint is down")
+
+
+async def test_a_failure_reaches_every_query_of_the_batch() -> None:
+    fair = FairEmbedder(Failing(32))
+    results = await asyncio.gather(
+        fair.embed_query(["a"]), fair.embed_query(["b"]), return_exceptions=True
+    )
+    assert all(isinstance(r, EmbeddingError) for r in results)

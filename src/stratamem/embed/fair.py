@@ -3,7 +3,9 @@
 Any `Embedder` can be wrapped. Calls reach it one at a time. A query (`embed_query`) waits at
 most for the background chunk running when it arrives: background calls (`embed`, the
 `Embedder` contract) are cut into chunks of `chunk_texts` texts and take their turn behind every
-waiting query. Which tenant's records the background embeds next is the store's fair share
+waiting query. Queries that wait together are embedded together, in one call: under load, ten
+concurrent searches cost about one embedding call, not ten in a row. Which tenant's records the
+background embeds next is the store's fair share
 (`Store.pending_embeddings`); this class only keeps queries out of the background's queue.
 """
 
@@ -65,6 +67,7 @@ class FairEmbedder:
         self.inner = inner
         self.chunk_texts = chunk_texts
         self._gate = _QueriesFirst()
+        self._asked: list[tuple[list[str], asyncio.Future[Vectors]]] = []
 
     @property
     def model(self) -> str:
@@ -79,13 +82,36 @@ class FairEmbedder:
         return self._gate.queries_waiting
 
     async def embed_query(self, texts: Sequence[str]) -> Vectors:
-        """Embed `texts` for a search: ahead of any background chunk not yet started."""
-        items = check_texts(texts)
+        """Embed `texts` for a search: ahead of any background chunk not yet started, together
+        with the other queries waiting (the first to get the embedder embeds them all)."""
+        mine: asyncio.Future[Vectors] = asyncio.get_running_loop().create_future()
+        self._asked.append((check_texts(texts), mine))
         await self._gate.acquire(query=True)
         try:
-            return await self.inner.embed(items)
+            if not mine.done():
+                batch, self._asked = self._asked, []
+                await self._embed_together(batch)
         finally:
             self._gate.release()
+        return mine.result()
+
+    async def _embed_together(self, batch: list[tuple[list[str], asyncio.Future[Vectors]]]) -> None:
+        """Embed the texts of every query in `batch` in one call and hand each its rows."""
+        try:
+            vectors = await self.inner.embed([text for texts, _ in batch for text in texts])
+        except asyncio.CancelledError:  # the others are embedded by whoever gets the embedder next
+            self._asked = [*batch, *self._asked]
+            raise
+        except Exception as exc:  # noqa: BLE001  (not swallowed: every query of the batch gets it)
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        start = 0
+        for texts, future in batch:
+            if not future.done():
+                future.set_result(vectors[start : start + len(texts)])
+            start += len(texts)
 
     async def embed(self, texts: Sequence[str]) -> Vectors:
         """Embed `texts` as background work, a chunk at a time behind waiting queries."""
