@@ -1,13 +1,16 @@
 # The two commands of the README:
 #   make run   - the service on the embedded defaults (stratamem serve)
 #   make test  - ruff, mypy and the whole test suite
-# Both set up .venv on first use (torch 2.13.0 CPU first, then the package with its extras).
+# Both set up .venv on first use (the package with its extras and the local model; no torch).
+# `make setup-st` adds torch (CPU), sentence-transformers and mem0: the `st` embedder, the mem0
+# baseline, bench/embedders.py and the tests that compare against sentence-transformers.
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stratamem-installed
+ST_STAMP := $(VENV)/.stratamem-st-installed
 
-.PHONY: run test test-llm setup clean image-check
+.PHONY: run test test-llm setup setup-st clean image-check
 
 run: $(STAMP)
 	./scripts/run-service.sh
@@ -18,6 +21,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 setup: $(STAMP)
+
+setup-st: $(ST_STAMP)
 
 # The real-model tier (opt-in, not in CI): the LLM stages against SmolLM2-135M on llama-cpp-python's
 # server, built once into a cached venv (~20 minutes); prints calls, tokens and outcomes per stage.
@@ -31,6 +36,10 @@ image-check: $(STAMP)
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	./scripts/bootstrap.sh $(VENV)
 	touch $(STAMP)
+
+$(ST_STAMP): $(STAMP)
+	./scripts/bootstrap.sh $(VENV) st
+	touch $(ST_STAMP)
 
 clean:
 	rm -rf $(VENV) stratamem-data

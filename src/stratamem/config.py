@@ -22,8 +22,10 @@ class Settings(BaseSettings):
     data_dir: Path = Field(DEFAULT_DATA_DIR, description="Directory of the embedded store.")
     embedder: str = Field(
         "local",
-        description="`local` (all-MiniLM-L6-v2), `hash[:DIM]` (no model), `openai:MODEL`"
-        " (an OpenAI-compatible /v1/embeddings endpoint) or `none` (BM25 only).",
+        description="`local` (all-MiniLM-L6-v2 on ONNX Runtime), `local:int8` (its int8 graph),"
+        " `onnx:DIR` (an ONNX sentence encoder in a directory), `st` (sentence-transformers and"
+        " torch), `hash[:DIM]` (no model), `openai:MODEL` (an OpenAI-compatible /v1/embeddings"
+        " endpoint) or `none` (BM25 only).",
     )
     embed_base_url: str | None = Field(None, description="Base URL for `openai:` embedders.")
     embed_api_key: str | None = Field(None, description="API key for `openai:` embedders.")

@@ -25,7 +25,7 @@ from stratamem.domain import (
     memory_type,
 )
 from stratamem.embed import make_embedder
-from stratamem.embed.base import Embedder
+from stratamem.embed.base import Embedder, is_loaded, preload
 from stratamem.embed.fair import FairEmbedder
 from stratamem.errors import ConfigError, InvalidInput
 from stratamem.inputs import nfc
@@ -502,6 +502,17 @@ class AsyncMemory:
             if done < step:
                 break
         return total
+
+    @property
+    def embedder_ready(self) -> bool:
+        """False while the embedder has a model that is not loaded yet (it loads on first use,
+        or now with `load_embedder`)."""
+        return self.embedder is None or is_loaded(self.embedder)
+
+    async def load_embedder(self) -> None:
+        """Load the embedder's model now (a worker thread), so the first search pays no load."""
+        if self.embedder is not None:
+            await preload(self.embedder)
 
     def start_background(self) -> None:
         """Catch up in the background on what is pending, e.g. left by a process that died."""

@@ -80,16 +80,17 @@ def wait_for(read: Callable[[], T], done: Callable[[T], bool]) -> T:
         time.sleep(0.05)
 
 
-def _wait_for_health(url: str) -> None:
+def _wait_for_ready(url: str) -> None:
+    """Until `/v1/ready` answers 200: the service is up and its embedding model loaded."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/v1/health", timeout=5).status_code == 200:
+            if httpx.get(f"{url}/v1/ready", timeout=5).status_code == 200:
                 return
         except httpx.TransportError:
             pass
         time.sleep(0.05)
-    raise AssertionError(f"{url} did not become healthy")
+    raise AssertionError(f"{url} did not become ready")
 
 
 @contextmanager
@@ -113,7 +114,7 @@ def running(
         proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=sink, stderr=sink)
     try:
         url = _wait_for_address(proc, log, offset)
-        _wait_for_health(url)
+        _wait_for_ready(url)
         yield ServeProcess(proc, url, log)
     finally:
         if proc.poll() is None:

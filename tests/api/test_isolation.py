@@ -93,6 +93,7 @@ def probes(alice: Alice) -> list[Probe]:
         Probe("POST", f"/v1/failures/{alice.failure_id}/retry", 404),
         Probe("DELETE", f"/v1/sessions/{SESSION}", 200),  # bob's own session of that name
         Probe("GET", "/v1/health", 200),
+        Probe("GET", "/v1/ready", 200),
         Probe("GET", "/metrics", 200),
         Probe("POST", "/v1/admin/tenants", 403, {"name": a}),
         Probe("GET", "/v1/admin/tenants", 403),

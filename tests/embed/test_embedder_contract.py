@@ -1,5 +1,5 @@
-"""One contract suite, run against every embedder: local model, OpenAI-compatible, hashing, and
-the persistent cache around one."""
+"""One contract suite, run against every embedder: local model (ONNX, fp32 and int8),
+OpenAI-compatible, hashing, and the persistent cache around one."""
 
 from __future__ import annotations
 
@@ -30,12 +30,20 @@ def local_embedder() -> LocalEmbedder:
     return LocalEmbedder(batch_size=4)
 
 
-@pytest.fixture(params=["local", "hash", "openai", "cached"])
+@pytest.fixture(scope="session")
+def int8_embedder() -> LocalEmbedder:
+    return LocalEmbedder(int8=True)
+
+
+@pytest.fixture(params=["local", "local-int8", "hash", "openai", "cached"])
 async def embedder(
     request: pytest.FixtureRequest, local_embedder: LocalEmbedder
 ) -> AsyncIterator[Embedder]:
     if request.param == "local":
         yield local_embedder
+        return
+    if request.param == "local-int8":
+        yield request.getfixturevalue("int8_embedder")
         return
     if request.param == "hash":
         made: Embedder = HashingEmbedder()

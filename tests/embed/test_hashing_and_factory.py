@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from stratamem.embed import (
     HashingEmbedder,
     LocalEmbedder,
+    OnnxEmbedder,
     OpenAIEmbedder,
     make_embedder,
 )
 from stratamem.embed.hashing import hash_features, tokens
-from stratamem.errors import ConfigError
+from stratamem.embed.st import SentenceTransformerEmbedder
+from stratamem.errors import ConfigError, EmbeddingError
 
 
 def test_tokens_fold_case_and_keep_unicode_words() -> None:
@@ -62,11 +66,32 @@ def test_hash_specs(spec: str, model: str, dim: int) -> None:
     assert (embedder.model, embedder.dim) == (model, dim)
 
 
-@pytest.mark.parametrize("spec", ["local", "minilm", "Local"])
-def test_local_specs(spec: str) -> None:
+@pytest.mark.parametrize(
+    ("spec", "model"),
+    [("local", "all-MiniLM-L6-v2"), ("minilm", "all-MiniLM-L6-v2"), ("Local", "all-MiniLM-L6-v2"),
+     ("local:int8", "all-MiniLM-L6-v2-int8"), ("local:INT8", "all-MiniLM-L6-v2-int8")],
+)
+def test_local_specs(spec: str, model: str) -> None:
+    """Nothing is loaded (nor built) by making the embedder: the CLI loads only when it embeds."""
     embedder = make_embedder(spec, batch_size=8)
     assert isinstance(embedder, LocalEmbedder)
-    assert embedder.model == "all-MiniLM-L6-v2"
+    assert (embedder.model, embedder.dim, embedder.loaded) == (model, 384, False)
+
+
+def test_st_spec_names_the_same_model_and_loads_nothing() -> None:
+    embedder = make_embedder("st")
+    assert isinstance(embedder, SentenceTransformerEmbedder)
+    assert (embedder.model, embedder.dim, embedder.loaded) == ("all-MiniLM-L6-v2", 384, False)
+
+
+def test_onnx_spec_names_the_directory(tmp_path: Path) -> None:
+    folder = tmp_path / "my-encoder"
+    folder.mkdir()
+    embedder = make_embedder(f"onnx:{folder}")
+    assert isinstance(embedder, OnnxEmbedder)
+    assert embedder.model == "onnx:my-encoder"
+    with pytest.raises(EmbeddingError, match="known once it is loaded"):
+        _ = embedder.dim
 
 
 async def test_openai_spec() -> None:
@@ -91,6 +116,9 @@ def test_none_spec_means_no_embedder() -> None:
         ("openai:", "names no model"),
         ("openai:m", "base URL"),
         ("local:x", "unknown embedder"),
+        ("onnx:", "names no directory"),
+        ("onnx:/no/such/dir", "not a directory"),
+        ("st:x", "unknown embedder"),
     ],
 )
 def test_bad_specs(spec: str, message: str) -> None:

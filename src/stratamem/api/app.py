@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
@@ -16,6 +19,9 @@ from stratamem.api.middleware import BodyLimit, CatchAll, RequestMetrics, Shaped
 from stratamem.api.routes import admin, failures, health, layers, memory, offload, pipeline
 from stratamem.api.services import Services
 from stratamem.api.strict_query import reject_unknown_query
+from stratamem.errors import EmbeddingError
+
+log = logging.getLogger(__name__)
 
 #: FastAPI's own OpenTelemetry hooks stay off: nothing is sent anywhere unless configured.
 NO_TELEMETRY: TelemetryConfig = {
@@ -89,6 +95,8 @@ def _lifespan(
             if close_on_shutdown:
                 stack.push_async_callback(services.aclose)
             await stack.enter_async_context(mcp.session_manager.run())
+            loading = asyncio.get_running_loop().create_task(_load_embedder(services))
+            stack.push_async_callback(_cancelled, loading)
             services.memory.start_background()
             if background is not None:
                 await background.start()
@@ -96,3 +104,20 @@ def _lifespan(
             yield
 
     return lifespan
+
+
+async def _load_embedder(services: Services) -> None:
+    """Load the embedding model while the API already answers (`/v1/ready` says when)."""
+    started = services.monotonic()
+    try:
+        await services.memory.load_embedder()
+    except EmbeddingError:
+        log.exception("the embedding model failed to load; /v1/ready stays 503")
+        return
+    log.info("embedding model loaded in %.2f s", services.monotonic() - started)
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -265,6 +265,7 @@ def run_stdio(core: Settings, tenant: str) -> None:
     async def main() -> None:
         memory = AsyncMemory.open(core)
         try:
+            await memory.load_embedder()  # at start, not in the agent's first tool call
             await build_mcp(memory, tenant_of, _read_only_offload(memory)).run_stdio_async()
         finally:
             await memory.aclose()

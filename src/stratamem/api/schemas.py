@@ -140,6 +140,8 @@ class WhoAmIOut(BaseModel):
 class HealthOut(BaseModel):
     status: str
     version: str
+    ready: bool
+    """False until the embedding model is loaded (`/v1/ready` answers 503 until then)."""
 
 
 class TenantIn(Strict):

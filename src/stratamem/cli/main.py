@@ -11,6 +11,7 @@ from stratamem.cli import (
     failures_cmds,
     llm_cmds,
     memory_cmds,
+    model_cmds,
     offload_cmds,
     service_cmds,
 )
@@ -30,7 +31,8 @@ from stratamem.cli.pipeline_cmds import bench, pipeline, worker
 @click.option(
     "--embedder",
     default=None,
-    help="local | hash[:DIM] | openai:MODEL | none [env STRATAMEM_EMBEDDER; default local].",
+    help="local | local:int8 | onnx:DIR | st | hash[:DIM] | openai:MODEL | none"
+    " [env STRATAMEM_EMBEDDER; default local].",
 )
 @click.pass_context
 def cli(ctx: click.Context, data_dir: Path | None, embedder: str | None) -> None:
@@ -48,6 +50,7 @@ for command in (
     memory_cmds.reindex,
     memory_cmds.erase,
     memory_cmds.stats,
+    model_cmds.prepare,
     worker,
     pipeline,
     bench,

@@ -1,16 +1,21 @@
 """Embedders behind one contract (`Embedder`), and `make_embedder` to build one from a spec.
 
-Specs: `"local"` / `"minilm"` (all-MiniLM-L6-v2 in-process), `"hash"` / `"hash:<dim>"` (feature
+Specs: `"local"` / `"minilm"` (all-MiniLM-L6-v2 in-process on ONNX Runtime), `"local:int8"` (its
+int8-quantised graph), `"onnx:<dir>"` (any ONNX sentence encoder in a directory), `"st"`
+(all-MiniLM-L6-v2 on sentence-transformers and torch), `"hash"` / `"hash:<dim>"` (feature
 hashing, no dependencies), `"openai:<model>"` (any OpenAI-compatible endpoint; needs `base_url`),
 `"none"` (no embedder: BM25 only; `make_embedder` returns None).
 """
 
 from __future__ import annotations
 
-from stratamem.embed import hashing, local, openai
+from pathlib import Path
+
+from stratamem.embed import hashing, local, onnx_encoder, openai
 from stratamem.embed.base import Embedder, Vectors, normalise_rows
 from stratamem.embed.hashing import HashingEmbedder
 from stratamem.embed.local import LocalEmbedder
+from stratamem.embed.onnx_encoder import OnnxEmbedder
 from stratamem.embed.openai import OpenAIEmbedder
 from stratamem.errors import ConfigError, EmbeddingError
 
@@ -19,6 +24,7 @@ __all__ = [
     "EmbeddingError",
     "HashingEmbedder",
     "LocalEmbedder",
+    "OnnxEmbedder",
     "OpenAIEmbedder",
     "Vectors",
     "make_embedder",
@@ -26,6 +32,10 @@ __all__ = [
 ]
 
 _LOCAL_SPECS = frozenset({"local", "minilm", "all-minilm-l6-v2"})
+_ST_SPECS = frozenset({"st", "sentence-transformers"})
+_SPECS = (
+    "'local', 'local:int8', 'onnx:<dir>', 'st', 'hash', 'hash:<dim>', 'openai:<model>' or 'none'"
+)
 
 
 def make_embedder(
@@ -42,8 +52,15 @@ def make_embedder(
     kind = name.lower()
     if kind == "none" and not arg:
         return None
-    if kind in _LOCAL_SPECS and not arg:
-        return LocalEmbedder(batch_size=batch_size or local.DEFAULT_BATCH_SIZE)
+    batch = batch_size or local.DEFAULT_BATCH_SIZE
+    if kind in _LOCAL_SPECS and arg.lower() in ("", "int8"):
+        return LocalEmbedder(int8=arg.lower() == "int8", batch_size=batch)
+    if kind == "onnx":
+        return _onnx_directory(spec, arg, batch)
+    if kind in _ST_SPECS and not arg:
+        from stratamem.embed.st import SentenceTransformerEmbedder  # noqa: PLC0415
+
+        return SentenceTransformerEmbedder(batch_size=batch)
     if kind == "hash":
         return HashingEmbedder(_hash_dim(spec, arg, dim))
     if kind == "openai":
@@ -56,8 +73,20 @@ def make_embedder(
             batch_size=batch_size,
             timeout_s=timeout_s,
         )
-    raise ConfigError(
-        f"unknown embedder {spec!r}: use 'local', 'hash', 'hash:<dim>', 'openai:<model>' or 'none'"
+    raise ConfigError(f"unknown embedder {spec!r}: use {_SPECS}")
+
+
+def _onnx_directory(spec: str, arg: str, batch_size: int) -> OnnxEmbedder:
+    """`onnx:<dir>`: the model's name is `onnx:` and the directory's name."""
+    if not arg:
+        raise ConfigError(f"embedder {spec!r} names no directory: use 'onnx:<dir>'")
+    folder = Path(arg).expanduser()
+    if not folder.is_dir():
+        raise ConfigError(f"embedder {spec!r}: {folder} is not a directory")
+    return OnnxEmbedder(
+        f"onnx:{folder.resolve().name}",
+        lambda: onnx_encoder.model_in_directory(folder),
+        batch_size=batch_size,
     )
 
 

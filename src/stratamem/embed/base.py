@@ -42,6 +42,31 @@ class Embedder(Protocol):
     async def aclose(self) -> None: ...
 
 
+@runtime_checkable
+class Preloadable(Protocol):
+    """An embedder with a model to load (the local ones), which it otherwise loads on first use.
+
+    - `load()` loads it now, in a worker thread; a failure raises `EmbeddingError`.
+    - `loaded` says whether it is loaded (so the first `embed` pays no load).
+    """
+
+    @property
+    def loaded(self) -> bool: ...
+
+    async def load(self) -> None: ...
+
+
+async def preload(embedder: Embedder) -> None:
+    """Load `embedder`'s model now when it has one to load."""
+    if isinstance(embedder, Preloadable):
+        await embedder.load()
+
+
+def is_loaded(embedder: Embedder) -> bool:
+    """True unless `embedder` has a model that is not loaded yet."""
+    return not isinstance(embedder, Preloadable) or embedder.loaded
+
+
 def empty(dim: int) -> Vectors:
     return np.zeros((0, dim), dtype=np.float32)
 

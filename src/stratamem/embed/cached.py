@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stratamem.embed.base import Embedder, Vectors, check_texts, empty
+from stratamem.embed.base import Embedder, Vectors, check_texts, empty, is_loaded, preload
 from stratamem.errors import ConfigError, EmbeddingError
 from stratamem.files import create_private
 
@@ -74,6 +74,13 @@ class CachedEmbedder:
     @property
     def dim(self) -> int:
         return self.inner.dim
+
+    @property
+    def loaded(self) -> bool:
+        return is_loaded(self.inner)
+
+    async def load(self) -> None:
+        await preload(self.inner)
 
     async def embed(self, texts: Sequence[str]) -> Vectors:
         items = check_texts(texts)

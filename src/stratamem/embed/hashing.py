@@ -1,8 +1,8 @@
 """A deterministic feature-hashing embedder: word unigrams and bigrams, signed hashing.
 
-A light option for installs without torch: no model, no network, the same vector for the same
-text on every machine and every run (blake2b, not Python's salted `hash`). It captures lexical
-overlap, not meaning; prefer the local model or an endpoint when they are available.
+A light option for installs without the model: no model files, no network, the same vector for
+the same text on every machine and every run (blake2b, not Python's salted `hash`). It captures
+lexical overlap, not meaning; prefer the local model or an endpoint when they are available.
 """
 
 from __future__ import annotations

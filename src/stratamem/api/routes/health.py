@@ -1,15 +1,15 @@
-"""Liveness and Prometheus metrics: no key needed, and nothing tenant-specific in either."""
+"""Liveness, readiness and Prometheus metrics: no key needed, and nothing tenant-specific."""
 
 from __future__ import annotations
 
 import asyncio
 
 from fastapi import APIRouter
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from stratamem.api.deps import ServicesDep
 from stratamem.api.metrics import CONTENT_TYPE, store_gauges
-from stratamem.api.schemas import HealthOut
+from stratamem.api.schemas import ErrorDetail, ErrorOut, HealthOut
 from stratamem.api.services import Services
 from stratamem.api.views import package_version
 
@@ -18,9 +18,19 @@ router = APIRouter(tags=["service"])
 
 @router.get("/v1/health", response_model=HealthOut)
 async def health(services: ServicesDep) -> HealthOut:
-    """`ok` when the store answers."""
+    """`ok` when the store answers; `ready` once the embedding model is loaded."""
     await asyncio.to_thread(services.tenants.count_tenants)
-    return HealthOut(status="ok", version=package_version())
+    ready = services.memory.embedder_ready
+    return HealthOut(status="ok", version=package_version(), ready=ready)
+
+
+@router.get("/v1/ready", response_model=HealthOut, responses={503: {"model": ErrorOut}})
+async def ready(services: ServicesDep) -> HealthOut | JSONResponse:
+    """200 once the service can answer at full speed (the embedding model loaded), else 503."""
+    if not services.memory.embedder_ready:
+        detail = ErrorDetail(type="not_ready", message="the embedding model is still loading")
+        return JSONResponse(ErrorOut(error=detail).model_dump(), status_code=503)
+    return await health(services)
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

@@ -1,0 +1,207 @@
+"""The ONNX graph of a BERT sentence encoder, written from its safetensors weights without torch.
+
+The graph is what sentence-transformers runs for all-MiniLM-L6-v2: token, position and type-0
+embeddings with LayerNorm; N encoder layers (multi-head self-attention over the attention mask,
+then a GELU feed-forward, each with a residual and LayerNorm); the mean of the token states over
+the attention mask; L2 normalisation. Inputs `input_ids` and `attention_mask` (int64, batch by
+tokens); output `sentence_embedding` (float32, batch by hidden size, unit rows).
+
+Needs the `onnx` package (only to build the graph; running it needs onnxruntime alone).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+#: ONNX opset of the graph: 17 has LayerNormalization; reductions other than ReduceSum still
+#: take their axes as attributes there.
+OPSET = 17
+IR_VERSION = 8
+OUTPUT = "sentence_embedding"
+TOKEN_OUTPUT = "last_hidden_state"
+_MASKED = float(np.finfo(np.float32).min)
+"""Added to the attention scores of padding tokens (as transformers does)."""
+
+Weights = Mapping[str, npt.NDArray[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class BertShape:
+    """The sizes the graph needs, from a transformers `config.json`."""
+
+    hidden: int
+    heads: int
+    layers: int
+    layer_norm_eps: float
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> BertShape:
+        if config.get("hidden_act", "gelu") != "gelu":
+            raise ValueError(f"unsupported activation {config['hidden_act']!r}: expected gelu")
+        return cls(
+            hidden=int(config["hidden_size"]),
+            heads=int(config["num_attention_heads"]),
+            layers=int(config["num_hidden_layers"]),
+            layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
+        )
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+class _Graph:
+    """Nodes and initialisers under construction; every op output gets a fresh name."""
+
+    def __init__(self, weights: Weights) -> None:
+        from onnx import helper, numpy_helper  # noqa: PLC0415  (only needed to build)
+
+        self._helper, self._numpy_helper = helper, numpy_helper
+        self.weights = weights
+        self.nodes: list[Any] = []
+        self.initialisers: list[Any] = []
+        self._names: set[str] = set()
+        self._count = 0
+
+    def const(self, name: str, value: npt.ArrayLike, dtype: type = np.float32) -> str:
+        """The initialiser `name` (made on first use: a name always stands for one value)."""
+        if name in self._names:
+            return name
+        self._names.add(name)
+        array: npt.NDArray[Any] = np.ascontiguousarray(np.asarray(value, dtype=dtype))
+        self.initialisers.append(self._numpy_helper.from_array(array, name))
+        return name
+
+    def weight(self, name: str, *, transpose: bool = False) -> str:
+        array = self.weights[name]
+        return self.const(name, array.T if transpose else array)
+
+    def op(self, op_type: str, *inputs: str, **attributes: Any) -> str:
+        self._count += 1
+        output = f"{op_type.lower()}_{self._count}"
+        node = self._helper.make_node(op_type, list(inputs), [output], **attributes)
+        self.nodes.append(node)
+        return output
+
+    def linear(self, x: str, prefix: str) -> str:
+        product = self.op("MatMul", x, self.weight(f"{prefix}.weight", transpose=True))
+        return self.op("Add", product, self.weight(f"{prefix}.bias"))
+
+    def layer_norm(self, x: str, prefix: str, eps: float) -> str:
+        scale, bias = self.weight(f"{prefix}.weight"), self.weight(f"{prefix}.bias")
+        return self.op("LayerNormalization", x, scale, bias, axis=-1, epsilon=eps)
+
+
+def strip_prefix(weights: Weights) -> dict[str, npt.NDArray[Any]]:
+    """The weights named as in a bare `BertModel` (a `bert.` prefix removed)."""
+    return {name.removeprefix("bert."): array for name, array in weights.items()}
+
+
+def build_encoder(weights: Weights, shape: BertShape, *, pooled: bool = True) -> Any:
+    """The `onnx.ModelProto` of the sentence encoder with these weights; with `pooled=False`,
+    the encoder alone (output `last_hidden_state`, one vector per token, as exporters write)."""
+    from onnx import TensorProto, helper  # noqa: PLC0415  (only needed to build)
+
+    graph = _Graph(strip_prefix(weights))
+    hidden = _embeddings(graph, shape)
+    bias = _attention_bias(graph)
+    for index in range(shape.layers):
+        hidden = _encoder_layer(graph, f"encoder.layer.{index}", hidden, bias, shape)
+    tokens: list[str | int] = ["batch", "tokens"]
+    out_shape: list[str | int]
+    if pooled:
+        name, out_shape, out = OUTPUT, ["batch", shape.hidden], _pool(graph, hidden)
+    else:
+        name, out_shape, out = TOKEN_OUTPUT, [*tokens, shape.hidden], hidden
+    graph.nodes.append(helper.make_node("Identity", [out], [name]))
+    body = helper.make_graph(
+        graph.nodes,
+        "sentence_encoder",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, tokens),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, tokens),
+        ],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, out_shape)],
+        graph.initialisers,
+    )
+    return helper.make_model(
+        body,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        ir_version=IR_VERSION,
+        producer_name="stratamem",
+    )
+
+
+def _embeddings(graph: _Graph, shape: BertShape) -> str:
+    """Token + position + type-0 embeddings, then LayerNorm: [batch, tokens, hidden]."""
+    words = graph.op("Gather", graph.weight("embeddings.word_embeddings.weight"), "input_ids")
+    types = graph.weights["embeddings.token_type_embeddings.weight"]
+    typed = graph.op("Add", words, graph.const("token_type_0", types[0]))
+    length = graph.op("Shape", "input_ids", start=1, end=2)
+    table = graph.weight("embeddings.position_embeddings.weight")
+    zero = graph.const("zero", [0], np.int64)
+    positions = graph.op("Slice", table, zero, length, zero)
+    summed = graph.op("Add", typed, positions)
+    return graph.layer_norm(summed, "embeddings.LayerNorm", shape.layer_norm_eps)
+
+
+def _attention_bias(graph: _Graph) -> str:
+    """0 for real tokens and a huge negative for padding: [batch, 1, 1, tokens]."""
+    mask = graph.op("Cast", "attention_mask", to=1)  # 1: FLOAT
+    padding = graph.op("Sub", graph.const("one", 1.0), mask)
+    bias = graph.op("Mul", padding, graph.const("masked", _MASKED))
+    return graph.op("Unsqueeze", bias, graph.const("axes_1_2", [1, 2], np.int64))
+
+
+def _encoder_layer(graph: _Graph, prefix: str, x: str, bias: str, shape: BertShape) -> str:
+    eps = shape.layer_norm_eps
+    attended = graph.linear(_self_attention(graph, prefix, x, bias, shape),
+                            f"{prefix}.attention.output.dense")  # fmt: skip
+    x = graph.layer_norm(graph.op("Add", attended, x), f"{prefix}.attention.output.LayerNorm", eps)
+    inner = _gelu(graph, graph.linear(x, f"{prefix}.intermediate.dense"))
+    out = graph.linear(inner, f"{prefix}.output.dense")
+    return graph.layer_norm(graph.op("Add", out, x), f"{prefix}.output.LayerNorm", eps)
+
+
+def _self_attention(graph: _Graph, prefix: str, x: str, bias: str, shape: BertShape) -> str:
+    """Scaled dot-product attention over `heads` heads: [batch, tokens, hidden]."""
+    split = graph.const(f"{prefix}.split", [0, 0, shape.heads, shape.head_dim], np.int64)
+
+    def heads(name: str, perm: list[int]) -> str:
+        projected = graph.linear(x, f"{prefix}.attention.self.{name}")
+        return graph.op("Transpose", graph.op("Reshape", projected, split), perm=perm)
+
+    query = heads("query", [0, 2, 1, 3])  # [batch, heads, tokens, head_dim]
+    key = heads("key", [0, 2, 3, 1])  # [batch, heads, head_dim, tokens]
+    value = heads("value", [0, 2, 1, 3])
+    scale = graph.const(f"{prefix}.scale", math.sqrt(shape.head_dim))
+    scores = graph.op("Div", graph.op("MatMul", query, key), scale)
+    weights = graph.op("Softmax", graph.op("Add", scores, bias), axis=-1)
+    context = graph.op("Transpose", graph.op("MatMul", weights, value), perm=[0, 2, 1, 3])
+    merged = graph.const(f"{prefix}.merge", [0, 0, shape.hidden], np.int64)
+    return graph.op("Reshape", context, merged)
+
+
+def _gelu(graph: _Graph, x: str) -> str:
+    """The exact GELU: x * 0.5 * (1 + erf(x / sqrt(2)))."""
+    erf = graph.op("Erf", graph.op("Div", x, graph.const("sqrt2", math.sqrt(2.0))))
+    return graph.op("Mul", graph.op("Mul", x, graph.const("half", 0.5)),
+                    graph.op("Add", erf, "one"))  # fmt: skip
+
+
+def _pool(graph: _Graph, hidden: str) -> str:
+    """The mean of the token states over the attention mask, L2-normalised: [batch, hidden]."""
+    mask = graph.op("Unsqueeze", graph.op("Cast", "attention_mask", to=1),
+                    graph.const("axes_2", [2], np.int64))  # fmt: skip
+    token_axis = graph.const("axes_1", [1], np.int64)
+    summed = graph.op("ReduceSum", graph.op("Mul", hidden, mask), token_axis, keepdims=0)
+    counts = graph.op("ReduceSum", mask, token_axis, keepdims=0)
+    mean = graph.op("Div", summed, graph.op("Max", counts, graph.const("tiny_count", 1e-9)))
+    norm = graph.op("ReduceL2", mean, axes=[1], keepdims=1)
+    return graph.op("Div", mean, graph.op("Max", norm, graph.const("tiny_norm", 1e-12)))
