@@ -82,6 +82,10 @@ def _open(model: OnnxModel) -> _Runtime:
         raise EmbeddingError(f"onnxruntime is missing; {_INSTALL_HINT}") from e
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # errors only: no warnings on a CLI's stderr
+    # Idle worker threads sleep instead of spinning: on a busy machine spinning threads fight
+    # the others for the cores (one query: 4.7 ms of CPU instead of 20, at load 15 on 2 cores).
+    for entry in ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"):
+        options.add_session_config_entry(entry, "0")
     try:
         session = onnxruntime.InferenceSession(
             str(model.graph), options, providers=["CPUExecutionProvider"]
