@@ -27,8 +27,8 @@ from stratamem.clock import ManualClock
 from stratamem.offload import InProcessRunner, Offload, ToolPair
 from stratamem.offload.compaction import Compaction
 from stratamem.offload.tokens import context_tokens, message_tokens
+from stratamem.store.offload_sql import SqlOffloadStore
 from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.offload import SqliteOffloadStore
 
 TENANT, SESSION = "bench", "long-session"
 FILLS = (0.6, 0.9, 1.5, 3.0)
@@ -148,7 +148,7 @@ async def main(tasks: int, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         store = SqliteStore(Path(tmp) / "bench.db")
         runner = InProcessRunner(clock)
-        offload = Offload(SqliteOffloadStore(store), runner, llm=None, clock=clock)
+        offload = Offload(SqlOffloadStore(store), runner, llm=None, clock=clock)
         messages, lines = build_session(tasks, seed, clock.now())
         originals = {p.call_id: p.output for p in lines if isinstance(p, ToolPair)}
         ingest_s = await ingest(offload, runner, lines)

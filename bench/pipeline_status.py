@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stratamem.domain import Role, Scope, Turn
+from stratamem.store.layers_sql import SqlLayerStore
 from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.layers import SqliteLayerStore
 
 TENANT = Scope("busy")
 
@@ -34,7 +34,7 @@ def fill(store: SqliteStore, sessions: int, turns: int) -> None:
             ])  # fmt: skip
 
 
-def per_session(store: SqliteStore, layers: SqliteLayerStore) -> int:
+def per_session(store: SqliteStore, layers: SqlLayerStore) -> int:
     """The route before: every session listed, then its state read, one by one."""
     return sum(
         layers.session_state(TENANT, session).pending_turns
@@ -59,7 +59,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         store = SqliteStore(Path(tmp) / "stratamem.db")
-        layers = SqliteLayerStore(store)
+        layers = SqlLayerStore(store)
         fill(store, args.sessions, args.turns)
         before_ms, before = median_ms(lambda: per_session(store, layers), args.repeat)
         after_ms, after = median_ms(lambda: layers.pending_turns(TENANT), args.repeat)

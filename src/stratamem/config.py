@@ -20,6 +20,12 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="STRATAMEM_", extra="ignore")
 
     data_dir: Path = Field(DEFAULT_DATA_DIR, description="Directory of the embedded store.")
+    store_url: str | None = Field(
+        None,
+        description="The system of record: unset for the SQLite file under `data_dir`,"
+        " `sqlite:PATH` for another file, `postgresql://USER:PASSWORD@HOST/DB` for PostgreSQL"
+        " with pgvector (the `postgres` extra). Every process of a deployment uses the same.",
+    )
     embedder: str = Field(
         "local",
         description="`local` (all-MiniLM-L6-v2 on ONNX Runtime), `local:int8` (its int8 graph),"

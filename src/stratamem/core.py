@@ -40,8 +40,8 @@ from stratamem.retrieval.render import render_recall, render_stable
 from stratamem.retrieval.search import SearchRequest, hybrid_search
 from stratamem.store.base import EmbeddingInfo, Filters, Store
 from stratamem.store.layers_base import LayerStore
-from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.layers import SqliteLayerStore
+from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.opening import RecordStore, open_store
 
 ProgressFn = Callable[[int], None]
 #: Most records one `turns` or `list_memories` call returns.
@@ -88,7 +88,7 @@ class AsyncMemory:
     ) -> None:
         self.store = store
         self.layers: LayerStore | None = (
-            SqliteLayerStore(store) if isinstance(store, SqliteStore) else None
+            SqlLayerStore(store) if isinstance(store, RecordStore) else None
         )
         self.llm = llm
         self._owns_llm = owns_llm
@@ -144,7 +144,7 @@ class AsyncMemory:
         if isinstance(llm, str):
             llm_settings = LLMSettings()
             llm = LLMClient(llm_settings, clock=clock) if llm_settings.configured else None
-        store = SqliteStore(settings.store_path, settings.sqlite_synchronous)
+        store = open_store(settings)
         return cls(
             store, embedder, settings, clock, verify_embedding, owns_embedder=owns,
             llm=llm, layer_settings=layer_settings, owns_llm=owns_llm,
@@ -269,7 +269,7 @@ class AsyncMemory:
     def layer_service(self) -> LayerService:
         """The memory layers over this memory's store, LLM (or offline mode) and embedder."""
         if self.layers is None:
-            raise ConfigError("the memory layers need the embedded (SQLite) store")
+            raise ConfigError("the memory layers need a SQLite or PostgreSQL store")
         return LayerService(
             self.store,
             self.layers,
@@ -410,7 +410,7 @@ class AsyncMemory:
 
     def _layer_store(self) -> LayerStore:
         if self.layers is None:
-            raise ConfigError("the memory layers need the embedded (SQLite) store")
+            raise ConfigError("the memory layers need a SQLite or PostgreSQL store")
         return self.layers
 
     # -- context offload -------------------------------------------------------------------
@@ -418,8 +418,8 @@ class AsyncMemory:
     def embedded_offload(self) -> EmbeddedOffload:
         """Context offload over this memory's store; its stages run in this process."""
         if self._offload is None:
-            if not isinstance(self.store, SqliteStore):
-                raise ConfigError("context offload needs the embedded (SQLite) store")
+            if not isinstance(self.store, RecordStore):
+                raise ConfigError("context offload needs a SQLite or PostgreSQL store")
             self._offload = EmbeddedOffload(self.store, self.clock, self.llm)
         return self._offload
 

@@ -1,4 +1,4 @@
-"""`SqliteLayerStore` on a real SQLite file: commits are all or nothing, state is checked, old
+"""`SqlLayerStore` on a real SQLite file: commits are all or nothing, state is checked, old
 versions stay reachable."""
 
 from __future__ import annotations
@@ -12,18 +12,18 @@ from stratamem.domain import MemoryRecord, MemoryType, Mode, Profile, Role, Scop
 from stratamem.errors import LayerConflict, NotFound, StaleFencingToken
 from stratamem.store.base import Fence
 from stratamem.store.layers_base import L1Commit, L3Commit, Supersede
+from stratamem.store.layers_sql import SqlLayerStore
 from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.layers import SqliteLayerStore
 
 SCOPE = Scope("acme")
 
 
 @pytest.fixture
-def stores(tmp_path: Path) -> Iterator[tuple[SqliteStore, SqliteLayerStore]]:
+def stores(tmp_path: Path) -> Iterator[tuple[SqliteStore, SqlLayerStore]]:
     store = SqliteStore(tmp_path / "db.sqlite")
     store.add_turns(SCOPE, [Turn(f"t{i}", "acme", "s1", Role.USER, f"turn {i}", 100.0 + i)
                             for i in range(3)])  # fmt: skip
-    yield store, SqliteLayerStore(store)
+    yield store, SqlLayerStore(store)
     store.close()
 
 
@@ -33,7 +33,7 @@ def memory(memory_id: str, content: str = "fact", at: float = 10.0) -> MemoryRec
 
 
 def test_session_state_counts_turns_past_the_cursor(
-    stores: tuple[SqliteStore, SqliteLayerStore],
+    stores: tuple[SqliteStore, SqlLayerStore],
 ) -> None:
     _, layers = stores
     state = layers.session_state(SCOPE, "s1")
@@ -47,7 +47,7 @@ def test_session_state_counts_turns_past_the_cursor(
     assert layers.session_state(Scope("other"), "s1").pending_turns == 0  # tenants apart
 
 
-def test_a_refused_commit_writes_nothing(stores: tuple[SqliteStore, SqliteLayerStore]) -> None:
+def test_a_refused_commit_writes_nothing(stores: tuple[SqliteStore, SqlLayerStore]) -> None:
     store, layers = stores
     layers.commit_l1(SCOPE, L1Commit("s1", "a", 0, 1, 50.0, [memory("m1")]), Fence("k", 5))
     cases = [
@@ -66,7 +66,7 @@ def test_a_refused_commit_writes_nothing(stores: tuple[SqliteStore, SqliteLayerS
 
 
 def test_merge_history_reaches_every_version(
-    stores: tuple[SqliteStore, SqliteLayerStore],
+    stores: tuple[SqliteStore, SqlLayerStore],
 ) -> None:
     store, layers = stores
     pair = [memory("m1", "a"), memory("m2", "b")]
@@ -85,7 +85,7 @@ def test_merge_history_reaches_every_version(
     assert [m.id for m in changed] == ["m3"] and mark == 3
 
 
-def test_profile_versions(stores: tuple[SqliteStore, SqliteLayerStore]) -> None:
+def test_profile_versions(stores: tuple[SqliteStore, SqlLayerStore]) -> None:
     _, layers = stores
     layers.commit_l3(SCOPE, L3Commit("a", 1.0, Profile("acme", "v1 body", 1, 1.0, Mode.LLM)))
     layers.commit_l3(SCOPE, L3Commit("b", 2.0, Profile("acme", "v2 body", 2, 2.0, Mode.LLM)))

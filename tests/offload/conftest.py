@@ -11,8 +11,8 @@ import pytest
 from stratamem.clock import CountingIdFactory, ManualClock
 from stratamem.llm import LLMClient, LLMSettings
 from stratamem.offload import InProcessRunner, Offload, OffloadSettings
+from stratamem.store.offload_sql import SqlOffloadStore
 from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.offload import SqliteOffloadStore
 from stratamem.testing import RecordingSleep, ScriptedLLM
 
 
@@ -22,7 +22,7 @@ class Rig:
 
     offload: Offload
     runner: InProcessRunner
-    store: SqliteOffloadStore
+    store: SqlOffloadStore
     clock: ManualClock
 
     async def run(self) -> None:
@@ -43,8 +43,8 @@ def sqlite_store(tmp_path: Path) -> Iterator[SqliteStore]:
 
 
 @pytest.fixture
-def offload_store(sqlite_store: SqliteStore) -> SqliteOffloadStore:
-    return SqliteOffloadStore(sqlite_store)
+def offload_store(sqlite_store: SqliteStore) -> SqlOffloadStore:
+    return SqlOffloadStore(sqlite_store)
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ async def llm(scripted_llm: ScriptedLLM) -> AsyncIterator[LLMClient]:
 
 
 def make_rig(
-    store: SqliteOffloadStore,
+    store: SqlOffloadStore,
     clock: ManualClock,
     llm: LLMClient | None,
     **settings: object,
@@ -73,10 +73,10 @@ def make_rig(
 
 
 @pytest.fixture
-def rig(offload_store: SqliteOffloadStore, clock: ManualClock, llm: LLMClient) -> Rig:
+def rig(offload_store: SqlOffloadStore, clock: ManualClock, llm: LLMClient) -> Rig:
     return make_rig(offload_store, clock, llm)
 
 
 @pytest.fixture
-def offline_rig(offload_store: SqliteOffloadStore, clock: ManualClock) -> Rig:
+def offline_rig(offload_store: SqlOffloadStore, clock: ManualClock) -> Rig:
     return make_rig(offload_store, clock, None)

@@ -16,7 +16,7 @@ from stratamem.offload.mermaid import Edit, InvalidDiagram, apply_edits, validat
 from stratamem.offload.schedule import l2_timer_key
 from stratamem.store.base import Fence
 from stratamem.store.failures import FailureKind, FailureQuery, FailureStatus
-from stratamem.store.sqlite.layers import SqliteLayerStore
+from stratamem.store.layers_sql import SqlLayerStore
 from stratamem.testing import Reply, ScriptedLLM
 
 from . import model
@@ -90,7 +90,7 @@ async def test_invalid_diagrams_and_unknown_ids_are_repaired_once(
     [diagram] = (await rig.offload.diagrams(T, S)).diagrams
     assert diagram.version == 1  # nothing written
     assert [e.call_id for e in rig.store.unmapped_entries(Scope(T), S)] == ["c7"]
-    layers = SqliteLayerStore(rig.store._store)
+    layers = SqlLayerStore(rig.store._store)
     [failure] = layers.list_failures(Scope(T))
     assert (failure.kind, failure.stage, failure.status) == (
         FailureKind.STAGE, "offload-l2", FailureStatus.OPEN,

@@ -11,11 +11,10 @@ from stratamem.llm import LLMHTTPError
 from stratamem.offload import TaskStatus, ToolPair
 from stratamem.offload.l1_summaries import run_l1
 from stratamem.offload.l15_judgment import JudgmentConflict, run_l15
-from stratamem.offload.models import Decision
 from stratamem.offload.schedule import l2_timer_key
-from stratamem.offload.store import DiagramWrite, VersionConflict
 from stratamem.store.failures import FailureKind, FailureStatus
-from stratamem.store.sqlite.layers import SqliteLayerStore
+from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.offload_records import Decision, DiagramWrite, VersionConflict
 from stratamem.testing import Reply, ScriptedLLM
 
 from . import model
@@ -140,7 +139,7 @@ async def test_an_unknown_task_id_is_repaired_once_then_falls_back_offline(
     assert second.decision is not None and second.decision.mode is Mode.OFFLINE
     assert second.task_id == outcome.task_id  # the offline rule: the active task goes on
     assert rig.store.get_mark(Scope(T), S, mark2).judged
-    [note] = SqliteLayerStore(rig.store._store).list_failures(Scope(T))
+    [note] = SqlLayerStore(rig.store._store).list_failures(Scope(T))
     assert (note.kind, note.status, note.stage) == (
         FailureKind.FALLBACK, FailureStatus.NOTED, "offload-l15",
     )  # fmt: skip
@@ -164,7 +163,7 @@ async def test_an_unusable_judgment_is_never_read(
     outcome = await run_l15(rig.offload.deps, T, S, mark)
     assert outcome.decision is not None and outcome.decision.mode is Mode.OFFLINE
     assert outcome.decision.new_label == "Fix the refund test"
-    [note] = SqliteLayerStore(rig.store._store).list_failures(Scope(T))
+    [note] = SqlLayerStore(rig.store._store).list_failures(Scope(T))
     assert note.kind is FailureKind.FALLBACK and note.raws
 
 
@@ -176,7 +175,7 @@ async def test_a_judgment_endpoint_failure_is_recorded_and_fails_the_task(
     with pytest.raises(LLMHTTPError):
         await run_l15(rig.offload.deps, T, S, mark)
     assert not rig.store.get_mark(Scope(T), S, mark).judged
-    layers = SqliteLayerStore(rig.store._store)
+    layers = SqlLayerStore(rig.store._store)
     [failure] = layers.list_failures(Scope(T))
     assert (failure.kind, failure.status) == (FailureKind.STAGE, FailureStatus.OPEN)
     assert "model crashed" in failure.raws[0] and failure.detail == {"mark": mark}

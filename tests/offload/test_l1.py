@@ -11,12 +11,12 @@ from stratamem.domain import Mode, Scope
 from stratamem.llm import LLMClient, LLMHTTPError
 from stratamem.offload import Stage, ToolPair
 from stratamem.offload.l1_summaries import run_l1
-from stratamem.offload.models import NewEntry
 from stratamem.offload.schedule import l1_timer_key
 from stratamem.offload.stage import ref_id_for
 from stratamem.store.failures import FailureKind
-from stratamem.store.sqlite.layers import SqliteLayerStore
-from stratamem.store.sqlite.offload import SqliteOffloadStore
+from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.offload_records import NewEntry
+from stratamem.store.offload_sql import SqlOffloadStore
 from stratamem.testing import Reply, ScriptedLLM
 
 from . import model
@@ -66,7 +66,7 @@ async def test_a_pair_the_model_leaves_out_gets_a_fallback_entry(
     await rig.offload.ingest(T, S, batch)
     outcome = await run_l1(rig.offload.deps, T, S)
     assert outcome.fallbacks == ("c1", "c2") and outcome.dropped == 2
-    notes = SqliteLayerStore(rig.store._store).list_failures(Scope(T))
+    notes = SqlLayerStore(rig.store._store).list_failures(Scope(T))
     assert sorted(n.error.split(" ")[0] for n in notes) == ["call", "summary"]
     assert {n.kind for n in notes} == {FailureKind.ITEM}
     entries = {e.call_id: e for e in await rig.offload.entries(T, S)}
@@ -163,7 +163,7 @@ async def test_the_stage_calls_its_own_endpoint_stage(
 
 
 async def test_a_large_claim_is_summarised_in_several_calls(
-    offload_store: SqliteOffloadStore, clock: ManualClock, llm: LLMClient,
+    offload_store: SqlOffloadStore, clock: ManualClock, llm: LLMClient,
     scripted_llm: ScriptedLLM,
 ) -> None:  # fmt: skip
     scripted_llm.on("offload-l1", model.summaries)
@@ -176,7 +176,7 @@ async def test_a_large_claim_is_summarised_in_several_calls(
 
 
 async def test_concurrent_runs_claim_disjoint_pairs(
-    offload_store: SqliteOffloadStore, clock: ManualClock, llm: LLMClient,
+    offload_store: SqlOffloadStore, clock: ManualClock, llm: LLMClient,
     scripted_llm: ScriptedLLM,
 ) -> None:  # fmt: skip
     scripted_llm.on("offload-l1", model.summaries)

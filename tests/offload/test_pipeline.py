@@ -25,8 +25,8 @@ from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Delivery, TaskType
 from stratamem.pipeline.timers import offload_l2_timer_key
 from stratamem.pipeline.worker import Outcome, Worker
+from stratamem.store.offload_sql import SqlOffloadStore
 from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.offload import SqliteOffloadStore
 from stratamem.testing import Reply, ScriptedLLM
 
 from . import model
@@ -44,7 +44,7 @@ class Pipe:
     offload: Offload
     worker: Worker
     backend: PipelineBackend
-    store: SqliteOffloadStore
+    store: SqlOffloadStore
     clock: ManualClock
     handled: list[Delivery] = field(default_factory=list)
 
@@ -78,7 +78,7 @@ async def pipe(
     clock: ManualClock,
 ) -> AsyncIterator[Pipe]:
     backend = open_backend(request.param, tmp_path)
-    store = SqliteOffloadStore(sqlite_store)
+    store = SqlOffloadStore(sqlite_store)
     offload = Offload(store, PipelineScheduler(backend, clock), llm=llm, clock=clock)
     registry = ExecutorRegistry()
     register_executors(registry, offload)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stratamem.offload.models import Ref
 from stratamem.offload.readback import read_slice
+from stratamem.store.offload_records import Ref
 
 LOG = "\n".join(f"{i:04d} INFO request handled in {i % 7} ms" for i in range(2000))
 LOG = LOG.replace("1500 INFO request handled", "1500 ERROR database timeout on orders")

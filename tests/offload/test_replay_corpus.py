@@ -21,7 +21,7 @@ import pytest
 from stratamem.domain import Mode, Scope
 from stratamem.offload import ToolPair
 from stratamem.store.failures import FailureKind, FailureQuery
-from stratamem.store.sqlite.layers import SqliteLayerStore
+from stratamem.store.layers_sql import SqlLayerStore
 from stratamem.testing import ScriptedLLM
 from tests.replay_corpus import Exchange, exchanges
 
@@ -100,7 +100,7 @@ async def test_the_offload_stages_lose_nothing_whatever_the_model_said(
         if entry.mode is Mode.LLM:  # only a summary of a call shown, never a cut-off one
             assert not entry.summary.startswith("The code is")
     assert rig.store.unjudged_marks(scope, S) == []
-    failures = SqliteLayerStore(rig.store._store).list_failures(scope, FailureQuery(limit=1000))
+    failures = SqlLayerStore(rig.store._store).list_failures(scope, FailureQuery(limit=1000))
     assert failures and all(f.raws or f.kind is FailureKind.STAGE for f in failures)
     # offload1: every summary cut off or prose; offload2: only "..." call ids: offline entries
     assert {e.mode for e in entries.values()} == {Mode.OFFLINE}

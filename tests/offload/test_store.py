@@ -9,11 +9,11 @@ import pytest
 from stratamem.domain import Scope
 from stratamem.errors import StoreError
 from stratamem.offload import ToolPair
+from stratamem.store.offload_sql import SqlOffloadStore
 from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.offload import SqliteOffloadStore
 
 
-def test_tenants_never_see_each_other(offload_store: SqliteOffloadStore) -> None:
+def test_tenants_never_see_each_other(offload_store: SqlOffloadStore) -> None:
     pair = ToolPair("c1", "cat", {}, "mine", 1.0)
     a, b = Scope("tenant-a"), Scope("tenant-b")
     assert offload_store.append_pairs(a, "s", [pair], 1.0).stored == ("c1",)
@@ -29,7 +29,7 @@ def test_tenants_never_see_each_other(offload_store: SqliteOffloadStore) -> None
 
 def test_sqlite_failures_are_store_errors(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "x.db")
-    offload = SqliteOffloadStore(store)
+    offload = SqlOffloadStore(store)
     store.close()
     with pytest.raises(StoreError, match="offload store"):
         offload.list_entries(Scope("t"), "s")

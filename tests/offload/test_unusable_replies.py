@@ -14,8 +14,8 @@ from stratamem.offload.compaction import compact
 from stratamem.offload.l1_summaries import run_l1
 from stratamem.offload.tokens import context_tokens
 from stratamem.store.failures import Failure, FailureKind, FailureQuery, FailureStatus
-from stratamem.store.sqlite.layers import SqliteLayerStore
-from stratamem.store.sqlite.offload import SqliteOffloadStore
+from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.offload_sql import SqlOffloadStore
 from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
 
 from . import model
@@ -26,7 +26,7 @@ T, S = "acme", "sess-1"
 
 
 def records(rig: Rig, kind: FailureKind | None = None) -> list[Failure]:
-    return SqliteLayerStore(rig.store._store).list_failures(Scope(T), FailureQuery(kind=kind))
+    return SqlLayerStore(rig.store._store).list_failures(Scope(T), FailureQuery(kind=kind))
 
 
 async def test_invented_call_ids_get_a_repair_round(rig: Rig, scripted_llm: ScriptedLLM) -> None:
@@ -73,7 +73,7 @@ async def test_a_batch_that_stays_unusable_is_split_down_to_offline_entries(
 
 
 async def test_calls_past_the_attempts_are_given_back(
-    offload_store: SqliteOffloadStore, clock: ManualClock, llm: LLMClient,
+    offload_store: SqlOffloadStore, clock: ManualClock, llm: LLMClient,
     scripted_llm: ScriptedLLM,
 ) -> None:  # fmt: skip
     rig = make_rig(offload_store, clock, llm, l1_max_attempts=1)

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stratamem.store.sqlite.layers import SqliteLayerStore
+from stratamem.store.sqlite.offload import SqliteOffloadStore
 
 from stratamem.clock import CountingIdFactory, SystemClock
 from stratamem.config import Settings
@@ -31,8 +33,6 @@ from stratamem.llm import LLMClient, LLMSettings
 from stratamem.offload import InProcessRunner, Offload, ToolPair
 from stratamem.store.failures import FailureKind, FailureQuery
 from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.layers import SqliteLayerStore
-from stratamem.store.sqlite.offload import SqliteOffloadStore
 from tests.layers.conftest import settle_l1
 
 from .conftest import MODEL_ALIAS, Wire

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from stratamem.domain import Layer, Scope
 from stratamem.store.base import Filters
+from stratamem.store.scope_tokens import memory_fts_scope, tenant_token
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.connection import connect
 from stratamem.store.sqlite.migrations import MIGRATIONS, migrate
-from stratamem.store.sqlite.scope import memory_fts_scope, tenant_token
 from stratamem.store.sqlite.tenant_words import tenant_code, tenant_words
 
 

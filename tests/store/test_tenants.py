@@ -10,7 +10,7 @@ import pytest
 from stratamem.clock import ManualClock
 from stratamem.errors import AlreadyExists, InvalidIdentifier, NotFound
 from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.tenants import TenantStore, hash_token, key_id_of
+from stratamem.store.tenants_base import TenantStore, hash_token, key_id_of
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ import pytest
 
 from stratamem.domain import Layer, Role, Scope, Turn
 from stratamem.store.base import NO_FILTERS, TurnFieldWeights
+from stratamem.store.scope_tokens import tenant_token
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.connection import connect
 from stratamem.store.sqlite.migrations import MIGRATIONS, migrate
-from stratamem.store.sqlite.scope import tenant_token
 from stratamem.store.sqlite.tenant_words import tenant_words
 
 SCOPE = Scope("t1")

@@ -35,8 +35,8 @@ from stratamem.domain import Scope as TenantScope
 from stratamem.errors import StratamemError, Throttled, Unauthenticated
 from stratamem.offload import Offload
 from stratamem.retrieval.search import MAX_QUERY_CHARS
-from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.tenants import TenantStore
+from stratamem.store.opening import RecordStore
+from stratamem.store.tenants_base import TenantStore
 
 MCP_PATH = "/mcp"
 INSTRUCTIONS = (
@@ -253,7 +253,7 @@ def http_route(server: MCPServer, tenants: TenantStore, admit: Admit) -> Route:
 
 def _read_only_offload(memory: AsyncMemory) -> Offload | None:
     """Offload for reading refs back (nothing ingested here starts its stages)."""
-    if not isinstance(memory.store, SqliteStore):
+    if not isinstance(memory.store, RecordStore):
         return None
     return memory.embedded_offload.offload
 

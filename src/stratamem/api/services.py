@@ -21,9 +21,9 @@ from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.store.layers_base import LayerStore
-from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.offload import SqliteOffloadStore
-from stratamem.store.sqlite.tenants import TenantStore
+from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.opening import RecordStore
+from stratamem.store.tenants_base import TenantStore
 
 
 @dataclass
@@ -49,15 +49,15 @@ class Services:
         pipeline: PipelineBackend | None = None,
         pipeline_settings: PipelineSettings | None = None,
     ) -> Services:
-        """Services over an open memory whose store is the embedded SQLite store; context
+        """Services over an open memory whose store is a SQLite or PostgreSQL store; context
         offload runs its stages on the pipeline, so it is there only with one."""
         store = memory.store
-        if not isinstance(store, SqliteStore):
-            raise ConfigError("the service keeps tenants in the embedded SQLite store")
+        if not isinstance(store, RecordStore):
+            raise ConfigError("the service keeps tenants in a SQLite or PostgreSQL store")
         offload = None
         if pipeline is not None:
             scheduler = PipelineScheduler(pipeline, memory.clock)
-            offload = Offload(SqliteOffloadStore(store), scheduler, llm=memory.llm,
+            offload = Offload(SqlOffloadStore(store), scheduler, llm=memory.llm,
                               clock=memory.clock)  # fmt: skip
         return cls(memory, TenantStore(store, memory.clock), settings, pipeline, offload,
                    pipeline_settings=pipeline_settings or PipelineSettings())  # fmt: skip

@@ -16,8 +16,8 @@ from stratamem.errors import ConfigError
 from stratamem.failures import Failures
 from stratamem.offload import InProcessRunner, Offload
 from stratamem.store.failures import Failure, FailureKind, FailureQuery, FailureStatus
-from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.offload import SqliteOffloadStore
+from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.opening import RecordStore
 from stratamem.timestamps import utc_text
 
 T = TypeVar("T")
@@ -36,9 +36,9 @@ async def _failures(ctx: click.Context, retrying: bool) -> AsyncIterator[Failure
         else AsyncMemory.open(settings, embedder=None, llm=None, verify_embedding=False)
     )
     try:
-        if not isinstance(memory.store, SqliteStore):
-            raise ConfigError("failure records live in the embedded SQLite store")
-        offload = Offload(SqliteOffloadStore(memory.store), InProcessRunner(memory.clock),
+        if not isinstance(memory.store, RecordStore):
+            raise ConfigError("failure records need a SQLite or PostgreSQL store")
+        offload = Offload(SqlOffloadStore(memory.store), InProcessRunner(memory.clock),
                           llm=memory.llm, clock=memory.clock)  # fmt: skip
         yield Failures(memory.layer_service(), offload)
     finally:

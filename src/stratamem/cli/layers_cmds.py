@@ -24,8 +24,8 @@ from stratamem.layers.executors import LayerScheduler
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.store.base import Filters
-from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.layers import SqliteLayerStore
+from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.opening import RecordStore, open_store
 from stratamem.timestamps import utc_text
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -33,12 +33,12 @@ _TENANT = click.option("--tenant", required=True, help="Tenant.")
 
 
 @contextmanager
-def _open_layers(ctx: click.Context) -> Iterator[tuple[SqliteStore, SqliteLayerStore]]:
+def _open_layers(ctx: click.Context) -> Iterator[tuple[RecordStore, SqlLayerStore]]:
     """The store and its layer records, without an embedder or LLM (read-only commands)."""
     settings = existing_store(settings_from(ctx))
-    store = SqliteStore(settings.store_path, settings.sqlite_synchronous)
+    store = open_store(settings)
     try:
-        yield store, SqliteLayerStore(store)
+        yield store, SqlLayerStore(store)
     finally:
         store.close()
 

@@ -25,8 +25,8 @@ from stratamem.offload import InProcessRunner, Offload, RunReport, Scheduler, To
 from stratamem.offload.executors import PipelineScheduler
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
-from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.offload import SqliteOffloadStore
+from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.opening import open_store
 
 T = TypeVar("T")
 Job = Callable[[Offload, InProcessRunner], Coroutine[Any, Any, T]]
@@ -40,14 +40,14 @@ async def _offload(
     are handed to the pipeline's workers."""
     clock = SystemClock()
     settings = settings_from(ctx)
-    store = SqliteStore(settings.store_path, settings.sqlite_synchronous)
+    store = open_store(settings)
     llm_settings = LLMSettings()
     llm = LLMClient(llm_settings, clock=clock) if llm_settings.configured else None
     runner = InProcessRunner(clock)
     backend = open_backend(PipelineSettings(), settings.data_dir) if on_pipeline else None
     scheduler: Scheduler = runner if backend is None else PipelineScheduler(backend, clock)
     try:
-        yield Offload(SqliteOffloadStore(store), scheduler, llm=llm, clock=clock), runner
+        yield Offload(SqlOffloadStore(store), scheduler, llm=llm, clock=clock), runner
     finally:
         if backend is not None:
             await backend.close()

@@ -24,9 +24,9 @@ from stratamem.pipeline.reconcile import reconcile
 from stratamem.pipeline.runner import load_registry, open_backend, serve
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import worker_statuses
+from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.opening import open_store
 from stratamem.store.receipts import Receipt
-from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.layers import SqliteLayerStore
 
 T = TypeVar("T")
 DEFAULT_DATA_DIR = "./stratamem-data"
@@ -138,8 +138,8 @@ def _receipts(ctx: click.Context) -> Iterator[ReceiptReader | None]:
     if not settings.store_path.exists():
         yield None
         return
-    store = SqliteStore(settings.store_path, settings.sqlite_synchronous)
-    layers = SqliteLayerStore(store)
+    store = open_store(settings)
+    layers = SqlLayerStore(store)
 
     async def read(tenant: str, task_id: str) -> Receipt | None:
         return await asyncio.to_thread(layers.receipt, Scope(tenant), task_id)
@@ -187,9 +187,9 @@ def rotate_receipt_key(ctx: click.Context, retire_old: bool) -> None:
     """Add a new key that signs completion receipts from now on (older keys still verify until
     retired)."""
     settings = Settings(data_dir=_data_dir(ctx))
-    store = SqliteStore(settings.store_path, settings.sqlite_synchronous)
+    store = open_store(settings)
     try:
-        key_id = SqliteLayerStore(store).rotate_receipt_key(time.time(), retire_old=retire_old)
+        key_id = SqlLayerStore(store).rotate_receipt_key(time.time(), retire_old=retire_old)
     except StratamemError as exc:
         raise click.ClickException(str(exc)) from exc
     finally:

@@ -12,8 +12,8 @@ import click
 
 from stratamem.cli.common import handle_errors, print_json, settings_from
 from stratamem.errors import ConfigError
-from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.tenants import TenantStore
+from stratamem.store.opening import open_store
+from stratamem.store.tenants_base import TenantStore
 
 
 @click.command()
@@ -74,7 +74,7 @@ def _server_module(name: str = "stratamem.api.server") -> ModuleType:
 @contextmanager
 def _tenant_store(ctx: click.Context) -> Iterator[TenantStore]:
     settings = settings_from(ctx)
-    store = SqliteStore(settings.store_path, settings.sqlite_synchronous)
+    store = open_store(settings)
     try:
         yield TenantStore(store)
     finally:

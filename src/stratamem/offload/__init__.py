@@ -11,11 +11,11 @@ from __future__ import annotations
 from stratamem.offload.compaction import Compaction, Level
 from stratamem.offload.facade import DiagramsView, Offload
 from stratamem.offload.ingest import IngestResult
-from stratamem.offload.models import Diagram, Entry, Ref, TaskStatus, ToolPair
 from stratamem.offload.readback import ReadBack
 from stratamem.offload.runner import InProcessRunner, RunReport
 from stratamem.offload.schedule import Scheduler, Stage, StageTask
 from stratamem.offload.settings import OffloadSettings
+from stratamem.store.offload_records import Diagram, Entry, Ref, TaskStatus, ToolPair
 
 __all__ = [
     "Compaction",

@@ -17,8 +17,8 @@ from stratamem.llm.base import LLM
 from stratamem.offload.facade import Offload
 from stratamem.offload.runner import InProcessRunner, RunReport
 from stratamem.offload.settings import OffloadSettings
-from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.offload import SqliteOffloadStore
+from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.opening import RecordStore
 
 #: Longest sleep of the background task between two looks at its timers.
 MAX_WAIT_S = 60.0
@@ -29,7 +29,7 @@ class EmbeddedOffload:
 
     def __init__(
         self,
-        store: SqliteStore,
+        store: RecordStore,
         clock: Clock,
         llm: LLM | None = None,
         settings: OffloadSettings | None = None,
@@ -37,7 +37,7 @@ class EmbeddedOffload:
         self.clock = clock
         self.runner = InProcessRunner(clock)
         self.offload = Offload(
-            SqliteOffloadStore(store), self.runner, llm=llm, settings=settings, clock=clock
+            SqlOffloadStore(store), self.runner, llm=llm, settings=settings, clock=clock
         )
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

@@ -26,9 +26,9 @@ from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.store.base import Fence
+from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.opening import open_store
 from stratamem.store.receipts import Receipt
-from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.offload import SqliteOffloadStore
 
 _TYPES = {
     Stage.L1: TaskType.OFFLOAD_L1,
@@ -126,7 +126,7 @@ def worker_registry() -> ExecutorRegistry:
     backend = open_backend(PipelineSettings(), settings.data_dir)
     llm_settings = LLMSettings()
     llm = LLMClient(llm_settings, clock=clock) if llm_settings.configured else None
-    store = SqliteOffloadStore(SqliteStore(settings.store_path, settings.sqlite_synchronous))
+    store = SqlOffloadStore(open_store(settings))
     offload = Offload(store, PipelineScheduler(backend, clock), llm=llm, clock=clock)
     registry = ExecutorRegistry()
     register_executors(registry, offload)

@@ -15,14 +15,14 @@ from stratamem.llm.base import LLM
 from stratamem.offload import ingest as intake
 from stratamem.offload import l1_summaries, l2_diagram, l15_judgment, unreferenced
 from stratamem.offload.compaction import Compaction, compact
-from stratamem.offload.models import Diagram, Entry, ToolPair
 from stratamem.offload.offline import NEEDS_LLM
 from stratamem.offload.readback import ReadBack, read_slice
 from stratamem.offload.schedule import Scheduler, Stage, StageTask
 from stratamem.offload.settings import OffloadSettings
 from stratamem.offload.stage import StageDeps
-from stratamem.offload.store import OffloadStore
 from stratamem.store.base import Fence
+from stratamem.store.offload_base import OffloadStore
+from stratamem.store.offload_records import Diagram, Entry, ToolPair
 from stratamem.store.receipts import Attempt
 
 #: A session found with stale work is resubmitted at most this often by `reconcile`.

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from stratamem.domain import Scope, check_ident
 from stratamem.errors import InvalidInput
 from stratamem.inputs import check_text
-from stratamem.offload.models import Mark, ToolPair
 from stratamem.offload.schedule import Stage, StageTask, l1_timer_key
 from stratamem.offload.stage import StageDeps, arm_diagram_timer, derived_id
+from stratamem.store.offload_records import Mark, ToolPair
 from stratamem.timestamps import check_timestamp
 
 MAX_MARK_CHARS = 20_000

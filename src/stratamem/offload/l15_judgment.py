@@ -23,16 +23,22 @@ from stratamem.domain import Mode, Scope
 from stratamem.errors import LLMError, StoreError
 from stratamem.llm.errors import LLMOutputInvalid
 from stratamem.llm.prompts import load_prompt
-from stratamem.offload.models import Boundary, Decision, Diagram, Entry, Mark
 from stratamem.offload.offline import shorten, squash
 from stratamem.offload.schedule import Stage
 from stratamem.offload.stage import StageDeps, arm_diagram_timer, derived_id
-from stratamem.offload.store import VersionConflict
 from stratamem.stages.checked import Unusable, ask_checked
 from stratamem.stages.content import content_problem
 from stratamem.stages.envelope import StrictReply
 from stratamem.stages.records import Origin, recordable
 from stratamem.store.failures import Failure, FailureKind
+from stratamem.store.offload_records import (
+    Boundary,
+    Decision,
+    Diagram,
+    Entry,
+    Mark,
+    VersionConflict,
+)
 from stratamem.store.receipts import Attempt, ReceiptDraft
 
 STAGE = Stage.L15.value

@@ -30,7 +30,6 @@ from stratamem.domain import Mode, Scope
 from stratamem.errors import LLMError
 from stratamem.llm.base import LLM
 from stratamem.llm.prompts import load_prompt
-from stratamem.offload.models import Claim, Entry, NewEntry, ToolPair
 from stratamem.offload.offline import offline_entry, shorten, squash
 from stratamem.offload.schedule import Stage, StageTask, l1_timer_key
 from stratamem.offload.stage import StageDeps, arm_diagram_timer, ref_id_for
@@ -47,6 +46,7 @@ from stratamem.stages.content import content_problem
 from stratamem.stages.envelope import StrictReply, array_of
 from stratamem.stages.records import Origin, reason, recordable
 from stratamem.store.failures import Failure, FailureKind
+from stratamem.store.offload_records import Claim, Entry, NewEntry, ToolPair
 from stratamem.store.receipts import Attempt, ReceiptDraft
 
 STAGE = Stage.L1.value

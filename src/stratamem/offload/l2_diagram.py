@@ -22,16 +22,15 @@ from stratamem.errors import LLMError
 from stratamem.llm.base import LLM
 from stratamem.llm.prompts import load_prompt
 from stratamem.offload import mermaid
-from stratamem.offload.models import Diagram, Entry
 from stratamem.offload.offline import NEEDS_LLM, shorten
 from stratamem.offload.schedule import Stage, StageTask, l2_timer_key
 from stratamem.offload.stage import StageDeps
-from stratamem.offload.store import DiagramWrite
 from stratamem.stages.checked import Dropped, Unusable, ask_checked, check_items, require_kept
 from stratamem.stages.envelope import StrictReply, array_of
 from stratamem.stages.records import Origin, recordable
 from stratamem.store.base import Fence
 from stratamem.store.failures import Failure
+from stratamem.store.offload_records import Diagram, DiagramWrite, Entry
 from stratamem.store.receipts import Attempt, ReceiptDraft
 
 STAGE = Stage.L2.value

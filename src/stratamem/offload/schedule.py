@@ -8,16 +8,12 @@ the pipeline backend; `stratamem.offload.runner.InProcessRunner` runs everything
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Protocol
 
 from stratamem.pipeline.timers import offload_l2_timer_key
+from stratamem.store.offload_records import OffloadStage as Stage
 
-
-class Stage(StrEnum):
-    L1 = "offload-l1"
-    L15 = "offload-l15"
-    L2 = "offload-l2"
+__all__ = ["Stage", "StageTask", "l1_timer_key", "l2_timer_key"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stratamem.domain import Scope
-from stratamem.offload.models import Entry, ToolPair
 from stratamem.offload.offline import offline_entry
 from stratamem.offload.stage import StageDeps, ref_id_for
+from stratamem.store.offload_records import Entry, ToolPair
 
 UNKNOWN_TOOL = "tool"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 
 from stratamem.store.base import Fence
-from stratamem.store.sqlite.fencing import check_and_record
+from stratamem.store.fencing_sql import check_and_record
 
 FENCES_DDL = "CREATE TABLE IF NOT EXISTS fences (key TEXT PRIMARY KEY, token INTEGER NOT NULL)"
 
@@ -28,6 +28,6 @@ def fence_check(conn: sqlite3.Connection, key: str, token: int) -> None:
 
     Call inside the write transaction (after `BEGIN IMMEDIATE`); when it raises, roll back.
     Equal tokens pass: one lock holder may write many times. The rule lives with the store
-    (`stratamem.store.sqlite.fencing`); this is its form for pipeline executors.
+    (`stratamem.store.fencing_sql`); this is its form for pipeline executors.
     """
     check_and_record(conn, Fence(key, token))

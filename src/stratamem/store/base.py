@@ -1,7 +1,9 @@
 """The store contract: the system of record behind one interface.
 
 Every read and write takes a `Scope` (the tenant) as its first argument, so no query can leave
-it. Implementations: `stratamem.store.sqlite.SqliteStore` (embedded). The contract test suite in
+it. Implementations: `stratamem.store.sqlite.SqliteStore` (embedded) and
+`stratamem.store.postgres.PostgresStore`; `store.opening` opens the one a URL names. The
+contract test suite in
 `tests/store/test_contract.py` runs against each implementation.
 """
 

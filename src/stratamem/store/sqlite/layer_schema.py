@@ -7,7 +7,7 @@ Memory versions need no table of their own: an update inserts a new row and clos
 
 from __future__ import annotations
 
-from stratamem.store.sqlite.migration import Migration
+from stratamem.store.migration import Migration
 
 M010_LAYER_STATE = """
 CREATE TABLE layer_sessions (

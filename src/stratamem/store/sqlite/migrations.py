@@ -6,8 +6,8 @@ import sqlite3
 import time
 
 from stratamem.errors import StoreError
+from stratamem.store.migration import Migration
 from stratamem.store.sqlite.layer_schema import LAYER_MIGRATIONS
-from stratamem.store.sqlite.migration import Migration
 from stratamem.store.sqlite.tenant_index import tenant_index_sql
 from stratamem.store.sqlite.turn_context import turn_context_sql
 

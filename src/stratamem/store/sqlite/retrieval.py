@@ -10,9 +10,9 @@ import numpy as np
 from stratamem.domain import Layer
 from stratamem.retrieval.fts_query import phrase_terms, query_terms, terms_expression
 from stratamem.store.base import Candidate, Filters, TurnFieldWeights
+from stratamem.store.scope_tokens import scope_match
 from stratamem.store.sqlite import turn_context
 from stratamem.store.sqlite.filters import filter_sql
-from stratamem.store.sqlite.scope import scope_match
 from stratamem.store.sqlite.tenant_words import tenant_words
 from stratamem.store.vectors import VectorCache
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from stratamem.domain import Hit, Layer, MemoryRecord, Scope, Turn
 from stratamem.errors import EmbeddingMismatch, MemoryChanged, NotFound, StoreError
+from stratamem.store import fencing_sql as fencing
 from stratamem.store.base import (
     NO_FILTERS,
     Candidate,
@@ -25,11 +26,7 @@ from stratamem.store.base import (
     TurnFieldWeights,
 )
 from stratamem.store.pieces import embedding_pieces, embedding_text, fair_share, vector_blobs
-from stratamem.store.sqlite import erase, fencing, retrieval
-from stratamem.store.sqlite.connection import connect, write_transaction
-from stratamem.store.sqlite.filters import filter_sql
-from stratamem.store.sqlite.migrations import migrate
-from stratamem.store.sqlite.rows import (
+from stratamem.store.rows import (
     MEMORY_COLUMNS,
     MEMORY_WRITE_COLUMNS,
     TURN_COLUMNS,
@@ -39,7 +36,11 @@ from stratamem.store.sqlite.rows import (
     memory_params,
     turn_from_row,
 )
-from stratamem.store.sqlite.scope import tenant_token
+from stratamem.store.scope_tokens import tenant_token
+from stratamem.store.sqlite import erase, retrieval
+from stratamem.store.sqlite.connection import connect, write_transaction
+from stratamem.store.sqlite.filters import filter_sql
+from stratamem.store.sqlite.migrations import migrate
 from stratamem.store.vectors import VectorCache
 
 _TABLES = retrieval.TABLES
@@ -69,8 +70,11 @@ class SqliteStore:
             yield self._conn
 
     @contextmanager
-    def writing(self, fence: Fence | None = None) -> Iterator[sqlite3.Connection]:
-        """One short write transaction; with a `fence`, refused unless its token is the newest."""
+    def writing(
+        self, fence: Fence | None = None, key: str | None = None
+    ) -> Iterator[sqlite3.Connection]:
+        """One short write transaction; with a `fence`, refused unless its token is the newest.
+        Every write transaction of the file is serialised, whatever its `key`."""
         with self._lock, write_transaction(self._conn):
             if fence is not None:
                 fencing.check_and_record(self._conn, fence)

@@ -2,7 +2,7 @@
 
 Every method takes the tenant `Scope` first and a session validated by `check_ident`. Methods
 are synchronous (the facade runs them in a thread); each write is one short transaction.
-Implementation: `stratamem.store.sqlite.offload.SqliteOffloadStore`.
+Implementation: `stratamem.store.offload_sql.SqlOffloadStore` (on either store).
 
 - Tool pairs are appended durably and idempotently (one per tenant, session and call id).
 - `claim_pairs` hands pending pairs to one L1 run under a lease: a run that crashes leaves its
@@ -20,55 +20,26 @@ Implementation: `stratamem.store.sqlite.offload.SqliteOffloadStore`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from stratamem.domain import Scope
-from stratamem.errors import StoreError
-from stratamem.offload.models import (
+from stratamem.store.base import Fence
+from stratamem.store.failures import Failure
+from stratamem.store.offload_records import (
+    Appended,
     Boundary,
     Claim,
     Decision,
     Diagram,
+    DiagramWrite,
     Entry,
     Mark,
     NewEntry,
     Ref,
+    Routed,
     ToolPair,
 )
-from stratamem.store.base import Fence
-from stratamem.store.failures import Failure
 from stratamem.store.receipts import Receipt, ReceiptDraft
-
-
-class VersionConflict(StoreError):
-    """A compare-and-set found another version than expected: someone wrote first."""
-
-
-@dataclass(frozen=True, slots=True)
-class Appended:
-    stored: tuple[str, ...]
-    duplicates: tuple[str, ...]
-    pending: int
-
-
-@dataclass(frozen=True, slots=True)
-class Routed:
-    """What applying a judgment did: the boundary now, and the entries it routed to a task."""
-
-    boundary: Boundary
-    task_id: str | None
-    routed: int
-
-
-@dataclass(frozen=True, slots=True)
-class DiagramWrite:
-    """A new Mermaid text for one task, the version it replaces, and call id → node."""
-
-    task_id: str
-    mermaid: str
-    expected_version: int
-    mapping: Mapping[str, str]
 
 
 class OffloadStore(Protocol):

@@ -1,4 +1,5 @@
-"""`SqliteOffloadStore`: the offload store contract on the SQLite store's connection.
+"""`SqlOffloadStore`: the offload store contract on a SQL store's connection (SQLite or
+PostgreSQL, `sql.py`).
 
 Results live in `offload_refs` rows; no caller identifier ever becomes a path or SQL text (every
 value is a bound parameter).
@@ -8,31 +9,33 @@ from __future__ import annotations
 
 import functools
 import json
-import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from stratamem.domain import Mode, Scope
 from stratamem.errors import NotFound, StoreError
-from stratamem.offload.models import (
+from stratamem.store import failure_rows, receipt_rows
+from stratamem.store.base import Fence
+from stratamem.store.failures import Failure
+from stratamem.store.offload_records import (
+    Appended,
     Boundary,
     Claim,
     Decision,
     Diagram,
+    DiagramWrite,
     Entry,
     Mark,
     NewEntry,
+    OffloadStage,
     Ref,
+    Routed,
     TaskStatus,
     ToolPair,
+    VersionConflict,
 )
-from stratamem.offload.schedule import Stage
-from stratamem.offload.store import Appended, DiagramWrite, Routed, VersionConflict
-from stratamem.store.base import Fence
-from stratamem.store.failures import Failure
 from stratamem.store.receipts import Receipt, ReceiptDraft
-from stratamem.store.sqlite import failure_rows, receipt_rows
-from stratamem.store.sqlite.store import SqliteStore
+from stratamem.store.sql import DATABASE_ERRORS, SqlConn, SqlStore
 
 _ENTRY_COLUMNS = (
     "session, call_id, tool, summary, score, ref_id, ts, result_chars, mode, task_id, node_id,"
@@ -50,22 +53,23 @@ _PENDING = (
 
 
 def _translated(method: Callable[P, R]) -> Callable[P, R]:
-    """SQLite failures (a locked file past the busy timeout, a full disk) as `StoreError`."""
+    """Database failures (a locked file past the busy timeout, a full disk, a lost connection)
+    as `StoreError`."""
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(*args, **kwargs)
-        except sqlite3.Error as exc:
+        except DATABASE_ERRORS as exc:
             raise StoreError(f"offload store: {exc}") from exc
 
     return wrapper
 
 
-class SqliteOffloadStore:
-    """Offload tables inside the embedded store's file (migration 20)."""
+class SqlOffloadStore:
+    """Offload tables beside the store's own (SQLite migration 20), on its connection."""
 
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: SqlStore) -> None:
         self._store = store
 
     # -- tool pairs and claims ---------------------------------------------------------------
@@ -75,11 +79,12 @@ class SqliteOffloadStore:
     ) -> Appended:
         stored: list[str] = []
         duplicates: list[str] = []
-        with self._store.writing() as conn:
+        with self._store.writing(key=scope.tenant) as conn:
             for pair in pairs:
                 cursor = conn.execute(
-                    "INSERT OR IGNORE INTO offload_pairs (tenant, session, call_id, tool, params,"
-                    " result, error, ts, duration_ms, received_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    "INSERT INTO offload_pairs (tenant, session, call_id, tool, params,"
+                    " result, error, ts, duration_ms, received_at) VALUES (?,?,?,?,?,?,?,?,?,?)"
+                    " ON CONFLICT DO NOTHING",
                     _pair_params(scope.tenant, session, pair, now),
                 )
                 (stored if cursor.rowcount else duplicates).append(pair.call_id)
@@ -94,7 +99,7 @@ class SqliteOffloadStore:
         self, scope: Scope, session: str, claim_id: str, now: float, lease_s: float, limit: int
     ) -> Claim:
         key = (scope.tenant, session)
-        with self._store.writing() as conn:
+        with self._store.writing(key=scope.tenant) as conn:
             done = conn.execute(
                 "UPDATE offload_pairs SET done = 1, claim_id = NULL WHERE " + _PENDING
                 + " AND call_id IN (SELECT call_id FROM offload_entries"
@@ -125,7 +130,7 @@ class SqliteOffloadStore:
 
     @_translated
     def release_claim(self, scope: Scope, session: str, claim_id: str) -> int:
-        with self._store.writing() as conn:
+        with self._store.writing(key=scope.tenant) as conn:
             cursor = conn.execute(
                 "UPDATE offload_pairs SET claim_id = NULL, claim_expires = NULL"
                 " WHERE tenant = ? AND session = ? AND claim_id = ? AND done = 0",
@@ -145,7 +150,7 @@ class SqliteOffloadStore:
         receipt: ReceiptDraft | None = None,
     ) -> list[Entry]:
         created: list[Entry] = []
-        with self._store.writing() as conn:
+        with self._store.writing(key=scope.tenant) as conn:
             if receipt is not None:
                 receipt_rows.write_receipt(conn, scope.tenant, receipt)
             for item in entries:
@@ -158,7 +163,7 @@ class SqliteOffloadStore:
                     " WHERE tenant = ? AND session = ? AND call_id = ?",
                     (scope.tenant, session, item.pair.call_id),
                 )
-            failure_rows.resolve_open(conn, scope.tenant, Stage.L1.value, session, now)
+            failure_rows.resolve_open(conn, scope.tenant, OffloadStage.L1.value, session, now)
         return created
 
     # -- entries and refs --------------------------------------------------------------------
@@ -202,10 +207,10 @@ class SqliteOffloadStore:
     # -- boundaries and judgments ------------------------------------------------------------
     @_translated
     def add_mark(self, scope: Scope, session: str, mark: Mark) -> bool:
-        with self._store.writing() as conn:
+        with self._store.writing(key=scope.tenant) as conn:
             cursor = conn.execute(
-                "INSERT OR IGNORE INTO offload_marks (tenant, session, mark_id, ts, text)"
-                " VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO offload_marks (tenant, session, mark_id, ts, text)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (scope.tenant, session, mark.mark_id, mark.timestamp, mark.text),
             )
         return cursor.rowcount > 0
@@ -284,7 +289,7 @@ class SqliteOffloadStore:
         receipt: ReceiptDraft | None = None,
     ) -> Routed:
         tenant = scope.tenant
-        with self._store.writing() as conn:
+        with self._store.writing(key=scope.tenant) as conn:
             if receipt is not None:
                 receipt_rows.write_receipt(conn, tenant, receipt)
             current = _boundary(conn, tenant, session)
@@ -298,7 +303,7 @@ class SqliteOffloadStore:
             _set_mark_task(conn, tenant, session, mark, task_id)
             routed = _route_mark(conn, tenant, session, mark, task_id)
             boundary = _write_boundary(conn, tenant, session, current, mark, task_id, now)
-            failure_rows.resolve_open(conn, tenant, Stage.L15.value, session, now)
+            failure_rows.resolve_open(conn, tenant, OffloadStage.L15.value, session, now)
         return Routed(boundary, task_id, routed)
 
     # -- receipts ----------------------------------------------------------------------------
@@ -328,7 +333,7 @@ class SqliteOffloadStore:
         self, scope: Scope, session: str, write: DiagramWrite, now: float, fence: Fence | None
     ) -> Diagram:
         key = (scope.tenant, session, write.task_id)
-        with self._store.writing(fence) as conn:
+        with self._store.writing(fence, key=scope.tenant) as conn:
             cursor = conn.execute(
                 "UPDATE offload_tasks SET mermaid = ?, version = version + 1, updated_at = ?"
                 " WHERE tenant = ? AND session = ? AND task_id = ? AND version = ?",
@@ -349,7 +354,7 @@ class SqliteOffloadStore:
                 " WHERE tenant = ? AND session = ? AND task_id = ?",
                 key,
             ).fetchone()
-            failure_rows.resolve_open(conn, scope.tenant, Stage.L2.value, session, now)
+            failure_rows.resolve_open(conn, scope.tenant, OffloadStage.L2.value, session, now)
         return _diagram(row)
 
     # -- failures ----------------------------------------------------------------------------
@@ -375,7 +380,7 @@ def _pair_params(tenant: str, session: str, pair: ToolPair, now: float) -> tuple
     )
 
 
-def _pair(row: sqlite3.Row) -> ToolPair:
+def _pair(row: Any) -> ToolPair:
     return ToolPair(
         call_id=row[0],
         tool=row[1],
@@ -387,7 +392,7 @@ def _pair(row: sqlite3.Row) -> ToolPair:
     )
 
 
-def _entry(row: sqlite3.Row) -> Entry:
+def _entry(row: Any) -> Entry:
     return Entry(
         session=row[0],
         call_id=row[1],
@@ -404,11 +409,11 @@ def _entry(row: sqlite3.Row) -> Entry:
     )
 
 
-def _mark(row: sqlite3.Row) -> Mark:
+def _mark(row: Any) -> Mark:
     return Mark(row[0], row[1], float(row[2]), row[3], row[4], bool(row[5]))
 
 
-def _diagram(row: sqlite3.Row) -> Diagram:
+def _diagram(row: Any) -> Diagram:
     return Diagram(
         task_id=row[0],
         session=row[1],
@@ -423,29 +428,29 @@ def _diagram(row: sqlite3.Row) -> Diagram:
 
 
 def _insert_entry(
-    conn: sqlite3.Connection, tenant: str, session: str, item: NewEntry, ref_id: str, now: float
+    conn: SqlConn, tenant: str, session: str, item: NewEntry, ref_id: str, now: float
 ) -> Entry | None:
     pair = item.pair
     task_id = _covering_task(conn, tenant, session, pair.timestamp)
     output = pair.output
     cursor = conn.execute(
-        f"INSERT OR IGNORE INTO offload_entries (tenant, {_ENTRY_COLUMNS})"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+        f"INSERT INTO offload_entries (tenant, {_ENTRY_COLUMNS})"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?) ON CONFLICT DO NOTHING",
         (tenant, session, pair.call_id, pair.tool, item.summary, item.score, ref_id,
          pair.timestamp, len(output), item.mode.value, task_id, now),
     )  # fmt: skip
     if not cursor.rowcount:
         return None
     conn.execute(
-        "INSERT OR IGNORE INTO offload_refs (tenant, ref_id, session, call_id, tool, content,"
-        " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO offload_refs (tenant, ref_id, session, call_id, tool, content,"
+        " created_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         (tenant, ref_id, session, pair.call_id, pair.tool, output, now),
     )
     return Entry(session, pair.call_id, pair.tool, item.summary, item.score, ref_id,
                  pair.timestamp, len(output), item.mode, task_id, None, now)  # fmt: skip
 
 
-def _covering_task(conn: sqlite3.Connection, tenant: str, session: str, ts: float) -> str | None:
+def _covering_task(conn: SqlConn, tenant: str, session: str, ts: float) -> str | None:
     """The task of the boundary that covers `ts`: None while that boundary awaits judgment;
     the active task when no boundary precedes `ts`."""
     row = conn.execute(
@@ -458,7 +463,7 @@ def _covering_task(conn: sqlite3.Connection, tenant: str, session: str, ts: floa
     return _boundary(conn, tenant, session).active_task
 
 
-def _boundary(conn: sqlite3.Connection, tenant: str, session: str) -> Boundary:
+def _boundary(conn: SqlConn, tenant: str, session: str) -> Boundary:
     row = conn.execute(
         "SELECT version, active_task, last_mark_ts FROM offload_boundaries"
         " WHERE tenant = ? AND session = ?",
@@ -469,7 +474,7 @@ def _boundary(conn: sqlite3.Connection, tenant: str, session: str) -> Boundary:
     return Boundary(session, int(row[0]), row[1], row[2])
 
 
-def _mark_row(conn: sqlite3.Connection, tenant: str, session: str, mark_id: str) -> Mark:
+def _mark_row(conn: SqlConn, tenant: str, session: str, mark_id: str) -> Mark:
     row = conn.execute(
         "SELECT mark_id, session, ts, text, task_id, judged FROM offload_marks"
         " WHERE tenant = ? AND session = ? AND mark_id = ?",
@@ -481,7 +486,7 @@ def _mark_row(conn: sqlite3.Connection, tenant: str, session: str, mark_id: str)
 
 
 def _decide_task(
-    conn: sqlite3.Connection,
+    conn: SqlConn,
     tenant: str,
     session: str,
     current: Boundary,
@@ -496,8 +501,9 @@ def _decide_task(
         chosen: str | None = decision.continues
     elif decision.new_label is not None:
         conn.execute(
-            "INSERT OR IGNORE INTO offload_tasks (tenant, session, task_id, label, status,"
-            " long_task, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO offload_tasks (tenant, session, task_id, label, status,"
+            " long_task, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
             (tenant, session, new_task_id, decision.new_label, TaskStatus.OPEN.value,
              int(decision.long_task), now, now),
         )  # fmt: skip
@@ -517,7 +523,7 @@ def _decide_task(
 
 
 def _set_status(
-    conn: sqlite3.Connection, tenant: str, session: str, task_id: str, status: TaskStatus,
+    conn: SqlConn, tenant: str, session: str, task_id: str, status: TaskStatus,
     now: float,
 ) -> None:  # fmt: skip
     conn.execute(
@@ -528,7 +534,7 @@ def _set_status(
 
 
 def _set_mark_task(
-    conn: sqlite3.Connection, tenant: str, session: str, mark: Mark, task_id: str | None
+    conn: SqlConn, tenant: str, session: str, mark: Mark, task_id: str | None
 ) -> None:
     conn.execute(
         "UPDATE offload_marks SET task_id = ?, judged = 1 WHERE tenant = ? AND session = ?"
@@ -538,7 +544,7 @@ def _set_mark_task(
 
 
 def _route_mark(
-    conn: sqlite3.Connection, tenant: str, session: str, mark: Mark, task_id: str | None
+    conn: SqlConn, tenant: str, session: str, mark: Mark, task_id: str | None
 ) -> int:
     """Route the unrouted entries in the mark's stretch of time (until the next boundary)."""
     if task_id is None:
@@ -557,7 +563,7 @@ def _route_mark(
 
 
 def _write_boundary(
-    conn: sqlite3.Connection,
+    conn: SqlConn,
     tenant: str,
     session: str,
     current: Boundary,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from stratamem.domain import Mode, Profile, Scene
@@ -16,7 +15,7 @@ SCENE_COLUMNS = (
 PROFILE_COLUMNS = "tenant, version, body, updated_at, mode"
 
 
-def scene_from_row(row: sqlite3.Row) -> Scene:
+def scene_from_row(row: Any) -> Scene:
     return Scene(
         id=row["id"],
         tenant=row["tenant"],
@@ -50,7 +49,7 @@ def scene_params(scene: Scene) -> tuple[Any, ...]:
     )
 
 
-def profile_from_row(row: sqlite3.Row) -> Profile:
+def profile_from_row(row: Any) -> Profile:
     return Profile(
         tenant=row["tenant"],
         body=row["body"],
@@ -60,7 +59,7 @@ def profile_from_row(row: sqlite3.Row) -> Profile:
     )
 
 
-def session_state_from_row(row: sqlite3.Row) -> SessionState:
+def session_state_from_row(row: Any) -> SessionState:
     return SessionState(
         tenant=row["tenant"],
         session=row["session"],
@@ -73,7 +72,7 @@ def session_state_from_row(row: sqlite3.Row) -> SessionState:
     )
 
 
-def tenant_state_from_row(tenant: str, row: sqlite3.Row | None) -> TenantState:
+def tenant_state_from_row(tenant: str, row: Any | None) -> TenantState:
     if row is None:
         return TenantState(tenant=tenant)
     return TenantState(

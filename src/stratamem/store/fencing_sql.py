@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 from stratamem.errors import StaleFencingToken
 from stratamem.store.base import Fence
+from stratamem.store.sql import SqlConn
 
 
-def check_and_record(conn: sqlite3.Connection, fence: Fence) -> None:
+def check_and_record(conn: SqlConn, fence: Fence) -> None:
     """Refuse the surrounding write if a newer token was seen for the key; else record this one.
 
     Must run inside the write transaction of the guarded write.
@@ -27,6 +26,6 @@ def check_and_record(conn: sqlite3.Connection, fence: Fence) -> None:
     )
 
 
-def newest(conn: sqlite3.Connection, key: str) -> int:
+def newest(conn: SqlConn, key: str) -> int:
     row = conn.execute("SELECT token FROM fences WHERE key = ?", (key,)).fetchone()
     return int(row[0]) if row else 0

@@ -1,13 +1,12 @@
-"""Mapping between SQLite rows and domain records."""
+"""Mapping between the turns' and memories' rows (SQLite or PostgreSQL) and domain records."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from stratamem.domain import Hit, Layer, MemoryRecord, MemoryType, Mode, Role, Turn
-from stratamem.store.sqlite.scope import memory_fts_scope
+from stratamem.store.scope_tokens import memory_fts_scope
 
 TURN_COLUMNS = "id, tenant, session, seq, role, speaker, text, ts, metadata"
 MEMORY_COLUMNS = (
@@ -18,7 +17,7 @@ MEMORY_COLUMNS = (
 MEMORY_WRITE_COLUMNS = MEMORY_COLUMNS + ", fts_scope"
 
 
-def turn_from_row(row: sqlite3.Row) -> Turn:
+def turn_from_row(row: Any) -> Turn:
     return Turn(
         id=row["id"],
         tenant=row["tenant"],
@@ -32,7 +31,7 @@ def turn_from_row(row: sqlite3.Row) -> Turn:
     )
 
 
-def memory_from_row(row: sqlite3.Row) -> MemoryRecord:
+def memory_from_row(row: Any) -> MemoryRecord:
     return MemoryRecord(
         id=row["id"],
         tenant=row["tenant"],

@@ -4,11 +4,12 @@ their own transactions, and read through the layer store."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
 from stratamem.errors import LayerConflict, NotFound
 from stratamem.store.failures import Failure, FailureKind, FailureQuery, FailureStatus
+from stratamem.store.sql import DUPLICATE, SqlConn
 
 _COLUMNS = (
     "tenant, id, kind, status, stage, session, task_id, error, raws, turn_ids, detail, attempts,"
@@ -19,13 +20,13 @@ MAX_RAWS = 20
 """Raw replies kept per record; a record retried many times keeps the first and the latest."""
 
 
-def insert_failures(conn: sqlite3.Connection, failures: Sequence[Failure]) -> None:
+def insert_failures(conn: SqlConn, failures: Sequence[Failure]) -> None:
     try:
         conn.executemany(
             f"INSERT INTO failures ({_COLUMNS}) VALUES ({_MARKS})",
             [_params(f) for f in failures],
         )
-    except sqlite3.IntegrityError as exc:
+    except DUPLICATE as exc:
         raise LayerConflict(f"a failure record of this run exists already: {exc}") from exc
 
 
@@ -44,7 +45,7 @@ def _bounded(raws: Sequence[str]) -> Sequence[str]:
 
 
 def resolve_open(
-    conn: sqlite3.Connection, tenant: str, stage: str, session: str | None, now: float
+    conn: SqlConn, tenant: str, stage: str, session: str | None, now: float
 ) -> None:
     """A stage committed: its open `stage` failures (of `session`, or of the tenant when None)
     are resolved."""
@@ -60,7 +61,7 @@ def resolve_open(
 
 
 def query_failures(
-    conn: sqlite3.Connection, tenant: str, query: FailureQuery
+    conn: SqlConn, tenant: str, query: FailureQuery
 ) -> list[Failure]:
     where = ["tenant = ?"]
     params: list[object] = [tenant]
@@ -77,7 +78,7 @@ def query_failures(
     return [failure_from_row(row) for row in rows]
 
 
-def get_failure(conn: sqlite3.Connection, tenant: str, failure_id: str) -> Failure:
+def get_failure(conn: SqlConn, tenant: str, failure_id: str) -> Failure:
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM failures WHERE tenant = ? AND id = ?", (tenant, failure_id)
     ).fetchone()
@@ -87,7 +88,7 @@ def get_failure(conn: sqlite3.Connection, tenant: str, failure_id: str) -> Failu
 
 
 def note_retry(
-    conn: sqlite3.Connection,
+    conn: SqlConn,
     tenant: str,
     failure_id: str,
     now: float,
@@ -115,7 +116,7 @@ def note_retry(
     return get_failure(conn, tenant, failure_id)
 
 
-def failure_from_row(row: sqlite3.Row) -> Failure:
+def failure_from_row(row: Any) -> Failure:
     return Failure(
         task_id=row["task_id"],
         tenant=row["tenant"],

@@ -1,4 +1,4 @@
-"""Tenants and their API keys, stored hashed, in the embedded store (migration 30).
+"""Tenants and their API keys, stored hashed, beside a SQL store (SQLite migration 30).
 
 A key reads `smk_<key id>_<secret>`. Only the key id and the SHA-256 of the whole key are kept:
 the key id finds the row, the hash is compared in constant time. Keys are 32 random bytes, so a
@@ -11,7 +11,6 @@ import hashlib
 import hmac
 import re
 import secrets
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 from stratamem.clock import Clock, SystemClock
 from stratamem.domain import Scope, check_ident
 from stratamem.errors import AlreadyExists, InvalidInput, NotFound
-from stratamem.store.sqlite.store import SqliteStore
+from stratamem.store.sql import DUPLICATE, SqlStore
 
 KEY_PREFIX = "smk"
 KEY_ID_BYTES = 6
@@ -79,11 +78,11 @@ def key_id_of(token: str) -> str | None:
 
 
 class TenantStore:
-    """Tenants and hashed keys over a `SqliteStore` (its `reading()` / `writing()`)."""
+    """Tenants and hashed keys over a SQL store (its `reading()` / `writing()`)."""
 
     def __init__(
         self,
-        store: SqliteStore,
+        store: SqlStore,
         clock: Clock | None = None,
         random_bytes: RandomBytes = secrets.token_bytes,
     ) -> None:
@@ -101,7 +100,7 @@ class TenantStore:
                     "INSERT INTO tenants (name, label, created_at) VALUES (?, ?, ?)",
                     (tenant.name, tenant.label, tenant.created_at),
                 )
-        except sqlite3.IntegrityError as exc:
+        except DUPLICATE as exc:
             raise AlreadyExists(f"tenant {name!r} exists already") from exc
         return tenant
 
@@ -212,5 +211,5 @@ def _label(label: str) -> str:
     return label
 
 
-def _key_from_row(row: sqlite3.Row) -> ApiKey:
+def _key_from_row(row: Any) -> ApiKey:
     return ApiKey(row["key_id"], row["tenant"], row["label"], row["created_at"], row["revoked_at"])

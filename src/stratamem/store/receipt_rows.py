@@ -1,17 +1,18 @@
-"""Receipts in SQLite (`layer_receipts`, every task type's) and the keys that sign them."""
+"""Receipts (`layer_receipts`, every task type's) and the keys that sign them, on either
+database (`store/sql.py`)."""
 
 from __future__ import annotations
 
 import json
 import secrets
-import sqlite3
 import uuid
 
 from stratamem.errors import LayerConflict
 from stratamem.store.receipts import Attempt, Receipt, ReceiptDraft, mac, verifies
+from stratamem.store.sql import DUPLICATE, SqlConn
 
 
-def write_receipt(conn: sqlite3.Connection, tenant: str, draft: ReceiptDraft) -> None:
+def write_receipt(conn: SqlConn, tenant: str, draft: ReceiptDraft) -> None:
     """Sign and insert `draft` (inside the caller's write transaction); `LayerConflict` if the
     task id has a receipt already."""
     key_id, secret = _signing_key(conn, draft.finished_at)
@@ -24,11 +25,11 @@ def write_receipt(conn: sqlite3.Connection, tenant: str, draft: ReceiptDraft) ->
              json.dumps(draft.result, ensure_ascii=False), draft.outcome, attempt, key_id,
              mac(secret, tenant, draft)),
         )  # fmt: skip
-    except sqlite3.IntegrityError as exc:
+    except DUPLICATE as exc:
         raise LayerConflict(f"task {draft.task_id!r} has committed already") from exc
 
 
-def read_receipt(conn: sqlite3.Connection, tenant: str, task_id: str) -> Receipt | None:
+def read_receipt(conn: SqlConn, tenant: str, task_id: str) -> Receipt | None:
     """The receipt of `task_id`, verified against the key that signed it (if not retired)."""
     row = conn.execute(
         "SELECT r.task_id, r.kind, r.completed_at, r.result, r.outcome, r.attempt, r.mac,"
@@ -45,7 +46,7 @@ def read_receipt(conn: sqlite3.Connection, tenant: str, task_id: str) -> Receipt
                    attempt, authentic)  # fmt: skip
 
 
-def rotate_key(conn: sqlite3.Connection, now: float, retire_old: bool) -> str:
+def rotate_key(conn: SqlConn, now: float, retire_old: bool) -> str:
     """Add a new signing key (inside the caller's write transaction); with `retire_old`, the
     earlier keys stop verifying. Returns the new key's id."""
     if retire_old:
@@ -53,7 +54,7 @@ def rotate_key(conn: sqlite3.Connection, now: float, retire_old: bool) -> str:
     return _new_key(conn, now)[0]
 
 
-def _signing_key(conn: sqlite3.Connection, now: float) -> tuple[str, bytes]:
+def _signing_key(conn: SqlConn, now: float) -> tuple[str, bytes]:
     """The newest live key, created on first use."""
     row = conn.execute(
         "SELECT id, secret FROM receipt_keys WHERE retired_at IS NULL"
@@ -64,7 +65,7 @@ def _signing_key(conn: sqlite3.Connection, now: float) -> tuple[str, bytes]:
     return _new_key(conn, now)
 
 
-def _new_key(conn: sqlite3.Connection, now: float) -> tuple[str, bytes]:
+def _new_key(conn: SqlConn, now: float) -> tuple[str, bytes]:
     key_id, secret = f"rk_{uuid.uuid4().hex[:16]}", secrets.token_bytes(32)
     conn.execute(
         "INSERT INTO receipt_keys (id, secret, created_at) VALUES (?, ?, ?)",

@@ -1,4 +1,4 @@
-"""`SqliteLayerStore`: the `LayerStore` contract in the same SQLite file as `SqliteStore`.
+"""`SqlLayerStore`: the `LayerStore` contract beside a SQL store (SQLite or PostgreSQL, `sql.py`).
 
 It borrows the store's connection through `reading()` and `writing(fence)`, so each commit is one
 short transaction that also checks the task's fencing token.
@@ -6,13 +6,23 @@ short transaction that also checks the task's fencing token.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
 from stratamem.domain import MemoryRecord, Profile, Scene, Scope
 from stratamem.errors import LayerConflict, NotFound
+from stratamem.store import failure_rows, receipt_rows
 from stratamem.store.base import Fence
 from stratamem.store.failures import Failure, FailureQuery
+from stratamem.store.layer_rows import (
+    PROFILE_COLUMNS,
+    SCENE_COLUMNS,
+    profile_from_row,
+    scene_from_row,
+    scene_params,
+    session_state_from_row,
+    tenant_state_from_row,
+)
 from stratamem.store.layers_base import (
     L1Commit,
     L2Commit,
@@ -24,24 +34,14 @@ from stratamem.store.layers_base import (
     TenantState,
 )
 from stratamem.store.receipts import COMPLETED, SKIPPED, ReceiptDraft
-from stratamem.store.sqlite import failure_rows, receipt_rows
-from stratamem.store.sqlite.layer_rows import (
-    PROFILE_COLUMNS,
-    SCENE_COLUMNS,
-    profile_from_row,
-    scene_from_row,
-    scene_params,
-    session_state_from_row,
-    tenant_state_from_row,
-)
-from stratamem.store.sqlite.rows import (
+from stratamem.store.rows import (
     MEMORY_COLUMNS,
     MEMORY_WRITE_COLUMNS,
     memory_from_row,
     memory_params,
 )
-from stratamem.store.sqlite.scope import memory_fts_scope
-from stratamem.store.sqlite.store import SqliteStore
+from stratamem.store.scope_tokens import memory_fts_scope
+from stratamem.store.sql import DUPLICATE, SqlConn, SqlStore
 
 MAX_HISTORY = 500
 _SESSION_STATE = (
@@ -54,10 +54,10 @@ _MEMORY_MARKS = ", ".join("?" for _ in MEMORY_WRITE_COLUMNS.split(","))
 _SCENE_MARKS = ", ".join("?" for _ in SCENE_COLUMNS.split(","))
 
 
-class SqliteLayerStore:
-    """Layer records beside a `SqliteStore`; shares its connection and lock."""
+class SqlLayerStore:
+    """Layer records beside a SQL store; shares its connection."""
 
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: SqlStore) -> None:
         self._store = store
 
     # -- state -------------------------------------------------------------------------------
@@ -133,7 +133,7 @@ class SqliteLayerStore:
     # -- L1 ----------------------------------------------------------------------------------
     def commit_l1(self, scope: Scope, commit: L1Commit, fence: Fence | None = None) -> None:
         tenant = scope.tenant
-        with self._store.writing(fence) as conn:
+        with self._store.writing(fence, key=scope.tenant) as conn:
             _check_cursor(conn, tenant, commit.session, commit.expected_cursor)
             _insert_memories(conn, tenant, commit.memories)
             _supersede(conn, tenant, commit.supersedes, commit.now)
@@ -151,7 +151,7 @@ class SqliteLayerStore:
 
     def commit_retry(self, scope: Scope, commit: RetryCommit, fence: Fence | None = None) -> None:
         tenant = scope.tenant
-        with self._store.writing(fence) as conn:
+        with self._store.writing(fence, key=scope.tenant) as conn:
             failure_rows.note_retry(conn, tenant, commit.failure_id, commit.now, None, ())
             _insert_memories(conn, tenant, commit.memories)
             _supersede(conn, tenant, commit.supersedes, commit.now)
@@ -210,7 +210,7 @@ class SqliteLayerStore:
 
     def commit_l2(self, scope: Scope, commit: L2Commit, fence: Fence | None = None) -> None:
         tenant = scope.tenant
-        with self._store.writing(fence) as conn:
+        with self._store.writing(fence, key=scope.tenant) as conn:
             state = tenant_state_from_row(tenant, _tenant_row(conn, tenant))
             if state.l2_mark != commit.expected_mark:
                 raise LayerConflict(
@@ -253,7 +253,7 @@ class SqliteLayerStore:
 
     def commit_l3(self, scope: Scope, commit: L3Commit, fence: Fence | None = None) -> None:
         tenant = scope.tenant
-        with self._store.writing(fence) as conn:
+        with self._store.writing(fence, key=scope.tenant) as conn:
             if commit.profile is not None:
                 _write_profile(conn, commit.profile)
             _ensure_tenant(conn, tenant)
@@ -290,7 +290,7 @@ class SqliteLayerStore:
             return failure_rows.note_retry(conn, scope.tenant, failure_id, now, error, raws)
 
 
-def _check_cursor(conn: sqlite3.Connection, tenant: str, session: str, expected: int) -> None:
+def _check_cursor(conn: SqlConn, tenant: str, session: str, expected: int) -> None:
     row = conn.execute(
         "SELECT cursor_seq FROM layer_sessions WHERE tenant = ? AND session = ?",
         (tenant, session),
@@ -303,7 +303,7 @@ def _check_cursor(conn: sqlite3.Connection, tenant: str, session: str, expected:
 
 
 def _insert_memories(
-    conn: sqlite3.Connection, tenant: str, memories: Sequence[MemoryRecord]
+    conn: SqlConn, tenant: str, memories: Sequence[MemoryRecord]
 ) -> None:
     for memory in memories:
         if memory.tenant != tenant:
@@ -313,12 +313,12 @@ def _insert_memories(
             f"INSERT INTO memories ({MEMORY_WRITE_COLUMNS}) VALUES ({_MEMORY_MARKS})",
             [memory_params(m) for m in memories],
         )
-    except sqlite3.IntegrityError as exc:
+    except DUPLICATE as exc:
         raise LayerConflict(f"a memory of this batch exists already: {exc}") from exc
 
 
 def _supersede(
-    conn: sqlite3.Connection, tenant: str, supersedes: Sequence[Supersede], now: float
+    conn: SqlConn, tenant: str, supersedes: Sequence[Supersede], now: float
 ) -> None:
     for link in supersedes:
         cursor = conn.execute(
@@ -330,18 +330,18 @@ def _supersede(
             raise LayerConflict(f"memory {link.old_id!r} is no longer current")
 
 
-def _tenant_row(conn: sqlite3.Connection, tenant: str) -> sqlite3.Row | None:
-    row: sqlite3.Row | None = conn.execute(
+def _tenant_row(conn: SqlConn, tenant: str) -> Any | None:
+    row: Any | None = conn.execute(
         "SELECT * FROM layer_tenants WHERE tenant = ?", (tenant,)
     ).fetchone()
     return row
 
 
-def _ensure_tenant(conn: sqlite3.Connection, tenant: str) -> None:
-    conn.execute("INSERT OR IGNORE INTO layer_tenants (tenant) VALUES (?)", (tenant,))
+def _ensure_tenant(conn: SqlConn, tenant: str) -> None:
+    conn.execute("INSERT INTO layer_tenants (tenant) VALUES (?) ON CONFLICT DO NOTHING", (tenant,))
 
 
-def _bump_tenant(conn: sqlite3.Connection, tenant: str, new_memories: int) -> None:
+def _bump_tenant(conn: SqlConn, tenant: str, new_memories: int) -> None:
     _ensure_tenant(conn, tenant)
     conn.execute(
         "UPDATE layer_tenants SET memories_since_l3 = memories_since_l3 + ? WHERE tenant = ?",
@@ -350,7 +350,7 @@ def _bump_tenant(conn: sqlite3.Connection, tenant: str, new_memories: int) -> No
 
 
 def _write_receipt(
-    conn: sqlite3.Connection,
+    conn: SqlConn,
     tenant: str,
     commit: L1Commit | L2Commit | L3Commit | RetryCommit,
     kind: str,
@@ -360,7 +360,7 @@ def _write_receipt(
     receipt_rows.write_receipt(conn, tenant, draft)
 
 
-def _write_scene(conn: sqlite3.Connection, scene: Scene) -> None:
+def _write_scene(conn: SqlConn, scene: Scene) -> None:
     conn.execute(
         "UPDATE scene_versions SET current = 0 WHERE tenant = ? AND id = ? AND current = 1",
         (scene.tenant, scene.id),
@@ -370,11 +370,11 @@ def _write_scene(conn: sqlite3.Connection, scene: Scene) -> None:
             f"INSERT INTO scene_versions ({SCENE_COLUMNS}, current) VALUES ({_SCENE_MARKS}, 1)",
             scene_params(scene),
         )
-    except sqlite3.IntegrityError as exc:
+    except DUPLICATE as exc:
         raise LayerConflict(f"scene {scene.id!r} version {scene.version} exists already") from exc
 
 
-def _write_profile(conn: sqlite3.Connection, profile: Profile) -> None:
+def _write_profile(conn: SqlConn, profile: Profile) -> None:
     conn.execute(
         "UPDATE profile_versions SET current = 0 WHERE tenant = ? AND current = 1",
         (profile.tenant,),
@@ -385,12 +385,12 @@ def _write_profile(conn: sqlite3.Connection, profile: Profile) -> None:
             (profile.tenant, profile.version, profile.body, profile.updated_at,
              profile.mode.value),
         )  # fmt: skip
-    except sqlite3.IntegrityError as exc:
+    except DUPLICATE as exc:
         raise LayerConflict(f"profile version {profile.version} exists already") from exc
 
 
 def _linked_versions(
-    conn: sqlite3.Connection, tenant: str, memory_id: str
+    conn: SqlConn, tenant: str, memory_id: str
 ) -> dict[str, MemoryRecord]:
     """Walk `superseded_by` links both ways from `memory_id` (bounded)."""
     found: dict[str, MemoryRecord] = {}

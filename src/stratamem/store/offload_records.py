@@ -1,4 +1,7 @@
-"""Typed records of context offload: tool pairs, entries, refs, boundaries, task diagrams."""
+"""Typed records of context offload: tool pairs, entries, refs, boundaries, task diagrams, and
+what the offload store's writes answer (`offload_base.OffloadStore`).
+
+They live below the layers, so every store implementation depends only downward."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from stratamem.domain import Mode, check_ident
-from stratamem.errors import InvalidInput
+from stratamem.errors import InvalidInput, StoreError
 from stratamem.inputs import check_json
 from stratamem.timestamps import check_timestamp
 
@@ -205,3 +208,41 @@ class Claim:
     claim_id: str
     pairs: tuple[ToolPair, ...]
     duplicates: tuple[str, ...] = field(default=())
+
+
+class OffloadStage(StrEnum):
+    """The offload stages, by the name their failure records and tasks carry."""
+
+    L1 = "offload-l1"
+    L15 = "offload-l15"
+    L2 = "offload-l2"
+
+
+class VersionConflict(StoreError):
+    """A compare-and-set found another version than expected: someone wrote first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    stored: tuple[str, ...]
+    duplicates: tuple[str, ...]
+    pending: int
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """What applying a judgment did: the boundary now, and the entries it routed to a task."""
+
+    boundary: Boundary
+    task_id: str | None
+    routed: int
+
+
+@dataclass(frozen=True, slots=True)
+class DiagramWrite:
+    """A new Mermaid text for one task, the version it replaces, and call id → node."""
+
+    task_id: str
+    mermaid: str
+    expected_version: int
+    mapping: Mapping[str, str]
