@@ -8,6 +8,9 @@ from collections.abc import Generator
 import pytest
 
 from stratamem.testing import scripted_llm_fixture
+from tests.stores import pg_server
+
+__all__ = ["pg_server"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 SERVICE_MARKERS = ("redis", "postgres", "llm_replies")

@@ -10,20 +10,21 @@ from stratamem.store.sql import SqlConn
 def check_and_record(conn: SqlConn, fence: Fence) -> None:
     """Refuse the surrounding write if a newer token was seen for the key; else record this one.
 
-    Must run inside the write transaction of the guarded write.
+    Must run inside the write transaction of the guarded write. One statement checks and
+    records, and holds the key's row until the write commits, so two writers under the same key
+    never both pass on a database that runs writes side by side.
     """
-    row = conn.execute("SELECT token FROM fences WHERE key = ?", (fence.key,)).fetchone()
-    newest = int(row[0]) if row else 0
-    if fence.token < newest:
+    recorded = conn.execute(
+        "INSERT INTO fences (key, token) VALUES (?, ?)"
+        " ON CONFLICT (key) DO UPDATE SET token = excluded.token"
+        " WHERE fences.token <= excluded.token RETURNING token",
+        (fence.key, fence.token),
+    ).fetchone()
+    if recorded is None:
         raise StaleFencingToken(
             f"write under fencing token {fence.token} for {fence.key!r} refused: "
-            f"token {newest} was granted since"
+            f"token {newest(conn, fence.key)} was granted since"
         )
-    conn.execute(
-        "INSERT INTO fences (key, token) VALUES (?, ?)"
-        " ON CONFLICT (key) DO UPDATE SET token = excluded.token",
-        (fence.key, fence.token),
-    )
 
 
 def newest(conn: SqlConn, key: str) -> int:

@@ -53,7 +53,13 @@ def open_url(url: str | None, default_path: Path, synchronous: str = "normal") -
 
 
 def _postgres(url: str) -> RecordStore:
-    raise ConfigError(f"{_redacted(url)!r}: the PostgreSQL store is not part of this version yet")
+    try:
+        from stratamem.store.postgres import PostgresStore  # noqa: PLC0415 - optional extra
+    except ImportError as exc:
+        raise ConfigError(
+            "a postgresql:// store needs the `postgres` extra: pip install 'stratamem[postgres]'"
+        ) from exc
+    return PostgresStore(url)
 
 
 def _redacted(url: str) -> str:

@@ -1,20 +1,16 @@
-"""BM25 and vector retrieval over the SQLite tables, tenant-scoped."""
+"""BM25 retrieval over the SQLite tables, tenant-scoped (vectors: `store/vector_search.py`)."""
 
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
-
-import numpy as np
 
 from stratamem.domain import Layer
 from stratamem.retrieval.fts_query import phrase_terms, query_terms, terms_expression
 from stratamem.store.base import Candidate, Filters, TurnFieldWeights
+from stratamem.store.filters_sql import filter_sql
 from stratamem.store.scope_tokens import scope_match
 from stratamem.store.sqlite import turn_context
-from stratamem.store.sqlite.filters import filter_sql
 from stratamem.store.sqlite.tenant_words import tenant_words
-from stratamem.store.vectors import VectorCache
 
 TABLES = {Layer.L0: "turns", Layer.L1: "memories"}
 # Columns a query's words are matched against.
@@ -25,8 +21,6 @@ MEMORY_RANKING = "bm25(1.0, 0.0)"
 # With `max_share`, a word is only ever left out when it is in at least this many rows: below
 # that it is cheap whatever the share, and small tenants keep all their words.
 COMMON_FLOOR_ROWS = 200
-# How many vector neighbours to take before filtering, per wanted result.
-_OVERFETCH = 4
 
 
 def search_text(
@@ -110,68 +104,3 @@ def _ranked(
     )
     rows = conn.execute(sql, [match, ranking, tenant, *params, limit]).fetchall()
     return [Candidate(id=row[0], score=-float(row[1])) for row in rows]
-
-
-def refresh_cache(conn: sqlite3.Connection, cache: VectorCache, tenant: str, layer: Layer) -> None:
-    """Load the vectors written since the cache last looked."""
-    table = TABLES[layer]
-    rows = conn.execute(
-        f"SELECT rid, embedding, emb_seq FROM {table}"
-        " WHERE tenant = ? AND emb_seq > ? ORDER BY emb_seq",
-        (tenant, cache.max_seq),
-    ).fetchall()
-    if rows:
-        cache.add([r[0] for r in rows], [r[1] for r in rows], max(r[2] for r in rows))
-
-
-def search_vector(
-    conn: sqlite3.Connection,
-    cache: VectorCache,
-    tenant: str,
-    layer: Layer,
-    vector: np.ndarray,
-    filters: Filters,
-    limit: int,
-) -> list[Candidate]:
-    """Scan all vectors, then keep those passing the filters; rescan restricted if too few."""
-    if limit <= 0:
-        return []
-    nearest = cache.top(vector, limit * _OVERFETCH)
-    kept = _filtered(conn, tenant, layer, filters, nearest)
-    if len(kept) >= limit or len(nearest) < limit * _OVERFETCH:
-        return kept[:limit]
-    allowed = _allowed_rids(conn, tenant, layer, filters)
-    return _filtered(conn, tenant, layer, filters, cache.top(vector, limit, allowed))[:limit]
-
-
-def _filtered(
-    conn: sqlite3.Connection,
-    tenant: str,
-    layer: Layer,
-    filters: Filters,
-    nearest: list[tuple[int, float]],
-) -> list[Candidate]:
-    if not nearest:
-        return []
-    table = TABLES[layer]
-    tail, params = filter_sql(layer, filters, "r")
-    marks = ", ".join("?" for _ in nearest)
-    # A row without a vector cannot own a cached one: its rid is a deleted row's, reused (the
-    # cache keeps vectors of erased rows until the process ends).
-    rows = conn.execute(
-        f"SELECT r.rid, r.id FROM {table} r NOT INDEXED"
-        f" WHERE r.tenant = ? AND r.rid IN ({marks}) AND r.emb_seq IS NOT NULL{tail}",
-        [tenant, *(rid for rid, _ in nearest), *params],
-    ).fetchall()
-    ids = {row[0]: row[1] for row in rows}
-    return [Candidate(id=ids[rid], score=score) for rid, score in nearest if rid in ids]
-
-
-def _allowed_rids(
-    conn: sqlite3.Connection, tenant: str, layer: Layer, filters: Filters
-) -> np.ndarray:
-    table = TABLES[layer]
-    tail, params = filter_sql(layer, filters, "r")
-    params_all: list[Any] = [tenant, *params]
-    rows = conn.execute(f"SELECT r.rid FROM {table} r WHERE r.tenant = ?{tail}", params_all)
-    return np.fromiter((row[0] for row in rows), dtype=np.int64)

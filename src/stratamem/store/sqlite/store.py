@@ -16,6 +16,7 @@ import numpy as np
 from stratamem.domain import Hit, Layer, MemoryRecord, Scope, Turn
 from stratamem.errors import EmbeddingMismatch, MemoryChanged, NotFound, StoreError
 from stratamem.store import fencing_sql as fencing
+from stratamem.store import vector_search
 from stratamem.store.base import (
     NO_FILTERS,
     Candidate,
@@ -25,6 +26,7 @@ from stratamem.store.base import (
     PendingText,
     TurnFieldWeights,
 )
+from stratamem.store.filters_sql import filter_sql
 from stratamem.store.pieces import embedding_pieces, embedding_text, fair_share, vector_blobs
 from stratamem.store.rows import (
     MEMORY_COLUMNS,
@@ -39,7 +41,6 @@ from stratamem.store.rows import (
 from stratamem.store.scope_tokens import tenant_token
 from stratamem.store.sqlite import erase, retrieval
 from stratamem.store.sqlite.connection import connect, write_transaction
-from stratamem.store.sqlite.filters import filter_sql
 from stratamem.store.sqlite.migrations import migrate
 from stratamem.store.vectors import VectorCache
 
@@ -359,8 +360,8 @@ class SqliteStore:
     ) -> list[Candidate]:
         with self._lock:
             cache = self._cache(scope.tenant, layer, int(vector.shape[0]))
-            retrieval.refresh_cache(self._conn, cache, scope.tenant, layer)
-            return retrieval.search_vector(
+            vector_search.refresh_cache(self._conn, cache, scope.tenant, layer)
+            return vector_search.search_vector(
                 self._conn, cache, scope.tenant, layer, vector, filters, limit
             )
 

@@ -1,0 +1,164 @@
+"""psycopg connections as the shared record modules want them (`store/sql.py`).
+
+`PgConn` wraps a psycopg connection: the shared modules' `?` placeholders become `%s`, rows answer
+both `row[0]` and `row["column"]`, and database errors become the store's typed errors. The
+pool's connections run in autocommit; a write is one explicit transaction (`PgPool.writing`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import RowMaker
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from stratamem.errors import StoreError
+from stratamem.store.sql import DatabaseFailure, DuplicateRow
+
+POOL_MIN = 1
+POOL_MAX = 16
+CONNECT_TIMEOUT_S = 30.0
+_TRANSLATED: dict[str, bytes] = {}
+_TRANSLATED_LOCK = threading.Lock()
+
+
+def translate(sql: str) -> bytes:
+    """`?` placeholders outside quoted text as `%s`, and a literal `%` as `%%` (cached)."""
+    found = _TRANSLATED.get(sql)
+    if found is not None:
+        return found
+    out: list[str] = []
+    quote: str | None = None
+    for char in sql:
+        if quote is not None:
+            quote = None if char == quote else quote
+            out.append("%%" if char == "%" else char)
+        elif char in "'\"":
+            quote = char
+            out.append(char)
+        else:
+            out.append("%s" if char == "?" else "%%" if char == "%" else char)
+    translated = "".join(out).encode()
+    with _TRANSLATED_LOCK:
+        _TRANSLATED[sql] = translated
+    return translated
+
+
+class Row(tuple[Any, ...]):
+    """A row read by position or by column name."""
+
+    names: dict[str, int] = {}  # noqa: RUF012 - set per subclass by `_row_class`
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self.names[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self.names)
+
+
+_ROW_CLASSES: dict[tuple[str, ...], type[Row]] = {}
+
+
+def _row_class(names: tuple[str, ...]) -> type[Row]:
+    cls = _ROW_CLASSES.get(names)
+    if cls is None:
+        cls = type("Row", (Row,), {"names": {n: i for i, n in enumerate(names)}})
+        _ROW_CLASSES[names] = cls
+    return cls
+
+
+def row_factory(cursor: psycopg.Cursor[Any]) -> RowMaker[Row]:
+    names = tuple(c.name for c in cursor.description or ())
+    return _row_class(names)
+
+
+class PgCursor:
+    def __init__(self, cursor: psycopg.Cursor[Row]) -> None:
+        self._cursor = cursor
+
+    @property
+    def rowcount(self) -> int:
+        return self._cursor.rowcount
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    def fetchall(self) -> list[Row]:
+        return self._cursor.fetchall()
+
+
+class PgConn:
+    """A psycopg connection speaking the shared modules' SQL (`store/sql.py`)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.raw = conn
+
+    def execute(self, sql: str, parameters: Any = (), /) -> PgCursor:
+        cursor = self.raw.cursor(row_factory=row_factory)
+        with translated_errors():
+            cursor.execute(translate(sql), _params(parameters))
+        return PgCursor(cursor)
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> PgCursor:
+        cursor = self.raw.cursor(row_factory=row_factory)
+        rows = [_params(p) for p in parameters]
+        if rows:
+            with translated_errors():
+                cursor.executemany(translate(sql), rows)
+        return PgCursor(cursor)
+
+
+def _params(parameters: Any) -> Any:
+    return list(parameters) if isinstance(parameters, Sequence) else parameters
+
+
+@contextmanager
+def translated_errors() -> Iterator[None]:
+    try:
+        yield
+    except pg_errors.UniqueViolation as exc:
+        raise DuplicateRow(str(exc)) from exc
+    except psycopg.Error as exc:
+        raise DatabaseFailure(f"PostgreSQL: {exc}") from exc
+
+
+class PgPool:
+    """A connection pool; reads in autocommit, writes in one transaction each."""
+
+    def __init__(self, url: str, max_size: int = POOL_MAX) -> None:
+        try:
+            self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+                url,
+                min_size=POOL_MIN,
+                max_size=max_size,
+                kwargs={"autocommit": True},
+                timeout=CONNECT_TIMEOUT_S,
+                open=True,
+            )
+            self.pool.wait(CONNECT_TIMEOUT_S)
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextmanager
+    def reading(self) -> Iterator[PgConn]:
+        with translated_errors(), self.pool.connection() as conn:
+            yield PgConn(conn)
+
+    @contextmanager
+    def writing(self, lock_keys: Sequence[str] = ()) -> Iterator[PgConn]:
+        """One transaction, holding an advisory lock per key until it ends."""
+        with translated_errors(), self.pool.connection() as conn, conn.transaction():
+            for key in sorted(set(lock_keys)):  # one order, so two writers never deadlock
+                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
+            yield PgConn(conn)
+

@@ -1,0 +1,276 @@
+"""The PostgreSQL schema, as numbered migrations mirroring the SQLite store's parts: 1-9 core
+(turns, memories, their text index), 10-19 memory layers, 20-29 context offload, 30-39 service.
+
+Columns keep the SQLite store's names and meanings (so the shared record modules run unchanged):
+times are epoch seconds (`DOUBLE PRECISION`), flags are integers, JSON is text. A record's
+vectors are one float32 blob (`store/pieces.py`), searched per tenant (`vector_search.py`).
+The text index is a table of terms per row (`text_index.py`), with per-tenant totals.
+"""
+
+from __future__ import annotations
+
+from stratamem.store.migration import Migration
+
+M001_CORE = """
+CREATE TABLE turns (
+    rid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    id TEXT NOT NULL,
+    session TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    speaker TEXT,
+    text TEXT NOT NULL,
+    ts DOUBLE PRECISION NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    created_at DOUBLE PRECISION NOT NULL,
+    embedding BYTEA,
+    emb_seq BIGINT,
+    fts_len INTEGER,
+    fts_dirty BOOLEAN NOT NULL DEFAULT TRUE,
+    UNIQUE (tenant, id)
+);
+CREATE INDEX turns_by_session ON turns (tenant, session, seq);
+CREATE INDEX turns_by_time ON turns (tenant, ts);
+CREATE INDEX turns_emb_pending ON turns (rid) WHERE embedding IS NULL;
+CREATE INDEX turns_emb_seq ON turns (tenant, emb_seq) WHERE emb_seq IS NOT NULL;
+CREATE INDEX turns_fts_pending ON turns (tenant, rid) WHERE fts_dirty;
+CREATE TABLE memories (
+    rid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    content TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    source_turn_ids TEXT NOT NULL,
+    session TEXT,
+    activity_start DOUBLE PRECISION,
+    activity_end DOUBLE PRECISION,
+    valid_from DOUBLE PRECISION NOT NULL,
+    valid_to DOUBLE PRECISION,
+    superseded_by TEXT,
+    created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    mode TEXT NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    fts_scope TEXT NOT NULL,
+    embedding BYTEA,
+    emb_seq BIGINT,
+    fts_len INTEGER,
+    fts_dirty BOOLEAN NOT NULL DEFAULT TRUE,
+    UNIQUE (tenant, id)
+);
+CREATE INDEX memories_current ON memories (tenant, valid_to, type);
+CREATE INDEX memories_by_session ON memories (tenant, session);
+CREATE INDEX memories_superseded_by ON memories (tenant, superseded_by);
+CREATE INDEX memories_by_rid ON memories (tenant, rid);
+CREATE INDEX memories_emb_pending ON memories (rid) WHERE embedding IS NULL;
+CREATE INDEX memories_emb_seq ON memories (tenant, emb_seq) WHERE emb_seq IS NOT NULL;
+CREATE INDEX memories_fts_pending ON memories (tenant, rid) WHERE fts_dirty;
+CREATE TABLE turn_terms (
+    tenant TEXT NOT NULL,
+    term TEXT NOT NULL,
+    rid BIGINT NOT NULL REFERENCES turns (rid) ON DELETE CASCADE,
+    tf REAL[] NOT NULL,
+    PRIMARY KEY (tenant, term, rid)
+);
+CREATE INDEX turn_terms_by_rid ON turn_terms (rid);
+CREATE TABLE memory_terms (
+    tenant TEXT NOT NULL,
+    term TEXT NOT NULL,
+    rid BIGINT NOT NULL REFERENCES memories (rid) ON DELETE CASCADE,
+    tf REAL[] NOT NULL,
+    PRIMARY KEY (tenant, term, rid)
+);
+CREATE INDEX memory_terms_by_rid ON memory_terms (rid);
+CREATE TABLE text_totals (
+    tenant TEXT NOT NULL,
+    layer TEXT NOT NULL,
+    rows BIGINT NOT NULL DEFAULT 0,
+    tokens BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, layer)
+);
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE fences (key TEXT PRIMARY KEY, token BIGINT NOT NULL);
+CREATE SEQUENCE emb_seq;
+"""
+
+M010_LAYERS = """
+CREATE TABLE layer_sessions (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    cursor_seq INTEGER NOT NULL DEFAULT 0,
+    l1_runs INTEGER NOT NULL DEFAULT 0,
+    last_l1_at DOUBLE PRECISION,
+    last_l2_at DOUBLE PRECISION,
+    PRIMARY KEY (tenant, session)
+);
+CREATE TABLE layer_tenants (
+    tenant TEXT PRIMARY KEY,
+    l2_mark BIGINT NOT NULL DEFAULT 0,
+    memories_since_l3 INTEGER NOT NULL DEFAULT 0,
+    last_l2_at DOUBLE PRECISION,
+    last_l3_at DOUBLE PRECISION
+);
+CREATE TABLE layer_receipts (
+    tenant TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    completed_at DOUBLE PRECISION NOT NULL,
+    result TEXT NOT NULL,
+    PRIMARY KEY (tenant, task_id)
+);
+CREATE TABLE scene_versions (
+    tenant TEXT NOT NULL,
+    id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    title TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    body TEXT NOT NULL,
+    heat DOUBLE PRECISION NOT NULL,
+    memory_ids TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    deleted INTEGER NOT NULL,
+    mode TEXT NOT NULL,
+    current INTEGER NOT NULL,
+    PRIMARY KEY (tenant, id, version)
+);
+CREATE INDEX scene_versions_current ON scene_versions (tenant, current);
+CREATE TABLE profile_versions (
+    tenant TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    mode TEXT NOT NULL,
+    current INTEGER NOT NULL,
+    PRIMARY KEY (tenant, version)
+);
+CREATE TABLE failures (
+    rid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    status TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    session TEXT,
+    task_id TEXT NOT NULL,
+    error TEXT NOT NULL,
+    raws TEXT NOT NULL,
+    turn_ids TEXT NOT NULL DEFAULT '[]',
+    detail TEXT NOT NULL DEFAULT '{}',
+    attempts INTEGER NOT NULL DEFAULT 1,
+    failed_at DOUBLE PRECISION NOT NULL,
+    resolved_at DOUBLE PRECISION,
+    UNIQUE (tenant, id)
+);
+CREATE INDEX failures_by_tenant ON failures (tenant, rid);
+CREATE INDEX failures_open ON failures (tenant, stage, status, session);
+"""
+
+M020_OFFLOAD = """
+CREATE TABLE offload_pairs (
+    rid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    params TEXT NOT NULL,
+    result TEXT,
+    error TEXT,
+    ts DOUBLE PRECISION NOT NULL,
+    duration_ms DOUBLE PRECISION,
+    received_at DOUBLE PRECISION NOT NULL,
+    claim_id TEXT,
+    claim_expires DOUBLE PRECISION,
+    done INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (tenant, session, call_id)
+);
+CREATE INDEX offload_pairs_pending ON offload_pairs (tenant, session, done, rid);
+CREATE TABLE offload_entries (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    score INTEGER NOT NULL,
+    ref_id TEXT NOT NULL,
+    ts DOUBLE PRECISION NOT NULL,
+    result_chars INTEGER NOT NULL,
+    mode TEXT NOT NULL,
+    task_id TEXT,
+    node_id TEXT,
+    created_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (tenant, session, call_id)
+);
+CREATE INDEX offload_entries_by_task ON offload_entries (tenant, session, task_id, node_id);
+CREATE INDEX offload_entries_by_time ON offload_entries (tenant, session, ts);
+CREATE TABLE offload_refs (
+    tenant TEXT NOT NULL,
+    ref_id TEXT NOT NULL,
+    session TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    content TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (tenant, ref_id)
+);
+CREATE TABLE offload_marks (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    mark_id TEXT NOT NULL,
+    ts DOUBLE PRECISION NOT NULL,
+    text TEXT NOT NULL,
+    task_id TEXT,
+    judged INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, session, mark_id)
+);
+CREATE INDEX offload_marks_by_time ON offload_marks (tenant, session, ts);
+CREATE TABLE offload_boundaries (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    active_task TEXT,
+    last_mark_ts DOUBLE PRECISION,
+    updated_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (tenant, session)
+);
+CREATE TABLE offload_tasks (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    label TEXT NOT NULL,
+    status TEXT NOT NULL,
+    long_task INTEGER NOT NULL DEFAULT 0,
+    mermaid TEXT NOT NULL DEFAULT '',
+    version INTEGER NOT NULL DEFAULT 0,
+    created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (tenant, session, task_id)
+);
+"""
+
+M030_TENANTS = """
+CREATE TABLE tenants (
+    name TEXT PRIMARY KEY,
+    label TEXT NOT NULL DEFAULT '',
+    created_at DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE api_keys (
+    rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+    key_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL REFERENCES tenants (name),
+    secret_sha256 TEXT NOT NULL,
+    label TEXT NOT NULL DEFAULT '',
+    created_at DOUBLE PRECISION NOT NULL,
+    revoked_at DOUBLE PRECISION
+);
+CREATE INDEX api_keys_by_tenant ON api_keys (tenant);
+"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "turns, memories, their text index, meta and fencing tokens", M001_CORE),
+    Migration(10, "layer state, receipts, scenes, profile, failure records", M010_LAYERS),
+    Migration(20, "context offload: tool pairs, entries, refs, boundaries, tasks", M020_OFFLOAD),
+    Migration(30, "service tenants and hashed API keys", M030_TENANTS),
+)

@@ -1,0 +1,95 @@
+"""BM25 in SQL over the PostgreSQL text index, scored as SQLite's FTS5 `bm25()` scores.
+
+For each query phrase i found in a row: idf_i = ln((N - n_i + 0.5) / (n_i + 0.5)) (1e-6 when not
+positive), f_i = the phrase's count in each field times the field's weight, summed, and the row
+scores sum_i idf_i * f_i * (k1 + 1) / (f_i + k1 * (1 - b + b * D / avgdl)), k1 = 1.2, b = 0.75,
+D the row's length. N, n_i and avgdl are the tenant's own (FTS5 counts N and avgdl over the
+whole index, so one tenant alone in a store ranks the same on both; `test_ranking_parity.py`).
+"""
+
+from __future__ import annotations
+
+from stratamem.domain import Layer
+from stratamem.retrieval.fts_query import phrase_terms, query_terms
+from stratamem.store.base import Candidate, Filters, TurnFieldWeights
+from stratamem.store.filters_sql import filter_sql
+from stratamem.store.postgres.connection import PgConn
+from stratamem.store.postgres.text_index import TERM_TABLES
+from stratamem.store.postgres.tokens import Tokenizer
+from stratamem.store.sqlite.tenant_words import tenant_words
+
+K1 = 1.2
+B = 0.75
+#: As `store/sqlite/retrieval.py`: with `max_share`, only words in at least this many rows go.
+COMMON_FLOOR_ROWS = 200
+_RECORDS = {Layer.L0: "turns", Layer.L1: "memories"}
+
+
+def query_keys(tokenizer: Tokenizer, tenant: str, query: str, phrases: bool) -> list[str]:
+    """The index terms of the query's words and (with `phrases`) adjacent pairs, repeats kept
+    (FTS5 scores a phrase once per time the query names it)."""
+    asked = query_terms(query) + (phrase_terms(query) if phrases else [])
+    words = [tenant_words(tenant, term) or term for term in asked]
+    return [" ".join(tokens) for tokens in tokenizer.query_tokens(words) if tokens]
+
+
+def totals(conn: PgConn, tenant: str, layer: Layer) -> tuple[int, float]:
+    row = conn.execute(
+        "SELECT rows, tokens FROM text_totals WHERE tenant = ? AND layer = ?",
+        (tenant, layer.value),
+    ).fetchone()
+    return (0, 0.0) if row is None else (int(row[0]), float(row[1]))
+
+
+def discriminative(conn: PgConn, tenant: str, layer: Layer, keys: list[str], cap: int) -> list[str]:
+    """The terms found in fewer than `cap` of the tenant's rows."""
+    if not keys:
+        return keys
+    rows = conn.execute(
+        f"SELECT term, count(*) FROM {TERM_TABLES[layer]} WHERE tenant = ? AND term = ANY(?)"
+        " GROUP BY term",
+        (tenant, sorted(set(keys))),
+    ).fetchall()
+    common = {row[0] for row in rows if int(row[1]) >= cap}
+    return [key for key in keys if key not in common]
+
+
+def ranked(
+    conn: PgConn,
+    tenant: str,
+    layer: Layer,
+    keys: list[str],
+    filters: Filters,
+    limit: int,
+    fields: TurnFieldWeights | None,
+) -> list[Candidate]:
+    rows, tokens = totals(conn, tenant, layer)
+    if not keys or limit <= 0 or rows == 0:
+        return []
+    terms, records = TERM_TABLES[layer], _RECORDS[layer]
+    tail, params = filter_sql(layer, filters, "r")
+    sql = (
+        "WITH q AS (SELECT term FROM unnest(?::text[]) AS q(term)),"
+        f" df AS (SELECT p.term, count(*)::float8 AS n FROM {terms} p"
+        "  WHERE p.tenant = ? AND p.term IN (SELECT term FROM q) GROUP BY p.term),"
+        " idf AS (SELECT q.term, GREATEST(ln((? - df.n + 0.5) / (df.n + 0.5)), 1e-6) AS w"
+        "  FROM q JOIN df ON df.term = q.term)"
+        f" SELECT r.id, sum(idf.w * f.f * {K1 + 1!r} / (f.f + {K1!r} * ({1 - B!r}"
+        f"  + {B!r} * r.fts_len / ?))) AS score"
+        f" FROM idf JOIN {terms} p ON p.tenant = ? AND p.term = idf.term"
+        f" JOIN {records} r ON r.rid = p.rid"
+        f" CROSS JOIN LATERAL (SELECT {_weighted(layer, fields)} AS f) f"
+        f" WHERE r.tenant = ?{tail} GROUP BY r.rid, r.id ORDER BY score DESC, r.rid LIMIT ?"
+    )
+    found = conn.execute(
+        sql, [keys, tenant, float(rows), tokens / rows, tenant, tenant, *params, limit]
+    ).fetchall()
+    return [Candidate(id=row[0], score=float(row[1])) for row in found]
+
+
+def _weighted(layer: Layer, fields: TurnFieldWeights | None) -> str:
+    if layer is Layer.L1:
+        return "p.tf[1]"
+    w = fields or TurnFieldWeights()
+    weights = (w.text, w.speaker, w.context, w.around, w.dated)
+    return " + ".join(f"p.tf[{i + 1}] * {float(v)!r}" for i, v in enumerate(weights))

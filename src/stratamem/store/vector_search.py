@@ -1,0 +1,93 @@
+"""Vector retrieval over a tenant's cached vectors (`vectors.py`), checked against the rows.
+
+Shared by the SQLite and PostgreSQL stores: the cache of a (tenant, layer) catches up by the
+`emb_seq` each vector write stamps, and every hit is checked against its row (tenant, filters,
+a vector still present), so a cache holding vectors of erased or re-embedded rows returns none.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import numpy as np
+
+from stratamem.domain import Layer
+from stratamem.store.base import Candidate, Filters
+from stratamem.store.filters_sql import filter_sql
+from stratamem.store.sql import SqlConn
+from stratamem.store.vectors import VectorCache
+
+TABLES = {Layer.L0: "turns", Layer.L1: "memories"}
+# How many vector neighbours to take before filtering, per wanted result.
+_OVERFETCH = 4
+
+
+def refresh_cache(conn: SqlConn, cache: VectorCache, tenant: str, layer: Layer) -> None:
+    """Load the vectors written since the cache last looked."""
+    table = TABLES[layer]
+    rows = conn.execute(
+        f"SELECT rid, embedding, emb_seq FROM {table}"
+        " WHERE tenant = ? AND emb_seq > ? ORDER BY emb_seq",
+        (tenant, cache.max_seq),
+    ).fetchall()
+    if rows:
+        cache.add([r[0] for r in rows], [r[1] for r in rows], max(r[2] for r in rows))
+
+
+def search_vector(
+    conn: SqlConn,
+    cache: VectorCache,
+    tenant: str,
+    layer: Layer,
+    vector: np.ndarray,
+    filters: Filters,
+    limit: int,
+) -> list[Candidate]:
+    """Scan all vectors, then keep those passing the filters; rescan restricted if too few."""
+    if limit <= 0:
+        return []
+    nearest = cache.top(vector, limit * _OVERFETCH)
+    kept = _filtered(conn, tenant, layer, filters, nearest)
+    if len(kept) >= limit or len(nearest) < limit * _OVERFETCH:
+        return kept[:limit]
+    allowed = _allowed_rids(conn, tenant, layer, filters)
+    return _filtered(conn, tenant, layer, filters, cache.top(vector, limit, allowed))[:limit]
+
+
+def _filtered(
+    conn: SqlConn,
+    tenant: str,
+    layer: Layer,
+    filters: Filters,
+    nearest: list[tuple[int, float]],
+) -> list[Candidate]:
+    if not nearest:
+        return []
+    table = TABLES[layer]
+    tail, params = filter_sql(layer, filters, "r")
+    marks = ", ".join("?" for _ in nearest)
+    # A row without a vector cannot own a cached one: its rid is a deleted row's, reused (the
+    # cache keeps vectors of erased rows until the process ends).
+    rows = conn.execute(
+        f"SELECT r.rid, r.id FROM {table} r{_hint(conn)}"
+        f" WHERE r.tenant = ? AND r.rid IN ({marks}) AND r.emb_seq IS NOT NULL{tail}",
+        [tenant, *(rid for rid, _ in nearest), *params],
+    ).fetchall()
+    ids = {row[0]: row[1] for row in rows}
+    return [Candidate(id=ids[rid], score=score) for rid, score in nearest if rid in ids]
+
+
+def _allowed_rids(
+    conn: SqlConn, tenant: str, layer: Layer, filters: Filters
+) -> np.ndarray:
+    table = TABLES[layer]
+    tail, params = filter_sql(layer, filters, "r")
+    params_all: list[Any] = [tenant, *params]
+    rows = conn.execute(f"SELECT r.rid FROM {table} r WHERE r.tenant = ?{tail}", params_all)
+    return np.fromiter((row[0] for row in rows.fetchall()), dtype=np.int64)
+
+
+def _hint(conn: SqlConn) -> str:
+    """SQLite looks rows up by rid faster told not to use the tenant's index."""
+    return " NOT INDEXED" if isinstance(conn, sqlite3.Connection) else ""
