@@ -8,9 +8,9 @@ from collections.abc import Generator
 import pytest
 
 from stratamem.testing import scripted_llm_fixture
-from tests.stores import pg_server
+from tests.stores import open_store, pg_server, store_kind
 
-__all__ = ["pg_server"]
+__all__ = ["open_store", "pg_server", "store_kind"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 SERVICE_MARKERS = ("redis", "postgres", "llm_replies")

@@ -1,5 +1,6 @@
-"""The failure records on a real SQLite file: written with the commits they belong to, read
-tenant by tenant and paged, retried, migrated from the old `layer_failures`, erased."""
+"""The failure records on a real SQLite file and PostgreSQL: written with the commits they
+belong to, read tenant by tenant and paged, retried, migrated from the old `layer_failures`,
+erased."""
 
 from __future__ import annotations
 
@@ -13,20 +14,21 @@ from stratamem.errors import LayerConflict, NotFound
 from stratamem.store.failures import RETRYABLE, Failure, FailureKind, FailureQuery, FailureStatus
 from stratamem.store.layers_base import L1Commit, RetryCommit
 from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.opening import RecordStore
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.connection import connect
 from stratamem.store.sqlite.migrations import MIGRATIONS, migrate
+from tests.stores import StoreFactory
 
 ACME, OTHER = Scope("acme"), Scope("other")
 
 
 @pytest.fixture
-def stores(tmp_path: Path) -> Iterator[tuple[SqliteStore, SqlLayerStore]]:
-    store = SqliteStore(tmp_path / "db.sqlite")
+def stores(open_store: StoreFactory) -> Iterator[tuple[RecordStore, SqlLayerStore]]:
+    store = open_store()
     store.add_turns(ACME, [Turn(f"t{i}", "acme", "s1", Role.USER, f"turn {i}", 100.0 + i)
                            for i in range(3)])  # fmt: skip
     yield store, SqlLayerStore(store)
-    store.close()
 
 
 def record(
@@ -47,7 +49,7 @@ def memory(memory_id: str) -> MemoryRecord:
 
 
 def test_a_quarantine_is_written_with_the_cursor_move_or_not_at_all(
-    stores: tuple[SqliteStore, SqlLayerStore],
+    stores: tuple[RecordStore, SqlLayerStore],
 ) -> None:
     _, layers = stores
     quarantine = record(FailureKind.QUARANTINE, turn_ids=("t1",))
@@ -63,7 +65,7 @@ def test_a_quarantine_is_written_with_the_cursor_move_or_not_at_all(
 
 
 def test_records_are_read_by_tenant_filtered_and_paged(
-    stores: tuple[SqliteStore, SqlLayerStore],
+    stores: tuple[RecordStore, SqlLayerStore],
 ) -> None:
     _, layers = stores
     made = [record(FailureKind.ITEM, session=f"s{i % 2}", stage="L1" if i < 4 else "L2")
@@ -82,7 +84,7 @@ def test_records_are_read_by_tenant_filtered_and_paged(
 
 
 def test_a_commit_resolves_its_stages_open_failures(
-    stores: tuple[SqliteStore, SqlLayerStore],
+    stores: tuple[RecordStore, SqlLayerStore],
 ) -> None:
     _, layers = stores
     mine, elsewhere = record(FailureKind.STAGE), record(FailureKind.STAGE, session="s2")
@@ -95,7 +97,7 @@ def test_a_commit_resolves_its_stages_open_failures(
     assert layers.get_failure(ACME, l2.id).status is FailureStatus.OPEN
 
 
-def test_a_retry_resolves_a_quarantine_once(stores: tuple[SqliteStore, SqlLayerStore]) -> None:
+def test_a_retry_resolves_a_quarantine_once(stores: tuple[RecordStore, SqlLayerStore]) -> None:
     store, layers = stores
     quarantine = record(FailureKind.QUARANTINE, turn_ids=("t1",))
     layers.commit_l1(ACME, L1Commit("s1", "a", 0, 3, 50.0, quarantined=[quarantine]))
@@ -130,7 +132,7 @@ def test_old_layer_failures_are_carried_over_by_the_migration(tmp_path: Path) ->
 
 
 def test_erasing_a_session_erases_its_failures(
-    stores: tuple[SqliteStore, SqlLayerStore],
+    stores: tuple[RecordStore, SqlLayerStore],
 ) -> None:
     store, layers = stores
     layers.record_failures([record(FailureKind.STAGE), record(FailureKind.STAGE, session="s2"),

@@ -1,10 +1,9 @@
-"""`SqlLayerStore` on a real SQLite file: commits are all or nothing, state is checked, old
-versions stay reachable."""
+"""`SqlLayerStore` on a real SQLite file and PostgreSQL: commits are all or nothing, state is
+checked, old versions stay reachable."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -13,18 +12,18 @@ from stratamem.errors import LayerConflict, NotFound, StaleFencingToken
 from stratamem.store.base import Fence
 from stratamem.store.layers_base import L1Commit, L3Commit, Supersede
 from stratamem.store.layers_sql import SqlLayerStore
-from stratamem.store.sqlite import SqliteStore
+from stratamem.store.opening import RecordStore
+from tests.stores import StoreFactory
 
 SCOPE = Scope("acme")
 
 
 @pytest.fixture
-def stores(tmp_path: Path) -> Iterator[tuple[SqliteStore, SqlLayerStore]]:
-    store = SqliteStore(tmp_path / "db.sqlite")
+def stores(open_store: StoreFactory) -> Iterator[tuple[RecordStore, SqlLayerStore]]:
+    store = open_store()
     store.add_turns(SCOPE, [Turn(f"t{i}", "acme", "s1", Role.USER, f"turn {i}", 100.0 + i)
                             for i in range(3)])  # fmt: skip
     yield store, SqlLayerStore(store)
-    store.close()
 
 
 def memory(memory_id: str, content: str = "fact", at: float = 10.0) -> MemoryRecord:
@@ -33,7 +32,7 @@ def memory(memory_id: str, content: str = "fact", at: float = 10.0) -> MemoryRec
 
 
 def test_session_state_counts_turns_past_the_cursor(
-    stores: tuple[SqliteStore, SqlLayerStore],
+    stores: tuple[RecordStore, SqlLayerStore],
 ) -> None:
     _, layers = stores
     state = layers.session_state(SCOPE, "s1")
@@ -47,7 +46,7 @@ def test_session_state_counts_turns_past_the_cursor(
     assert layers.session_state(Scope("other"), "s1").pending_turns == 0  # tenants apart
 
 
-def test_a_refused_commit_writes_nothing(stores: tuple[SqliteStore, SqlLayerStore]) -> None:
+def test_a_refused_commit_writes_nothing(stores: tuple[RecordStore, SqlLayerStore]) -> None:
     store, layers = stores
     layers.commit_l1(SCOPE, L1Commit("s1", "a", 0, 1, 50.0, [memory("m1")]), Fence("k", 5))
     cases = [
@@ -66,7 +65,7 @@ def test_a_refused_commit_writes_nothing(stores: tuple[SqliteStore, SqlLayerStor
 
 
 def test_merge_history_reaches_every_version(
-    stores: tuple[SqliteStore, SqlLayerStore],
+    stores: tuple[RecordStore, SqlLayerStore],
 ) -> None:
     store, layers = stores
     pair = [memory("m1", "a"), memory("m2", "b")]
@@ -85,7 +84,7 @@ def test_merge_history_reaches_every_version(
     assert [m.id for m in changed] == ["m3"] and mark == 3
 
 
-def test_profile_versions(stores: tuple[SqliteStore, SqlLayerStore]) -> None:
+def test_profile_versions(stores: tuple[RecordStore, SqlLayerStore]) -> None:
     _, layers = stores
     layers.commit_l3(SCOPE, L3Commit("a", 1.0, Profile("acme", "v1 body", 1, 1.0, Mode.LLM)))
     layers.commit_l3(SCOPE, L3Commit("b", 2.0, Profile("acme", "v2 body", 2, 2.0, Mode.LLM)))

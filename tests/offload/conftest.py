@@ -1,10 +1,10 @@
-"""Fixtures of the offload tests: a real SQLite store, a manual clock, the scripted LLM server."""
+"""Fixtures of the offload tests: a real store (SQLite, PostgreSQL), a manual clock, the
+scripted LLM server."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +12,9 @@ from stratamem.clock import CountingIdFactory, ManualClock
 from stratamem.llm import LLMClient, LLMSettings
 from stratamem.offload import InProcessRunner, Offload, OffloadSettings
 from stratamem.store.offload_sql import SqlOffloadStore
-from stratamem.store.sqlite import SqliteStore
+from stratamem.store.opening import RecordStore
 from stratamem.testing import RecordingSleep, ScriptedLLM
+from tests.stores import StoreFactory
 
 
 @dataclass
@@ -36,14 +37,13 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def sqlite_store(tmp_path: Path) -> Iterator[SqliteStore]:
-    store = SqliteStore(tmp_path / "stratamem.db")
-    yield store
-    store.close()
+def sqlite_store(open_store: StoreFactory) -> RecordStore:
+    """The store under the offload records: SQLite, then PostgreSQL (`tests/stores.py`)."""
+    return open_store()
 
 
 @pytest.fixture
-def offload_store(sqlite_store: SqliteStore) -> SqlOffloadStore:
+def offload_store(sqlite_store: RecordStore) -> SqlOffloadStore:
     return SqlOffloadStore(sqlite_store)
 
 

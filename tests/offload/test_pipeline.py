@@ -26,7 +26,7 @@ from stratamem.pipeline.task import Delivery, TaskType
 from stratamem.pipeline.timers import offload_l2_timer_key
 from stratamem.pipeline.worker import Outcome, Worker
 from stratamem.store.offload_sql import SqlOffloadStore
-from stratamem.store.sqlite import SqliteStore
+from stratamem.store.opening import RecordStore
 from stratamem.testing import Reply, ScriptedLLM
 
 from . import model
@@ -73,7 +73,7 @@ def open_backend(kind: str, tmp_path: Path) -> PipelineBackend:
 async def pipe(
     request: pytest.FixtureRequest,
     tmp_path: Path,
-    sqlite_store: SqliteStore,
+    sqlite_store: RecordStore,
     llm: LLMClient,
     clock: ManualClock,
 ) -> AsyncIterator[Pipe]:
@@ -126,7 +126,7 @@ async def test_a_dead_lettered_task_is_requeued_and_loses_nothing(
 
 
 async def test_the_whole_flow_on_the_pipeline_with_a_fenced_diagram(
-    pipe: Pipe, scripted_llm: ScriptedLLM, sqlite_store: SqliteStore
+    pipe: Pipe, scripted_llm: ScriptedLLM, sqlite_store: RecordStore
 ) -> None:
     scripted_llm.on("offload-l1", model.summaries)
     scripted_llm.on("offload-l2", model.diagram)

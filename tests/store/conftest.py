@@ -1,13 +1,13 @@
-"""Store implementations the contract suite runs against (`tests/stores.py`)."""
+"""The store the contract suites run against: each of `tests/stores.py`'s kinds."""
 
 from __future__ import annotations
 
 import pytest
 
 from stratamem.store.base import Store
-from tests.stores import StoreFactory, open_store, store_kind
+from tests.stores import StoreFactory
 
-__all__ = ["StoreFactory", "open_store", "store_kind"]
+__all__ = ["StoreFactory"]
 
 
 @pytest.fixture

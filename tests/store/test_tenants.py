@@ -2,38 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from stratamem.clock import ManualClock
 from stratamem.errors import AlreadyExists, InvalidIdentifier, NotFound
-from stratamem.store.sqlite import SqliteStore
+from stratamem.store.opening import RecordStore
 from stratamem.store.tenants_base import TenantStore, hash_token, key_id_of
+from tests.stores import StoreFactory
 
 
 @pytest.fixture
-def sqlite(tmp_path: Path) -> Iterator[SqliteStore]:
-    store = SqliteStore(tmp_path / "store.db")
-    yield store
-    store.close()
+def sqlite(open_store: StoreFactory) -> RecordStore:
+    """The store (SQLite, then PostgreSQL)."""
+    return open_store()
 
 
 @pytest.fixture
-def tenants(sqlite: SqliteStore) -> TenantStore:
+def tenants(sqlite: RecordStore) -> TenantStore:
     return TenantStore(sqlite, clock=ManualClock(100.0))
 
 
 def test_a_key_resolves_to_its_tenant_and_only_its_hash_is_stored(
-    tenants: TenantStore, sqlite: SqliteStore
+    tenants: TenantStore, sqlite: RecordStore
 ) -> None:
     tenants.create_tenant("acme", "Acme Inc")
     issued = tenants.create_key("acme", "ci")
     assert tenants.tenant_for_token(issued.token) == "acme"
     assert key_id_of(issued.token) == issued.key.key_id
     with sqlite.reading() as conn:
-        stored = [tuple(r) for r in conn.execute("SELECT * FROM api_keys")]
+        stored = [tuple(r) for r in conn.execute("SELECT * FROM api_keys").fetchall()]
     assert not any(issued.token in str(value) for row in stored for value in row)
     assert any(hash_token(issued.token) in row for row in stored)
 
@@ -49,7 +46,7 @@ def test_wrong_secret_unknown_and_malformed_tokens_resolve_to_nothing(
 
 
 def test_a_revoked_key_stops_working_and_keeps_its_first_revocation_time(
-    sqlite: SqliteStore,
+    sqlite: RecordStore,
 ) -> None:
     clock = ManualClock(100.0)
     tenants = TenantStore(sqlite, clock=clock)
@@ -84,11 +81,11 @@ def test_listing_tenants_and_keys(tenants: TenantStore) -> None:
     assert len(tenants.list_keys()) == 2
 
 
-def test_tenants_survive_reopening(tmp_path: Path) -> None:
-    first = SqliteStore(tmp_path / "s.db")
+def test_tenants_survive_reopening(open_store: StoreFactory) -> None:
+    first = open_store()
     token = TenantStore(first).create_key(TenantStore(first).create_tenant("acme").name).token
     first.close()
-    second = SqliteStore(tmp_path / "s.db")
+    second = open_store()
     try:
         assert TenantStore(second).tenant_for_token(token) == "acme"
     finally:

@@ -50,6 +50,8 @@ _SESSION_STATE = (
     " s.last_l1_at AS last_l1_at, s.last_l2_at AS last_l2_at"
     " FROM turns t LEFT JOIN layer_sessions s ON s.tenant = t.tenant AND s.session = t.session"
 )
+#: Every column `_SESSION_STATE` reads unaggregated (PostgreSQL wants them all named).
+_STATE_GROUP = "t.tenant, t.session, s.cursor_seq, s.l1_runs, s.last_l1_at, s.last_l2_at"
 _MEMORY_MARKS = ", ".join("?" for _ in MEMORY_WRITE_COLUMNS.split(","))
 _SCENE_MARKS = ", ".join("?" for _ in SCENE_COLUMNS.split(","))
 
@@ -64,7 +66,7 @@ class SqlLayerStore:
     def session_state(self, scope: Scope, session: str) -> SessionState:
         with self._store.reading() as conn:
             row = conn.execute(
-                _SESSION_STATE + " WHERE t.tenant = ? AND t.session = ? GROUP BY t.session",
+                _SESSION_STATE + " WHERE t.tenant = ? AND t.session = ? GROUP BY " + _STATE_GROUP,
                 (scope.tenant, session),
             ).fetchone()
         if row is None:
@@ -86,8 +88,8 @@ class SqlLayerStore:
     def sessions_with_pending_turns(self, limit: int) -> list[SessionState]:
         with self._store.reading() as conn:
             rows = conn.execute(
-                _SESSION_STATE + " GROUP BY t.tenant, t.session"
-                " HAVING MAX(t.seq) > COALESCE(s.cursor_seq, 0) ORDER BY last_turn_at LIMIT ?",
+                _SESSION_STATE + " GROUP BY " + _STATE_GROUP
+                + " HAVING MAX(t.seq) > COALESCE(s.cursor_seq, 0) ORDER BY last_turn_at LIMIT ?",
                 (limit,),
             ).fetchall()
         return [session_state_from_row(row) for row in rows]
@@ -140,7 +142,7 @@ class SqlLayerStore:
             conn.execute(
                 "INSERT INTO layer_sessions (tenant, session, cursor_seq, l1_runs, last_l1_at)"
                 " VALUES (?, ?, ?, 1, ?) ON CONFLICT (tenant, session) DO UPDATE SET"
-                " cursor_seq = excluded.cursor_seq, l1_runs = l1_runs + 1,"
+                " cursor_seq = excluded.cursor_seq, l1_runs = layer_sessions.l1_runs + 1,"
                 " last_l1_at = excluded.last_l1_at",
                 (tenant, commit.session, commit.new_cursor, commit.now),
             )
