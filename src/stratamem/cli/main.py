@@ -11,6 +11,7 @@ from stratamem.cli import (
     failures_cmds,
     llm_cmds,
     memory_cmds,
+    migrate_cmds,
     model_cmds,
     offload_cmds,
     service_cmds,
@@ -68,6 +69,7 @@ cli.add_command(service_cmds.serve)
 cli.add_command(service_cmds.tenants)
 cli.add_command(service_cmds.keys)
 cli.add_command(service_cmds.mcp)
+cli.add_command(migrate_cmds.migrate)
 
 
 def main() -> None:

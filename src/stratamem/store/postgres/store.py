@@ -301,6 +301,11 @@ class PostgresStore:
             self._caches[(tenant, layer)] = cache
         return cache
 
+    def index_text(self, tenant: str, layer: Layer) -> None:
+        """Index the tenant's rows of `layer` written since its text index last looked (done
+        before each search anyway; a bulk copy calls it to pay for it at once)."""
+        self._catch_up(tenant, layer)
+
     def _catch_up(self, tenant: str, layer: Layer) -> None:
         """Index the tenant's rows written since its text index last looked."""
         with self.reading() as conn:
