@@ -32,6 +32,8 @@ from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLMClient, LLMSettings
 from stratamem.offload import InProcessRunner, Offload, ToolPair
 from stratamem.store.failures import FailureKind, FailureQuery
+from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.offload_sql import SqlOffloadStore
 from stratamem.store.sqlite import SqliteStore
 from tests.layers.conftest import settle_l1
 
@@ -119,7 +121,7 @@ async def test_offload_stages_keep_every_result_recoverable(
     store = SqliteStore(tmp_path / "stratamem.db")
     clock = SystemClock()
     runner = InProcessRunner(clock)
-    offload = Offload(SqliteOffloadStore(store), runner, llm=llm, clock=clock,
+    offload = Offload(SqlOffloadStore(store), runner, llm=llm, clock=clock,
                       ids=CountingIdFactory("claim"))  # fmt: skip
     try:
         t0 = clock.now()
@@ -139,7 +141,7 @@ async def test_offload_stages_keep_every_result_recoverable(
             back = await offload.read_back(TENANT, entries[pair.call_id].ref_id,
                                            max_tokens=100_000)  # fmt: skip
             assert back.text == pair.output
-        failures = SqliteLayerStore(store).list_failures(Scope(TENANT), FailureQuery(limit=1000))
+        failures = SqlLayerStore(store).list_failures(Scope(TENANT), FailureQuery(limit=1000))
         assert all(f.error for f in failures)
         _print_failures("offload", failures)
     finally:
