@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stratamem.store.sqlite.layers import SqliteLayerStore
-from stratamem.store.sqlite.offload import SqliteOffloadStore
 
 from stratamem.clock import CountingIdFactory, SystemClock
 from stratamem.config import Settings

@@ -268,9 +268,30 @@ CREATE TABLE api_keys (
 CREATE INDEX api_keys_by_tenant ON api_keys (tenant);
 """
 
+M006_PENDING_BY_TENANT = """
+CREATE INDEX turns_emb_pending_by_tenant ON turns (tenant, rid) WHERE embedding IS NULL;
+CREATE INDEX memories_emb_pending_by_tenant ON memories (tenant, rid) WHERE embedding IS NULL;
+"""
+
+M015_RECEIPTS = """
+ALTER TABLE layer_receipts ADD COLUMN outcome TEXT NOT NULL DEFAULT 'completed';
+ALTER TABLE layer_receipts ADD COLUMN attempt TEXT;
+ALTER TABLE layer_receipts ADD COLUMN key_id TEXT;
+ALTER TABLE layer_receipts ADD COLUMN mac TEXT;
+CREATE TABLE receipt_keys (
+    rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+    id TEXT PRIMARY KEY,
+    secret BYTEA NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    retired_at DOUBLE PRECISION
+);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "turns, memories, their text index, meta and fencing tokens", M001_CORE),
+    Migration(6, "pending embeddings by tenant, for a fair share", M006_PENDING_BY_TENANT),
     Migration(10, "layer state, receipts, scenes, profile, failure records", M010_LAYERS),
+    Migration(15, "authenticated receipts of every task type, and their keys", M015_RECEIPTS),
     Migration(20, "context offload: tool pairs, entries, refs, boundaries, tasks", M020_OFFLOAD),
     Migration(30, "service tenants and hashed API keys", M030_TENANTS),
 )

@@ -30,7 +30,7 @@ from stratamem.store.base import (
     TurnFieldWeights,
 )
 from stratamem.store.filters_sql import filter_sql
-from stratamem.store.pieces import embedding_pieces, embedding_text, vector_blobs
+from stratamem.store.pieces import embedding_pieces, embedding_text, fair_share, vector_blobs
 from stratamem.store.postgres import erase, text_index, text_search
 from stratamem.store.postgres.connection import PgConn, PgPool
 from stratamem.store.postgres.migrations import migrate
@@ -132,13 +132,20 @@ class PostgresStore:
         return dropped
 
     def pending_embeddings(self, layer: Layer, limit: int) -> list[PendingText]:
+        table = _TABLES[layer]
         text_col = "text, speaker" if layer is Layer.L0 else "content AS text, NULL AS speaker"
         with self.reading() as conn:
-            rows = conn.execute(
-                f"SELECT tenant, id, {text_col} FROM {_TABLES[layer]}"
-                " WHERE embedding IS NULL ORDER BY rid LIMIT ?",
-                (limit,),
+            tenants = conn.execute(
+                f"SELECT DISTINCT tenant FROM {table} WHERE embedding IS NULL"
             ).fetchall()
+            queues = [
+                conn.execute(
+                    f"SELECT tenant, id, {text_col} FROM {table}"
+                    " WHERE tenant = ? AND embedding IS NULL ORDER BY rid LIMIT ?",
+                    (str(t[0]), limit),
+                ).fetchall()
+                for t in tenants
+            ]
         return [
             PendingText(
                 layer,
@@ -147,8 +154,18 @@ class PostgresStore:
                 embedding_text(layer, r["text"], r["speaker"]),
                 embedding_pieces(layer, r["text"], r["speaker"]),
             )
-            for r in rows
+            for r in fair_share(queues, limit)
         ]
+
+    def count_pending_embeddings(self, scope: Scope) -> int:
+        with self.reading() as conn:
+            return sum(
+                int(conn.execute(
+                    f"SELECT COUNT(*) FROM {table} WHERE tenant = ? AND embedding IS NULL",
+                    (scope.tenant,),
+                ).fetchone()[0])
+                for table in _TABLES.values()
+            )  # fmt: skip
 
     def store_embeddings(
         self,
