@@ -7,6 +7,7 @@ pool's connections run in autocommit; a write is one explicit transaction (`PgPo
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -75,8 +76,26 @@ def _row_class(names: tuple[str, ...]) -> type[Row]:
 
 
 def row_factory(cursor: psycopg.Cursor[Any]) -> RowMaker[Row]:
-    names = tuple(c.name for c in cursor.description or ())
-    return _row_class(names)
+    cls = _row_class(tuple(c.name for c in cursor.description or ()))
+    return lambda values: cls(map(_decoded, values))
+
+
+# PostgreSQL text cannot hold NUL, which captured text may: it is stored as `_ESC` + "0" (and a
+# stored `_ESC` as two), and read back as it was written.
+_NUL, _ESC = "\x00", "\U0010fffe"
+_ESCAPED = re.compile(_ESC + "(.)", re.S)
+
+
+def _encoded(value: Any) -> Any:
+    if isinstance(value, str) and (_NUL in value or _ESC in value):
+        return value.replace(_ESC, _ESC + _ESC).replace(_NUL, _ESC + "0")
+    return value
+
+
+def _decoded(value: Any) -> Any:
+    if isinstance(value, str) and _ESC in value:
+        return _ESCAPED.sub(lambda m: _NUL if m.group(1) == "0" else _ESC, value)
+    return value
 
 
 class PgCursor:
@@ -116,7 +135,9 @@ class PgConn:
 
 
 def _params(parameters: Any) -> Any:
-    return list(parameters) if isinstance(parameters, Sequence) else parameters
+    if isinstance(parameters, Sequence):
+        return [_encoded(p) for p in parameters]
+    return parameters
 
 
 @contextmanager

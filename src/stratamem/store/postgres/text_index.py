@@ -47,9 +47,13 @@ _MEMORY_FIELDS = (
 )
 
 
-def date_words(ts: float) -> str:
-    """'8 May 2023' (UTC), as the SQLite index's `dated` field."""
-    day = dt.datetime.fromtimestamp(ts, dt.UTC)
+def date_words(ts: float) -> str | None:
+    """'8 May 2023' (UTC), as the SQLite index's `dated` field (None for a time no calendar
+    date stands for, as SQLite's `strftime` gives NULL)."""
+    try:
+        day = dt.datetime.fromtimestamp(ts, dt.UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
     return f"{day.day} {_MONTHS[day.month - 1]} {day.year}"
 
 
