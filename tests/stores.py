@@ -1,6 +1,6 @@
 """The store implementations the contract suites run against: a SQLite file, and PostgreSQL
-with pgvector from `pgserver` (one server per test session in its own temporary directory,
-one fresh schema per test).
+from `pgserver` (one server per test session in its own temporary directory; one schema,
+migrated once and emptied before each test).
 
 A suite asks for `open_store` (a function opening the store, again and again, on the same
 data); the PostgreSQL variant is marked `postgres`, so CI fails when it cannot run.
@@ -26,13 +26,12 @@ _MIGRATED: dict[str, str] = {}
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
-    """The URL of a PostgreSQL server with pgvector, for the whole test session (its data in a
+    """The URL of a PostgreSQL server, for the whole test session (its data in a
     temporary directory of its own: pytest's are closed to the server's system user)."""
     pgserver = pytest.importorskip("pgserver")
     root = Path(tempfile.mkdtemp(prefix="stratamem-pg-"))
     server = pgserver.get_server(root, cleanup_mode="stop")
     try:
-        server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
         for setting in ("fsync", "synchronous_commit", "full_page_writes"):  # a test server
             server.psql(f"ALTER SYSTEM SET {setting} = off;")
         server.psql("SELECT pg_reload_conf();")

@@ -24,7 +24,7 @@ class Settings(BaseSettings):
         None,
         description="The system of record: unset for the SQLite file under `data_dir`,"
         " `sqlite:PATH` for another file, `postgresql://USER:PASSWORD@HOST/DB` for PostgreSQL"
-        " with pgvector (the `postgres` extra). Every process of a deployment uses the same.",
+        " (the `postgres` extra). Every process of a deployment uses the same.",
     )
     embedder: str = Field(
         "local",

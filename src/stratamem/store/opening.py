@@ -1,7 +1,7 @@
 """Opening the system of record a setting names: SQLite (the embedded default) or PostgreSQL.
 
 `STRATAMEM_STORE_URL` (or `store_url` in the config file) selects it: unset or `sqlite:PATH`
-for one SQLite file, `postgresql://…` for PostgreSQL with pgvector (the `postgres` extra).
+for one SQLite file, `postgresql://…` for PostgreSQL (the `postgres` extra).
 Every process of a deployment opens the same URL.
 """
 

@@ -1,4 +1,4 @@
-"""The PostgreSQL store (the `postgres` extra: psycopg 3, psycopg_pool, pgvector)."""
+"""The PostgreSQL store (the `postgres` extra: psycopg 3 and psycopg_pool)."""
 
 from stratamem.store.postgres.store import PostgresStore
 

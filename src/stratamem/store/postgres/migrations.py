@@ -26,7 +26,6 @@ def migrate(
     `conn` is in autocommit mode."""
     conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
     try:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY,"
             " name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"

@@ -1,4 +1,4 @@
-"""`PostgresStore`: the system of record on PostgreSQL (psycopg 3 pool, pgvector's database).
+"""`PostgresStore`: the system of record on PostgreSQL (psycopg 3 and its connection pool).
 
 Many processes may open the same database: every write is one transaction, and the writes of
 one tenant are serialised by an advisory lock on the tenant (so a cursor check, a fence check or
