@@ -46,6 +46,8 @@ from stratamem.store.opening import RecordStore, open_store
 ProgressFn = Callable[[int], None]
 #: Most records one `turns` or `list_memories` call returns.
 MAX_PAGE = 1000
+#: The largest turn sequence number a store keeps (a signed 64-bit integer).
+MAX_SEQ = 2**63 - 1
 
 
 def retrieval_config(settings: Settings) -> RetrievalConfig:
@@ -290,8 +292,8 @@ class AsyncMemory:
     ) -> list[Turn]:
         """A session's captured turns, verbatim, in order: those with `seq > after_seq`."""
         check_ident(session, "session")
-        if not 1 <= limit <= MAX_PAGE or after_seq < 0:
-            raise InvalidInput(f"limit must be 1-{MAX_PAGE} and after_seq at least 0")
+        if not 1 <= limit <= MAX_PAGE or not 0 <= after_seq <= MAX_SEQ:
+            raise InvalidInput(f"limit must be 1-{MAX_PAGE} and after_seq 0-{MAX_SEQ}")
         return await asyncio.to_thread(
             self.store.list_turns, Scope(tenant), session, after_seq, limit
         )

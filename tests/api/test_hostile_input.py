@@ -206,3 +206,14 @@ async def test_a_forgotten_memory_stated_again_is_current_again(
     current = (await client.get("/v1/memories", headers=alice.headers)).json()
     assert [m["content"] for m in current] == ["Likes tea"]
 
+
+
+async def test_a_turn_cursor_beyond_64_bits_is_refused_not_a_server_error(
+    client: httpx.AsyncClient, alice: Caller
+) -> None:
+    """Found by the fuzz suite: `after` above 2**63 overflowed SQLite's integer and answered 500."""
+    for after in (2**63, 14399916511942643712, 10**30):
+        refused = await client.get(f"/v1/sessions/s1/turns?after={after}", headers=alice.headers)
+        assert_error_shape(refused, 422)
+    last = await client.get(f"/v1/sessions/s1/turns?after={2**63 - 1}", headers=alice.headers)
+    assert last.status_code == 200 and last.json() == []

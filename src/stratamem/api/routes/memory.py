@@ -22,7 +22,7 @@ from stratamem.api.schemas import (
     WhoAmIOut,
 )
 from stratamem.api.views import turn_json
-from stratamem.core import MAX_PAGE, AsyncMemory
+from stratamem.core import MAX_PAGE, MAX_SEQ, AsyncMemory
 from stratamem.domain import Layer, check_ident
 from stratamem.pipeline.timers import clear_session_timers
 
@@ -105,7 +105,9 @@ async def turns(
     session: str,
     tenant: TenantDep,
     memory: MemoryDep,
-    after: Annotated[int, Query(ge=0, description="Turns after this sequence number.")] = 0,
+    after: Annotated[
+        int, Query(ge=0, le=MAX_SEQ, description="Turns after this sequence number.")
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
 ) -> list[dict[str, Any]]:
     """The session's captured turns, verbatim, in order (page with `after` = the last `seq`)."""
