@@ -40,6 +40,9 @@ ERROR_OF_TYPE: dict[str, type[StratamemError]] = {
     "invalid_input": InvalidInput,
     "bad_request": InvalidInput,
     "body_too_large": InvalidInput,
+    "body_too_slow": InvalidInput,
+    "cors_refused": InvalidInput,
+    "rate_limited": Throttled,
     "unsupported_media_type": InvalidInput,
     "not_found": NotFound,
     "conflict": MemoryChanged,
@@ -58,9 +61,11 @@ ERROR_OF_STATUS: dict[int, type[StratamemError]] = {
     401: Unauthenticated,
     403: Forbidden,
     404: NotFound,
+    408: InvalidInput,
     409: StoreError,
     413: InvalidInput,
     422: InvalidInput,
+    429: Throttled,
 }
 
 
