@@ -287,6 +287,13 @@ class AsyncMemory:
         """Run the layers for a session now (L1 until caught up, L2, L3) and wait."""
         return await self.layer_service().flush(tenant, session)
 
+    async def request_flush(self, tenant: str, session: str, now: float) -> None:
+        """Record a flush request for the pipeline: owed until a flush task completes it, so
+        the backlog scheduler submits it again if its task is lost or dropped."""
+        layers = self.layer_service().layers
+        check_ident(session, "session")
+        await asyncio.to_thread(layers.request_flush, Scope(tenant), session, now)
+
     async def turns(
         self, tenant: str, session: str, *, after_seq: int = 0, limit: int = 100
     ) -> list[Turn]:

@@ -52,6 +52,10 @@ class LockLost(PipelineError):
     """A lock the caller held expired or was taken over."""
 
 
+class LockBusy(PipelineError):
+    """A lock stayed held by someone else for longer than the caller would wait."""
+
+
 class Throttled(StratamemError):
     """A service asked to be called again later (HTTP 429, or 503 with Retry-After).
 

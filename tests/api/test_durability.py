@@ -54,9 +54,11 @@ class Stream:
                 self.enough.set()
 
 
-# The restarted service: every pending session is due for L1, dead workers' deliveries and locks
-# are taken over after a second.
+# The restarted service: every pending session is due for L1, dead workers' deliveries, locks
+# and the backlog scheduler's lease are taken over after a second.
 CATCH_UP = {
+    "STRATAMEM_PIPELINE_SCHEDULER_LEASE_MS": "1000",
+    "STRATAMEM_PIPELINE_SCHEDULER_INTERVAL_S": "0.2",
     "STRATAMEM_LAYERS_L1_EVERY_TURNS": "1",
     "STRATAMEM_PIPELINE_LOCK_TTL_MS": "1000",
     "STRATAMEM_PIPELINE_RECLAIM_IDLE_MS": "1000",

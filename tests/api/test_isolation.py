@@ -75,7 +75,7 @@ def probes(alice: Alice) -> list[Probe]:
         Probe("GET", f"/v1/scenes/{scene}/history", 404),
         Probe("GET", "/v1/profile", 200),
         Probe("GET", "/v1/profile/history", 200),
-        Probe("POST", f"/v1/sessions/{SESSION}/flush", 202, params={"wait": "true"}),
+        Probe("POST", f"/v1/sessions/{SESSION}/flush", 200, params={"wait": "true"}),
         Probe("GET", "/v1/pipeline", 200),
         Probe("GET", "/v1/dead-letters", 200),
         Probe("POST", f"/v1/dead-letters/{alice.dead_id}/requeue", 404),
@@ -131,7 +131,7 @@ async def _seed(client: httpx.AsyncClient, services: Services, caller: Caller) -
     flushed = await client.post(
         f"/v1/sessions/{SESSION}/flush", params={"wait": "true"}, headers=caller.headers
     )
-    assert flushed.status_code == 202, flushed.text
+    assert flushed.status_code == 200, flushed.text
     memories = (await client.get("/v1/memories", headers=caller.headers)).json()
     scenes = (await client.get("/v1/scenes", headers=caller.headers)).json()
     backend = services.require_pipeline()

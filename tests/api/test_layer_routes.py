@@ -27,7 +27,7 @@ async def test_flush_with_wait_runs_the_layers_and_the_results_are_readable(
 ) -> None:
     await _capture(client, alice)
     flushed = await client.post("/v1/sessions/s1/flush?wait=true", headers=alice.headers)
-    assert flushed.status_code == 202
+    assert flushed.status_code == 200
     assert flushed.json()["result"]["l1"][0]["changed"] is True
     memories = (await client.get("/v1/memories", headers=alice.headers)).json()
     assert len(memories) == 3 and all(m["source_turn_ids"] for m in memories)
@@ -84,9 +84,16 @@ async def test_the_scheduler_of_serve_queues_l1_for_new_turns(
 ) -> None:
     await _capture(client, alice)
     background = Background(services, PipelineSettings(), workers=1)
-    [task] = await background.scheduler.tick()
+    assert background.scheduler is not None
+    report = await background.scheduler.tick()
+    assert report is not None
+    [task] = report.submitted
     assert (task.type, task.tenant, task.session) == (TaskType.L1, "alice", "s1")
     assert (await client.get("/v1/pipeline", headers=alice.headers)).json()["queued"] == 1
+    overview = (await client.get("/v1/admin/pipeline", headers=ADMIN)).json()
+    assert overview["scheduler"]["submitted"] == 1 and overview["scheduler"]["in_flight"] == 1
+    metrics = (await client.get("/metrics", headers=ADMIN)).text
+    assert "stratamem_scheduler_submitted 1\n" in metrics
 
 
 async def test_dead_letters_are_listed_and_requeued_by_their_tenant(

@@ -16,12 +16,14 @@ from stratamem.clock import ManualClock
 from stratamem.core import AsyncMemory
 from stratamem.domain import Scope
 from stratamem.errors import ReceiptConflict
-from stratamem.layers.executors import LayerExecutors, LayerScheduler, register_executors
+from stratamem.layers.backlog import layer_sources
+from stratamem.layers.executors import LayerExecutors, register_executors
 from stratamem.layers.service import LayerService
 from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLMClient
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
 from stratamem.pipeline.reconcile import Report, reconcile
+from stratamem.pipeline.scheduler import BacklogScheduler
 from stratamem.pipeline.settings import LockScope, PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.status import WORKERS_SCOPE
@@ -50,8 +52,12 @@ class Rig:
     memory: AsyncMemory
     backend: SqliteBackend
     worker: Worker
-    scheduler: LayerScheduler
+    scheduler: BacklogScheduler
     clock: ManualClock
+
+    async def tick(self) -> list[Task]:
+        """One backlog scheduler pass over the layers' sources; the tasks it submitted."""
+        return (await self.scheduler.run_pass(self.clock.now())).submitted
 
     async def next(self, task_type: TaskType) -> Delivery:
         """The next ready delivery, which must be of `task_type`."""
@@ -76,7 +82,10 @@ async def rig(
     registry = ExecutorRegistry()
     register_executors(registry, llm_memory.layer_service(), backend)
     worker = Worker(backend, registry, settings, clock=clock, name="w", sleep=_no_sleep)
-    scheduler = LayerScheduler(llm_memory.layer_service(), backend, clock)
+    service = llm_memory.layer_service()
+    backlog = PipelineSettings(scheduler_limit=100, scheduler_grace_s=600)
+    sources = layer_sources(service.layers, service.settings, backlog.scheduler_grace_s)
+    scheduler = BacklogScheduler(backend, sources, backlog)
     yield Rig(llm_memory, backend, worker, scheduler, clock)
     await backend.close()
 
@@ -84,8 +93,8 @@ async def rig(
 async def test_capture_to_recall_through_the_worker(rig: Rig, scripted_llm: ScriptedLLM) -> None:
     install_layer_handlers(scripted_llm)
     await rig.memory.capture("acme", "s1", TURNS)
-    [l1] = await rig.scheduler.tick()
-    assert l1.type is TaskType.L1 and await rig.scheduler.tick() == []  # requested once
+    [l1] = await rig.tick()
+    assert l1.type is TaskType.L1 and await rig.tick() == []  # requested once
 
     assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
     due_at, _ = await rig.backend.get_timer(l2_timer_key("acme", "s1")) or (None, None)
@@ -119,7 +128,7 @@ async def test_an_unreadable_batch_is_quarantined_and_never_blocks_the_session(
 ) -> None:
     scripted_llm.on("L1", lambda request: Reply.text("Sorry, I can't help with that."))
     await rig.memory.capture("acme", "s1", TURNS)
-    await rig.scheduler.tick()
+    await rig.tick()
 
     assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
     assert await rig.backend.list_dead(limit=10) == []
@@ -146,7 +155,7 @@ async def test_an_l1_out_of_attempts_queues_the_rest_of_its_batch(
     rig.memory.layer_settings.l1_max_attempts = 1
     texts = [f"I planted row {i} of beans." for i in range(6)]
     await rig.memory.capture("acme", "s1", [{"role": "user", "text": t} for t in texts])
-    await rig.scheduler.tick()
+    await rig.tick()
     for _ in range(6):
         assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
         assert rig.memory.layers is not None
@@ -154,7 +163,7 @@ async def test_an_l1_out_of_attempts_queues_the_rest_of_its_batch(
             break
     else:
         pytest.fail("the batch was not carried on")
-    assert await rig.scheduler.tick() == []  # nothing left to request
+    assert await rig.tick() == []  # nothing left to request
     quarantined = rig.memory.layers.list_failures(SCOPE, FailureQuery(kind=FailureKind.QUARANTINE))
     assert len(quarantined) == 6
 
@@ -265,21 +274,23 @@ async def test_a_backlog_longer_than_a_batch_is_requested_again(
     await rig.memory.capture("acme", "s1", turns)
     for cursor, wait_s in ((2, 0.0), (4, 0.0), (5, 300.0)):
         rig.clock.advance(wait_s)  # the last turn waits for the idle timeout (warm-up: 4 turns)
-        assert len(await rig.scheduler.tick()) == 1
-        assert await rig.scheduler.tick() == []  # in flight, nothing new
+        assert len(await rig.tick()) == 1
+        assert await rig.tick() == []  # in flight, nothing new
         assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
         assert rig.memory.layers is not None
         assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == cursor
-    assert await rig.scheduler.tick() == []
+    assert await rig.tick() == []
 
 
-async def test_a_request_left_unprocessed_is_made_again_when_stale(rig: Rig) -> None:
+async def test_a_request_left_unprocessed_is_made_again_after_a_backoff(rig: Rig) -> None:
     await rig.memory.capture("acme", "s1", TURNS)
-    assert len(await rig.scheduler.tick()) == 1
-    rig.clock.advance(3599)
-    assert await rig.scheduler.tick() == []  # still in flight
-    rig.clock.advance(2)
-    assert len(await rig.scheduler.tick()) == 1  # e.g. dead-lettered: asked for again
+    assert len(await rig.tick()) == 1
+    rig.clock.advance(599)
+    assert await rig.tick() == []  # still in flight
+    rig.clock.advance(1)
+    assert await rig.tick() == []  # no progress in 10 minutes: backing off 30 s
+    rig.clock.advance(30)
+    assert len(await rig.tick()) == 1  # e.g. the queue was lost: asked for again
 
 
 async def test_the_worker_publishes_llm_usage_per_stage(
@@ -287,7 +298,7 @@ async def test_the_worker_publishes_llm_usage_per_stage(
 ) -> None:
     install_layer_handlers(scripted_llm)
     await rig.memory.capture("acme", "s1", TURNS)
-    await rig.scheduler.tick()
+    await rig.tick()
     assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
     await rig.worker.publish_status()
     status = json.loads((await rig.backend.state_get(WORKERS_SCOPE))["w"])
@@ -296,45 +307,43 @@ async def test_the_worker_publishes_llm_usage_per_stage(
     assert status["llm_usage"]["L1"]["calls"] >= 1
 
 
-async def test_lost_pipeline_state_is_reconciled_from_the_store(
+async def test_lost_pipeline_state_is_found_again_in_the_store(
     rig: Rig, scripted_llm: ScriptedLLM
 ) -> None:
     """Redis keeps nothing on disk: after a restart the queue and the timers are gone, but the
-    store still says an L2 (and, past the count, an L3) is owed."""
+    store still says an L2 is owed: the backlog scheduler submits it after the grace period."""
     install_layer_handlers(scripted_llm)
     await rig.memory.capture("acme", "s1", TURNS)
-    await rig.scheduler.tick()
+    await rig.tick()
     assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
-    assert await rig.scheduler.reconcile() == []  # the L2 timer is armed: nothing to do
     assert await rig.backend.remove_timer(l2_timer_key("acme", "s1"))  # "lost"
+    assert await rig.tick() == []  # within the grace period: left to the timer
+    rig.clock.advance(600)
 
-    [l2] = await rig.scheduler.reconcile()
-    assert (l2.type, l2.session) == (TaskType.L2, "s1")
-    assert await rig.scheduler.reconcile() == []  # armed once, not on every scan
-    assert await rig.worker.pump_once() == 1
-    assert await rig.run_next(TaskType.L2) is Outcome.SKIPPED  # too soon: it moved its timer
-    rig.clock.advance(60)
-    assert await rig.worker.pump_once() == 1
+    [l2] = await rig.tick()
+    assert (l2.type, l2.tenant, l2.session) == (TaskType.L2, "acme", None)  # per tenant
+    assert await rig.tick() == []  # in flight: once
     assert await rig.run_next(TaskType.L2) is Outcome.COMPLETED
     assert rig.memory.layers is not None
-    assert rig.memory.layers.sessions_owing_l2(10) == []
+    assert rig.memory.layers.tenants_owing_l2(None, 10) == []
 
 
 @pytest.mark.parametrize("layer_settings", [LayerSettings(l3_every_memories=1)])
-async def test_an_owed_l3_is_queued_again_at_most_once_an_hour(
+async def test_an_owed_l3_is_submitted_again_when_lost(
     rig: Rig, scripted_llm: ScriptedLLM
 ) -> None:
     install_layer_handlers(scripted_llm)
     await rig.memory.capture("acme", "s1", TURNS)
-    await rig.scheduler.tick()
+    await rig.tick()
     assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
     await rig.next(TaskType.L3)  # queued by count ... and lost before it ran
-    assert rig.scheduler.service.layers.tenants_owing_l3(1, 10) == ["acme"]
-    [l3] = [t for t in await rig.scheduler.reconcile() if t.type is TaskType.L3]
+    assert rig.memory.layers is not None
+    assert [t.tenant for t in rig.memory.layers.tenants_owing_l3(None, 1, 10)] == ["acme"]
+    [l3] = [t for t in await rig.tick() if t.type is TaskType.L3]
     assert l3.tenant == "acme"
-    assert [t for t in await rig.scheduler.reconcile() if t.type is TaskType.L3] == []
-    rig.clock.advance(3601)
-    assert [t.type for t in await rig.scheduler.reconcile()].count(TaskType.L3) == 1
+    assert [t for t in await rig.tick() if t.type is TaskType.L3] == []  # in flight
+    rig.clock.advance(600 + 30)  # no progress: after the backoff, once more
+    assert [t.type for t in await rig.tick()].count(TaskType.L3) == 1
 
 
 async def test_every_layer_task_writes_an_authentic_receipt_bound_to_its_attempt(
@@ -525,3 +534,79 @@ async def test_the_reconciler_reports_authority_and_findings_and_changes_nothing
         ("s3", "current", "no execution expected", False),
     ]
     assert len(await b.in_flight(limit=10, now=now)) == 3 and waiting.stamp is None
+
+
+
+def impatient(rig: Rig) -> Worker:
+    """A worker of the rig's registry that drops a task at once when its lock is busy."""
+    settings = PipelineSettings(retry_limit=1, l2_delay_s=60, lock_wait_max_s=0)
+    return Worker(rig.backend, rig.worker.executors, settings, clock=rig.clock, name="w2",
+                  sleep=_no_sleep)  # fmt: skip
+
+
+async def test_an_l3_dropped_on_a_busy_lock_is_submitted_again(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    """The old recovery re-armed L3 only past `l3_every_memories` memories: an L3 queued by the
+    L2 cascade and dropped on a busy tenant lock was never run, and the profile stayed behind
+    the scenes for good."""
+    install_layer_handlers(scripted_llm)
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.tick()
+    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+    rig.clock.advance(60)
+    await rig.worker.pump_once()
+    assert await rig.run_next(TaskType.L2) is Outcome.COMPLETED  # scenes changed: L3 queued
+    assert await rig.backend.acquire_lock("tenant/acme", "other", ttl_ms=10**6, now=rig.clock.now())
+    assert await impatient(rig).handle(await rig.next(TaskType.L3)) is Outcome.DROPPED
+    await rig.backend.release_lock("tenant/acme", "other")
+    assert rig.memory.layers is not None and rig.memory.layers.profile(SCOPE) is None
+
+    rig.clock.advance(600)  # the grace period
+    assert [t.type for t in await rig.tick()] == [TaskType.L3]
+    assert await rig.run_next(TaskType.L3) is Outcome.COMPLETED
+    assert rig.memory.layers.profile(SCOPE) is not None
+    assert rig.memory.layers.tenants_owing_l3(None, 30, 10) == []
+
+
+async def test_a_flush_dropped_on_a_busy_lock_is_submitted_again(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    """An accepted flush was a task only: dropped on a busy session lock, it was gone."""
+    install_layer_handlers(scripted_llm)
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.memory.request_flush("acme", "s1", rig.clock.now())  # what `POST …/flush` does
+    await rig.backend.enqueue(Task(TaskType.FLUSH, "acme", "s1"), now=rig.clock.now())
+    assert await rig.backend.acquire_lock(LOCK_KEY, "other", ttl_ms=10**6, now=rig.clock.now())
+    assert await impatient(rig).handle(await rig.next(TaskType.FLUSH)) is Outcome.DROPPED
+    await rig.backend.release_lock(LOCK_KEY, "other")
+
+    rig.clock.advance(600)
+    assert sorted(t.type for t in await rig.tick()) == [TaskType.L1, TaskType.FLUSH]
+    await rig.run_next(TaskType.L1)
+    assert await rig.run_next(TaskType.FLUSH) is Outcome.COMPLETED
+    assert rig.memory.layers is not None
+    assert rig.memory.layers.flush_requests(None, 10) == []
+    assert rig.memory.layers.session_state(SCOPE, "s1").pending_turns == 0
+
+
+async def test_two_sessions_of_a_tenant_pay_for_one_l2(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    """L2 consolidates the tenant's memories, whichever session asked. Locked per session, the
+    L2s of two sessions ran side by side: two LLM calls, and the second commit was refused (its
+    mark had moved) and retried. Locked per tenant, the second waits and finds nothing left."""
+    install_layer_handlers(scripted_llm)
+    for session in ("s1", "s2"):
+        await rig.memory.capture("acme", session, TURNS)
+        await rig.backend.enqueue(Task(TaskType.L1, "acme", session), now=rig.clock.now())
+        assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+    for session in ("s1", "s2"):
+        await rig.backend.enqueue(Task(TaskType.L2, "acme", session, {"force": True}),
+                                  now=rig.clock.now())  # fmt: skip
+    first, second = await rig.next(TaskType.L2), await rig.next(TaskType.L2)
+    waiting = Worker(rig.backend, rig.worker.executors, PipelineSettings(retry_limit=1),
+                     clock=rig.clock, name="w3", sleep=lambda s: asyncio.sleep(0.001))
+    outcomes = await asyncio.gather(rig.worker.handle(first), waiting.handle(second))
+    assert sorted(outcomes) == sorted([Outcome.COMPLETED, Outcome.SKIPPED])
+    assert len(scripted_llm.calls("L2")) == 1

@@ -1,4 +1,4 @@
-"""Scheduling decisions: warm-up, idle timeout, idle window, L2 earliest time, L3 by count."""
+"""Scheduling decisions: warm-up, idle timeout at any age, L2 earliest time, L3 by count."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from stratamem.layers.scheduling import Trigger
 from stratamem.layers.settings import LayerSettings
 from stratamem.store.layers_base import SessionState, TenantState
 
-SETTINGS = LayerSettings(l1_every_turns=8, idle_timeout_s=300, idle_window_s=86400)
+SETTINGS = LayerSettings(l1_every_turns=8, idle_timeout_s=300)
 NOW = 1_000_000.0
 
 
@@ -20,12 +20,13 @@ def test_warm_up_doubles_to_the_cap() -> None:
     assert [scheduling.l1_threshold(r, SETTINGS) for r in range(6)] == [1, 2, 4, 8, 8, 8]
 
 
-def test_l1_trigger_by_turns_idle_and_window() -> None:
+def test_l1_trigger_by_turns_and_idle_at_any_age() -> None:
     assert scheduling.l1_trigger(state(1, runs=0), NOW, SETTINGS) is Trigger.TURNS
     assert scheduling.l1_trigger(state(3, runs=2), NOW, SETTINGS) is None  # needs 4
     assert scheduling.l1_trigger(state(4, runs=2), NOW, SETTINGS) is Trigger.TURNS
     assert scheduling.l1_trigger(state(3, runs=2, quiet_s=300), NOW, SETTINGS) is Trigger.IDLE
-    assert scheduling.l1_trigger(state(30, runs=5, quiet_s=86401), NOW, SETTINGS) is None
+    years_ago = state(3, runs=5, quiet_s=10 * 86400)
+    assert scheduling.l1_trigger(years_ago, NOW, SETTINGS) is Trigger.IDLE
     assert scheduling.l1_trigger(state(0), NOW, SETTINGS) is None
 
 
@@ -45,8 +46,7 @@ def test_l3_every_k_memories() -> None:
     assert scheduling.l3_due_by_count(TenantState("t", memories_since_l3=5), settings)
 
 
-def test_due_l1_lists_sessions_with_their_trigger() -> None:
-    due = scheduling.due_l1([state(1), state(3, runs=2)], NOW, SETTINGS)
-    assert [(d.session, d.trigger, d.cursor_seq, d.upto_seq) for d in due] == [
-        ("s", Trigger.TURNS, 10, 11)
-    ]
+def test_l1_due_at_once_past_the_threshold_else_after_the_idle_timeout() -> None:
+    assert scheduling.l1_due(state(1, runs=0), SETTINGS) == (Trigger.TURNS, float("-inf"))
+    quiet = state(3, runs=2, quiet_s=30)
+    assert scheduling.l1_due(quiet, SETTINGS) == (Trigger.IDLE, NOW - 30 + 300)

@@ -20,6 +20,7 @@ from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecutorRegistry
 from stratamem.pipeline.redis_backend import RedisBackend
 from stratamem.pipeline.runner import load_registry
+from stratamem.pipeline.scheduler import BacklogScheduler
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Delivery, TaskType
@@ -190,26 +191,62 @@ async def test_purged_dead_letters_lose_nothing_either(
     assert (await pipe.offload.resubmit(T, S)).pending_pairs == 0
 
 
-async def test_reconcile_resubmits_work_that_waited_too_long_once_an_hour(
+async def test_stuck_work_is_parked_while_dead_lettered_then_submitted_again_once_purged(
     pipe: Pipe, scripted_llm: ScriptedLLM
 ) -> None:
     scripted_llm.push_for("offload-l1", Reply.error(500), Reply.error(500))
     scripted_llm.push_for("offload-l15", Reply.error(500), Reply.error(500))
     scripted_llm.on("offload-l1", model.summaries)
     scripted_llm.on("offload-l15", lambda request: model.judgment("Search"))
+    settings = PipelineSettings(scheduler_park_refresh_s=0)
+    scheduler = BacklogScheduler(pipe.backend, pipe.worker.executors.backlog_sources(60.0),
+                                 settings)  # fmt: skip
     await pipe.offload.user_message(T, S, "Search the logs", timestamp=pipe.clock.now())
     await pipe.offload.ingest(T, S, batch(pipe.clock.now() + 1))
-    assert await pipe.offload.reconcile() == []  # nothing has waited yet
+    assert (await scheduler.run_pass(pipe.clock.now())).submitted == []  # within the grace
     outcomes = [await pipe.step(), await pipe.step()]
     pipe.clock.advance(5)
     outcomes += [await pipe.step(), await pipe.step()]
     assert outcomes.count(Outcome.DEAD) == 2  # the work is stuck: nothing will run it again
     pipe.clock.advance(600)
 
-    assert await pipe.offload.reconcile() == [(T, S)]
-    assert await pipe.offload.reconcile() == []  # not again within the hour
+    assert (await scheduler.run_pass(pipe.clock.now())).submitted == []  # parked
+    assert scheduler.snapshot()["parked"] == 2
+    await pipe.backend.purge_dead()
+    submitted = (await scheduler.run_pass(pipe.clock.now())).submitted
+    assert sorted(t.type for t in submitted) == [TaskType.OFFLOAD_L1, TaskType.OFFLOAD_L15]
     while await pipe.step() is not None:
         pass
     assert pipe.entries() == 8
     pipe.clock.advance(3600)
-    assert await pipe.offload.reconcile() == []  # nothing waits any more
+    again = {t.type for t in (await scheduler.run_pass(pipe.clock.now())).submitted}
+    assert again.isdisjoint({TaskType.OFFLOAD_L1, TaskType.OFFLOAD_L15})  # nothing waits
+
+
+async def test_entries_left_by_a_skipped_diagram_task_are_mapped_later(
+    pipe: Pipe, scripted_llm: ScriptedLLM
+) -> None:
+    """An offload-l2 that meets its diagram lock busy is skipped at once; its timer had fired,
+    so the entries it was to map waited forever. The backlog scheduler finds them unmapped."""
+    scripted_llm.on("offload-l1", model.summaries)
+    scripted_llm.on("offload-l2", model.diagram)
+    scripted_llm.push_for("offload-l15", model.judgment("Find the bug"))
+    t0 = pipe.clock.now()
+    await pipe.offload.user_message(T, S, "Find the bug", timestamp=t0)
+    await pipe.offload.ingest(T, S, batch(t0 + 1))
+    assert [await pipe.step(), await pipe.step()] == [Outcome.COMPLETED] * 2
+    key, now = f"diagram/{T}/{S}", pipe.clock.now()
+    assert await pipe.backend.acquire_lock(key, "other", ttl_ms=10**6, now=now)
+    pipe.clock.advance(1)
+    assert await pipe.step() is Outcome.SKIPPED  # offload-l2, fired by its timer, lock busy
+    await pipe.backend.release_lock(key, "other")
+    assert await pipe.step() is None  # nothing will map them
+    assert not any(e.node_id for e in await pipe.offload.entries(T, S))
+
+    scheduler = BacklogScheduler(pipe.backend, pipe.worker.executors.backlog_sources(60.0),
+                                 PipelineSettings())  # fmt: skip
+    pipe.clock.advance(60)
+    submitted = (await scheduler.run_pass(pipe.clock.now())).submitted
+    assert [t.type for t in submitted] == [TaskType.OFFLOAD_L2]
+    assert await pipe.step() is Outcome.COMPLETED
+    assert all(e.node_id for e in await pipe.offload.entries(T, S))

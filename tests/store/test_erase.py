@@ -11,7 +11,7 @@ import numpy as np
 from stratamem.domain import Layer, Scope
 from stratamem.store.base import Filters
 from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.erase import SESSION_TABLES, TENANT_TABLES
+from stratamem.store.sqlite.erase import BOOKKEEPING_TABLES, SESSION_TABLES, TENANT_TABLES
 from tests.store.helpers import memory, turn, unit
 
 ACME, OTHER = Scope("acme"), Scope("other")
@@ -76,9 +76,9 @@ def test_every_table_with_tenant_data_is_erased(tmp_path: Path) -> None:
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     columns = {t: {r[1] for r in conn.execute(f"PRAGMA table_info({t})")} for t in tables}
     with_tenant = {t for t, cols in columns.items() if "tenant" in cols}
-    assert with_tenant - {"api_keys"} == set(TENANT_TABLES)
+    assert with_tenant - {"api_keys"} == set(TENANT_TABLES) | set(BOOKKEEPING_TABLES)
     with_session = {t for t in with_tenant if "session" in columns[t]}
-    assert with_session - {"turns", "memories"} == set(SESSION_TABLES)
+    assert with_session - {"turns", "memories"} == set(SESSION_TABLES) | set(BOOKKEEPING_TABLES)
 
 
 def test_a_new_turn_reusing_an_erased_rows_id_is_not_found_by_its_old_vector(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,9 +21,11 @@ from stratamem.cli.common import (
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.domain import MemoryRecord, MemoryType, Profile, Scene, Scope
-from stratamem.layers.executors import LayerScheduler
+from stratamem.layers.backlog import layer_sources
 from stratamem.pipeline.runner import open_backend
+from stratamem.pipeline.scheduler import BacklogScheduler, backlog_loop
 from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.task import Task
 from stratamem.store.base import Filters
 from stratamem.store.layers_sql import SqlLayerStore
 from stratamem.store.opening import RecordStore, open_store
@@ -100,30 +103,36 @@ def flush(ctx: click.Context, tenant: str, session: str, as_json: bool) -> None:
 
 
 @click.command()
-@click.option("--interval", default=1.0, show_default=True, help="Seconds between two scans.")
-@click.option("--once", is_flag=True, help="Scan once, print the tasks enqueued, and exit.")
+@click.option(
+    "--once", is_flag=True,
+    help="Run one pass (no state kept from earlier runs), print the tasks submitted, and exit.",
+)
 @click.pass_context
 @handle_errors
-def schedule(ctx: click.Context, interval: float, once: bool) -> None:
-    """Enqueue L1 tasks on the pipeline for sessions that are due, until SIGTERM / SIGINT."""
-    tasks = asyncio.run(_schedule(settings_from(ctx), interval, once))
-    for line in tasks:
-        click.echo(line)
+def schedule(ctx: click.Context, once: bool) -> None:
+    """Run the backlog scheduler over the layers' owed work (L1, L2, L3, flush) until SIGTERM /
+    SIGINT (workers run one already; this is for a deployment without them, or to look)."""
+    tasks = asyncio.run(_schedule(settings_from(ctx), once))
+    for task in tasks:
+        click.echo(f"{task.type.value} {task.tenant} {task.session or '-'}")
 
 
-async def _schedule(settings: Settings, interval: float, once: bool) -> list[str]:
+async def _schedule(settings: Settings, once: bool) -> list[Task]:
     memory = AsyncMemory.open(settings, embedder=None, llm=None)
-    backend = open_backend(PipelineSettings(), settings.data_dir)
+    pipeline = PipelineSettings()
+    backend = open_backend(pipeline, settings.data_dir)
     try:
-        scheduler = LayerScheduler(memory.layer_service(), backend, memory.clock)
+        service = memory.layer_service()
+        sources = layer_sources(service.layers, service.settings, pipeline.scheduler_grace_s)
         if once:
-            return [f"L1 {t.tenant} {t.session} ({t.payload['trigger']})"
-                    for t in await scheduler.tick()]  # fmt: skip
+            scheduler = BacklogScheduler(backend, sources, pipeline)
+            return (await scheduler.run_pass(memory.clock.now())).submitted
+        loop = backlog_loop(backend, sources, pipeline, memory.clock, f"schedule-{os.getpid()}")
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        await scheduler.run(stop, interval)
+            asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+        if loop is not None:
+            await loop.run(stop)
         return []
     finally:
         await backend.close()

@@ -22,6 +22,7 @@ from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ReceiptReader
 from stratamem.pipeline.reconcile import reconcile
 from stratamem.pipeline.runner import load_registry, open_backend, serve
+from stratamem.pipeline.scheduler import SNAPSHOT_COUNTERS, read_snapshot
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import worker_statuses
 from stratamem.store.layers_sql import SqlLayerStore
@@ -110,14 +111,17 @@ def pipeline() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def status(ctx: click.Context, backend: str | None, as_json: bool) -> None:
-    """Queue depth, dead letters and the last status each worker published."""
+    """Queue depth, dead letters, the last status each worker published and the backlog
+    scheduler's counters and backlog per kind."""
 
     settings = _settings(backend=backend)
 
     async def read(b: PipelineBackend) -> dict[str, Any]:
         depth = (await b.depth()).as_dict()
         workers = await worker_statuses(b, time.time(), settings)
-        return {"backend": b.__class__.__name__, "depth": depth, "workers": workers}
+        scheduler = await read_snapshot(b)
+        return {"backend": b.__class__.__name__, "depth": depth, "workers": workers,
+                "scheduler": scheduler}  # fmt: skip
 
     report = _with_backend(ctx, settings, read)
     if as_json:
@@ -129,6 +133,10 @@ def status(ctx: click.Context, backend: str | None, as_json: bool) -> None:
             f"{w['name']} ({w['state']}, {w['age_s']:.0f} s ago): {w['counters']}"
             f" running={len(w['running'])}"
         )
+    if report["scheduler"] is not None:
+        snap = report["scheduler"]
+        counters = " ".join(f"{k}={snap[k]}" for k in SNAPSHOT_COUNTERS)
+        click.echo(f"scheduler {snap['owner']}: {counters} backlog={snap['backlog']}")
 
 
 @contextmanager

@@ -2,40 +2,33 @@
 
 Each runs one `LayerService` stage under the worker's lock, with the task id (receipts, stable
 ids) and the lock's fencing token (`Fence(lock_key, token)`), and maps the stage result to the
-`ExecResult` the cascade reads. `LayerScheduler` finds sessions whose L1 is due and enqueues it.
+`ExecResult` the cascade reads. The registry also carries the layers' backlog sources
+(`layers.backlog`): the backlog scheduler finds owed layer work through them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 
 from stratamem.clock import Clock
 from stratamem.domain import Scope
 from stratamem.errors import ReceiptConflict
 from stratamem.layers import scheduling
+from stratamem.layers.backlog import layer_sources
 from stratamem.layers.model import StageResult
-from stratamem.layers.service import LayerService, Run
+from stratamem.layers.service import MAX_FLUSH_BATCHES, FlushResult, LayerService, Run
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
+from stratamem.pipeline.locking import holding
+from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task, TaskType
-from stratamem.pipeline.timers import (
-    L1_REQUESTED_AT_FIELD,
-    L1_REQUESTED_FIELD,
-    l2_max_timer_key,
-    l2_timer_key,
-    session_scope,
-    tenant_scope,
-)
+from stratamem.pipeline.timers import l2_timer_key, lock_key_for
 from stratamem.store.base import Fence
 from stratamem.store.receipts import Receipt, ReceiptDraft
 
 log = logging.getLogger(__name__)
-REQUEST_STALE_S = 3600.0
-"""A request whose batch is still unprocessed after this long (dead-lettered) is made again."""
-RECONCILED_AT_FIELD = "reconciled_at"
-RECONCILE_EVERY_S = 60.0
-"""How often the scheduler looks for layer work whose pipeline state was lost."""
 
 
 def _run(ctx: ExecutionContext) -> Run:
@@ -66,10 +59,11 @@ class LayerExecutors:
         return _result(stage)
 
     async def flush(self, ctx: ExecutionContext) -> ExecResult:
-        """L1 until the session is caught up (each batch under its receipt `<task>.<i>`), then
-        the flush's own receipt, then an L2 that skips the delay (its cascade runs L3 when the
-        scenes changed)."""
-        run = _run(ctx)
+        """L1 until the session is caught up (each batch under its receipt `<task>.<i>`; the
+        session's flush requests made before it started are then completed), then the flush's
+        own receipt, then an L2 that skips the delay (its cascade runs L3 when the scenes
+        changed)."""
+        run, started_at = _run(ctx), ctx.clock.now()
         done = await self._flushed(run)
         if done is not None:
             return done
@@ -80,6 +74,8 @@ class LayerExecutors:
             changed, batches = changed or stage.changed, i + 1
             if stage.skipped:
                 break
+        await asyncio.to_thread(self.service.layers.complete_flush, run.scope,
+                                ctx.task.session or "", started_at)  # fmt: skip
         result = {"changed": changed, "skipped": False, "counts": {"batches": batches}}
         draft = ReceiptDraft(run.task_id, TaskType.FLUSH.value, ctx.clock.now(), result,
                              attempt=run.attempt)  # fmt: skip
@@ -144,6 +140,9 @@ class LayerExecutors:
         registry.register(TaskType.L2, self.l2)
         registry.register(TaskType.L3, self.l3)
         registry.register(TaskType.FLUSH, self.flush)
+        service = self.service
+        registry.add_backlog(lambda grace_s: layer_sources(service.layers, service.settings,
+                                                          grace_s))  # fmt: skip
         return registry
 
 
@@ -156,103 +155,54 @@ def register_executors(
     return executors
 
 
-class LayerScheduler:
-    """Finds sessions whose L1 is due (turns past the cursor) and enqueues one L1 each.
+async def flush_in_turn(
+    service: LayerService,
+    backend: PipelineBackend,
+    settings: PipelineSettings,
+    clock: Clock,
+    tenant: str,
+    session: str,
+) -> FlushResult:
+    """Flush a session now, taking its turn with the session's pipeline work: each stage holds
+    the lock the pipeline's task of that stage would hold (L1: the session's, L2: the
+    tenant's L2 lock, L3: the tenant's), with its fencing token, so it neither races a running
+    task nor is raced by one (a task meeting the lock waits, then runs on what the flush left).
+    `LockBusy` when a lock stays held longer than `lock_wait_s`."""
+    base, owner = f"flush-{uuid.uuid4().hex}", f"api-flush-{uuid.uuid4().hex[:8]}"
 
-    A request covers the next batch (`max_batch_turns` past the cursor). While it is in flight
-    (the cursor below it) the session is not enqueued again unless the next batch grew beyond
-    it or the request went stale, so a scan every second costs one query, not a task per session
-    per scan; a backlog longer than one batch is requested batch by batch. It also reconciles
-    (`reconcile`): L2 and L3 work the store says is owed but the pipeline lost is re-armed.
-    """
+    def key(task_type: TaskType, of_session: str | None) -> str:
+        found = lock_key_for(Task(task_type, tenant, of_session), settings.lock_scope)
+        assert found is not None  # L1, L2 and L3 always lock
+        return found
 
-    def __init__(
-        self, service: LayerService, backend: PipelineBackend, clock: Clock, scan_limit: int = 500
-    ) -> None:
-        self.service = service
-        self.backend = backend
-        self.clock = clock
-        self.scan_limit = scan_limit
-        self._next_reconcile = float("-inf")
+    async def run(task_type: TaskType, of_session: str | None) -> list[StageResult]:
+        lock = key(task_type, of_session)
+        async with holding(backend, lock, owner, settings, clock) as grant:
+            fence = Fence(lock, grant.token)
+            if task_type is TaskType.L1:
+                return await _l1_until_caught_up(service, Run(tenant, f"{base}.L1", session, fence))
+            stage = service.run_l2 if task_type is TaskType.L2 else service.run_l3
+            return [await stage(Run(tenant, f"{base}.{task_type.value}", of_session, fence))]
 
-    async def run(self, stop: asyncio.Event, interval_s: float = 1.0) -> None:
-        """Scan every `interval_s` until `stop` is set (run it beside a worker)."""
-        while not stop.is_set():
-            await self.tick()
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=interval_s)
-            except TimeoutError:
-                continue
+    l1 = await run(TaskType.L1, session)
+    [l2] = await run(TaskType.L2, session)
+    pending = await asyncio.to_thread(service.layers.tenant_state, Scope(tenant))
+    l3 = None
+    if l2.changed or pending.memories_since_l3 > 0:
+        [l3] = await run(TaskType.L3, None)
+    return FlushResult(l1, l2, l3)
 
-    async def tick(self) -> list[Task]:
-        """One scan; returns the L1 tasks enqueued. Every `RECONCILE_EVERY_S` it also runs
-        `reconcile`."""
-        now = self.clock.now()
-        if now >= self._next_reconcile:
-            self._next_reconcile = now + RECONCILE_EVERY_S
-            await self.reconcile()
-        sessions = await asyncio.to_thread(
-            self.service.layers.sessions_with_pending_turns, self.scan_limit
-        )
-        enqueued: list[Task] = []
-        for due in scheduling.due_l1(sessions, now, self.service.settings):
-            if await self._request(due, now):
-                enqueued.append(
-                    Task(TaskType.L1, due.tenant, due.session, {"trigger": due.trigger.value})
-                )
-                await self.backend.enqueue(enqueued[-1], now=now)
-        return enqueued
 
-    async def reconcile(self) -> list[Task]:
-        """Re-arm layer work whose pipeline state was lost (a Redis restart loses the queue and
-        timers; Redis here keeps nothing on disk), from what the store says is owed:
+async def _l1_until_caught_up(service: LayerService, run: Run) -> list[StageResult]:
+    results: list[StageResult] = []
+    for i in range(MAX_FLUSH_BATCHES):
+        result = await service.run_l1(Run(run.tenant, f"{run.task_id}.{i}", run.session,
+                                          run.fence))  # fmt: skip
+        results.append(result)
+        if result.skipped:
+            break
+    return results
 
-        - a session whose last L1 came after its last L2, with no L2 timer armed: its L2 timer
-          is armed for now (an L2 that comes too early moves its own timer);
-        - a tenant with `l3_every_memories` memories since its last L3: an L3 is queued (one
-          with nothing new is skipped without an LLM call).
-
-        Each session or tenant is re-armed at most once per `REQUEST_STALE_S`, so work that keeps
-        failing (a dead letter clears its session's timers) is not retried in a tight loop.
-        Returns the tasks armed or queued."""
-        now = self.clock.now()
-        layers, settings = self.service.layers, self.service.settings
-        armed: list[Task] = []
-        for tenant, session in await asyncio.to_thread(layers.sessions_owing_l2, self.scan_limit):
-            keys = (l2_timer_key(tenant, session), l2_max_timer_key(tenant, session))
-            if any([await self.backend.get_timer(key) for key in keys]):
-                continue
-            if await self._first_in_a_while(session_scope(tenant, session), now):
-                armed.append(Task(TaskType.L2, tenant, session, {"reason": "reconcile"}))
-                await self.backend.set_timer_if_earlier(keys[0], armed[-1], due_at=now)
-        owing = await asyncio.to_thread(
-            layers.tenants_owing_l3, settings.l3_every_memories, self.scan_limit
-        )
-        for tenant in owing:
-            if await self._first_in_a_while(tenant_scope(tenant), now):
-                armed.append(Task(TaskType.L3, tenant, None, {"reason": "reconcile"}))
-                await self.backend.enqueue(armed[-1], now=now)
-        return armed
-
-    async def _first_in_a_while(self, scope: str, now: float) -> bool:
-        state = await self.backend.state_get(scope)
-        if now - float(state.get(RECONCILED_AT_FIELD, "-inf")) < REQUEST_STALE_S:
-            return False
-        await self.backend.state_set(scope, RECONCILED_AT_FIELD, repr(now))
-        return True
-
-    async def _request(self, due: scheduling.L1Due, now: float) -> bool:
-        """Record a request for the next batch unless one covering it is still in flight."""
-        scope = session_scope(due.tenant, due.session)
-        state = await self.backend.state_get(scope)
-        target = min(due.upto_seq, due.cursor_seq + self.service.settings.max_batch_turns)
-        requested = int(state.get(L1_REQUESTED_FIELD, "0"))
-        fresh = now - float(state.get(L1_REQUESTED_AT_FIELD, "0")) < REQUEST_STALE_S
-        if requested > due.cursor_seq and requested >= target and fresh:
-            return False
-        await self.backend.state_set(scope, L1_REQUESTED_FIELD, str(target))
-        await self.backend.state_set(scope, L1_REQUESTED_AT_FIELD, repr(now))
-        return True
 
 def layer_registry() -> ExecutorRegistry:
     """The registry `stratamem worker --executors stratamem.layers.executors:layer_registry`
@@ -261,7 +211,6 @@ def layer_registry() -> ExecutorRegistry:
     re-arming early L2 timers. They live as long as the worker process."""
     from stratamem.core import AsyncMemory  # noqa: PLC0415 - runtime wiring, not a layer import
     from stratamem.pipeline.runner import open_backend  # noqa: PLC0415
-    from stratamem.pipeline.settings import PipelineSettings  # noqa: PLC0415
 
     memory = AsyncMemory.open()
     backend = open_backend(PipelineSettings(), memory.settings.data_dir)

@@ -1,8 +1,9 @@
-"""When the layers run: pure decisions over a session's state, and the scan that enqueues L1.
+"""When the layers run: pure decisions over a session's state (the backlog scheduler's L1
+source, `layers.backlog`, applies them).
 
 - L1 after every N new turns, warming up: the first run after 1 turn, then 2, 4, … up to
-  `l1_every_turns`; after `idle_timeout_s` of quiet with turns pending; on flush. Sessions quiet
-  for longer than `idle_window_s` are left alone (a flush still runs them).
+  `l1_every_turns`; after `idle_timeout_s` of quiet with turns pending, however long ago (so
+  imported history is extracted too); on flush.
 - L2 no sooner than `l2_delay_s` after an L1 and `l2_min_interval_s` after the last L2; the
   pipeline's timer only ever moves earlier, so the L2 executor re-arms it when it fires early.
   After the pipeline's `l2_max_interval_s` it runs again (its max-interval timer).
@@ -12,7 +13,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 
 from stratamem.layers.settings import LayerSettings
@@ -34,13 +34,20 @@ def l1_trigger(state: SessionState, now: float, settings: LayerSettings) -> Trig
     if state.pending_turns == 0 or state.last_turn_at is None:
         return None
     quiet_s = now - state.last_turn_at
-    if quiet_s > settings.idle_window_s:
-        return None
     if state.pending_turns >= l1_threshold(state.l1_runs, settings):
         return Trigger.TURNS
     if quiet_s >= settings.idle_timeout_s:
         return Trigger.IDLE
     return None
+
+
+def l1_due(state: SessionState, settings: LayerSettings) -> tuple[Trigger, float]:
+    """When a session owing L1 is due, whatever its age: at once when the warm-up threshold of
+    new turns is reached, else `idle_timeout_s` after its last turn (imported history with old
+    timestamps is due at once)."""
+    if state.pending_turns >= l1_threshold(state.l1_runs, settings):
+        return Trigger.TURNS, float("-inf")
+    return Trigger.IDLE, (state.last_turn_at or 0.0) + settings.idle_timeout_s
 
 
 def l2_earliest(state: SessionState, tenant: TenantState, settings: LayerSettings) -> float:
@@ -56,26 +63,3 @@ def l2_earliest(state: SessionState, tenant: TenantState, settings: LayerSetting
 
 def l3_due_by_count(tenant: TenantState, settings: LayerSettings) -> bool:
     return tenant.memories_since_l3 >= settings.l3_every_memories
-
-
-@dataclass(frozen=True, slots=True)
-class L1Due:
-    tenant: str
-    session: str
-    trigger: Trigger
-    cursor_seq: int
-    upto_seq: int
-
-
-def due_l1(
-    sessions: list[SessionState], now: float, settings: LayerSettings
-) -> list[L1Due]:
-    """The sessions among `sessions` whose L1 should run now."""
-    due: list[L1Due] = []
-    for state in sessions:
-        trigger = l1_trigger(state, now, settings)
-        if trigger is not None:
-            due.append(
-                L1Due(state.tenant, state.session, trigger, state.cursor_seq, state.last_seq)
-            )
-    return due

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from stratamem.errors import ConfigError
 
 
 class LayerSettings(BaseSettings):
@@ -17,9 +15,6 @@ class LayerSettings(BaseSettings):
     l1_every_turns: int = Field(8, ge=1, le=1000, description="L1 after this many new turns.")
     idle_timeout_s: float = Field(
         300.0, ge=0, description="L1 for a session quiet this long with unprocessed turns."
-    )
-    idle_window_s: float = Field(
-        7 * 86400.0, gt=0, description="Sessions quiet longer than this are left alone."
     )
     # -- L1 inputs ---------------------------------------------------------------------------
     max_batch_turns: int = Field(40, ge=1, le=500, description="Turns per L1 extraction.")
@@ -55,9 +50,3 @@ class LayerSettings(BaseSettings):
     # -- L3 ----------------------------------------------------------------------------------
     l3_every_memories: int = Field(30, ge=1, description="L3 after this many new memories.")
     max_profile_chars: int = Field(1200, ge=100, description="Longest profile document.")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> LayerSettings:
-        if self.idle_window_s <= self.idle_timeout_s:
-            raise ConfigError("idle_window_s must be longer than idle_timeout_s")
-        return self

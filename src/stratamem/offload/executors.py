@@ -18,6 +18,7 @@ from stratamem.config import Settings
 from stratamem.domain import Scope
 from stratamem.errors import ReceiptConflict
 from stratamem.llm import LLMClient, LLMSettings
+from stratamem.offload.backlog import OffloadSource
 from stratamem.offload.facade import Offload, mark_of
 from stratamem.offload.schedule import Stage, StageTask
 from stratamem.pipeline.backend import PipelineBackend
@@ -103,9 +104,12 @@ class OffloadExecutors:
 
 
 def register_executors(registry: ExecutorRegistry, offload: Offload) -> None:
-    """Register the three offload executors with the pipeline's registry."""
+    """Register the three offload executors, and offload's backlog source, with the pipeline's
+    registry."""
     if offload.deps.llm is not None:
         registry.add_usage_source(offload.deps.llm.usage.snapshot)
+    store, diagrams = offload.deps.store, not offload.offline
+    registry.add_backlog(lambda grace_s: [OffloadSource(store, grace_s, diagrams)])
     executors = OffloadExecutors(offload)
     if registry.receipts is None:  # the layers' reader reads the same records
         registry.receipts = executors.receipt

@@ -25,9 +25,6 @@ from stratamem.store.offload_base import OffloadStore
 from stratamem.store.offload_records import Diagram, Entry, ToolPair
 from stratamem.store.receipts import Attempt
 
-#: A session found with stale work is resubmitted at most this often by `reconcile`.
-RESUBMIT_EVERY_S = 3600.0
-
 StageOutcome = l1_summaries.L1Outcome | l15_judgment.L15Outcome | l2_diagram.L2Outcome
 
 
@@ -61,7 +58,6 @@ class Offload:
             clock=clock or SystemClock(),
             ids=ids or UuidFactory(),
         )
-        self._resubmitted: dict[tuple[str, str], float] = {}
 
     @property
     def offline(self) -> bool:
@@ -94,24 +90,6 @@ class Offload:
         """Submit the session's waiting work again (pending pairs, unjudged boundaries,
         unmapped entries), e.g. after its tasks were dead-lettered and purged."""
         return await intake.resubmit(self.deps, tenant, session)
-
-    async def reconcile(self, stale_s: float = 600.0, limit: int = 500) -> list[tuple[str, str]]:
-        """Resubmit the sessions whose work has waited more than `stale_s` (pending pairs under
-        no live claim, unjudged boundaries): their tasks were lost (a pipeline restarted without
-        persistence) or dead-lettered. Each session at most once per `RESUBMIT_EVERY_S` in this
-        process, so failing work is not retried in a loop. Returns the sessions resubmitted."""
-        now = self.deps.clock.now()
-        found = await asyncio.to_thread(
-            self.deps.store.sessions_with_stale_work, now - stale_s, now, limit
-        )
-        done = []
-        for tenant, session in found:
-            if now - self._resubmitted.get((tenant, session), float("-inf")) < RESUBMIT_EVERY_S:
-                continue
-            self._resubmitted[(tenant, session)] = now
-            await self.resubmit(tenant, session)
-            done.append((tenant, session))
-        return done
 
     # -- stages ------------------------------------------------------------------------------
     # `attempt`: the pipeline execution running the stage; its receipt is written with the

@@ -29,12 +29,13 @@ The result drives the cascade: `skipped=True` means nothing was done (no cascade
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from stratamem.clock import Clock
 from stratamem.pipeline.errors import UnknownTaskType
+from stratamem.pipeline.scheduler import Source
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.store.receipts import Attempt, Receipt
 
@@ -67,6 +68,8 @@ class Executor(Protocol):
 UsageSource = Callable[[], Mapping[str, Mapping[str, int]]]
 #: Reads the receipt of a task id in a tenant (None: no receipt). Raises when it cannot tell.
 ReceiptReader = Callable[[str, str], Awaitable[Receipt | None]]
+#: Makes the backlog sources of a part, given the scheduler's grace period in seconds.
+BacklogFactory = Callable[[float], Sequence[Source]]
 
 
 class ExecutorRegistry:
@@ -78,6 +81,7 @@ class ExecutorRegistry:
         #: Reads completion receipts from the store the executors write to (set by whoever
         #: registers them); the worker's reclaim path acknowledges finished work with it.
         self.receipts: ReceiptReader | None = None
+        self._backlog: list[BacklogFactory] = []
         for task_type, executor in executors:
             self.register(task_type, executor)
 
@@ -85,6 +89,14 @@ class ExecutorRegistry:
         """A function giving `{stage: {counter: n}}` (an LLM client's token usage per stage);
         the worker publishes the sum of all sources with its metrics."""
         self._usage_sources.append(source)
+
+    def add_backlog(self, factory: BacklogFactory) -> None:
+        """The sources of owed work of the part whose executors these are: the backlog
+        scheduler beside these executors finds that work in the store (`pipeline.scheduler`)."""
+        self._backlog.append(factory)
+
+    def backlog_sources(self, grace_s: float) -> list[Source]:
+        return [source for factory in self._backlog for source in factory(grace_s)]
 
     def usage(self) -> dict[str, dict[str, int]]:
         """The usage of every source, summed per stage and counter."""

@@ -34,8 +34,10 @@ class WorkerMetrics:
     recovered: int = 0
     timers_fired: int = 0
     running: dict[str, RunningTask] = field(default_factory=dict)
+    executed: dict[str, int] = field(default_factory=dict)
+    """Executions started (the executor called) per task type."""
 
     def snapshot(self) -> dict[str, Any]:
-        counters = {k: v for k, v in asdict(self).items() if k != "running"}
+        counters = {k: v for k, v in asdict(self).items() if k not in ("running", "executed")}
         running = [asdict(r) for r in self.running.values()]
-        return {"counters": counters, "running": running}
+        return {"counters": counters, "running": running, "executed": dict(self.executed)}

@@ -202,6 +202,8 @@ def _translated(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutin
         try:
             return await fn(*args, **kwargs)
         except RedisError as exc:
+            if args and isinstance(exc, ResponseError) and isinstance(args[0], RedisBackend):
+                args[0]._forget_group_if_gone(exc)
             raise BackendUnavailable(f"Redis pipeline backend failed: {exc}") from exc
 
     return wrapper
@@ -248,6 +250,12 @@ class RedisBackend:
                 if "BUSYGROUP" not in str(exc):
                     raise
             self._groups.add(task_type)
+
+    def _forget_group_if_gone(self, exc: ResponseError) -> None:
+        """The stream and its group were deleted (Redis restarted without persistence, the
+        queue wiped): make the group again on the next call instead of failing forever."""
+        if "NOGROUP" in str(exc):
+            self._group_ready = False
 
     def _delivery(self, entry_id: Any, raw: dict[Any, Any], consumer: str, n: int) -> Delivery:
         fields = _fields(raw)

@@ -7,9 +7,11 @@ import importlib
 import signal
 from pathlib import Path
 
+from stratamem.clock import SystemClock
 from stratamem.errors import ConfigError
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecutorRegistry
+from stratamem.pipeline.scheduler import backlog_loop
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.worker import Worker
 
@@ -45,14 +47,24 @@ def load_registry(spec: str) -> ExecutorRegistry:
 async def serve(
     settings: PipelineSettings, data_dir: Path, registry: ExecutorRegistry, name: str | None
 ) -> Worker:
-    """Run one worker until SIGTERM / SIGINT, then stop gracefully; returns it (for metrics)."""
-    backend = open_backend(settings, data_dir)
-    worker = Worker(backend, registry, settings, name=name)
+    """Run one worker until SIGTERM / SIGINT, then stop gracefully; returns it (for metrics).
+
+    Beside it runs the backlog scheduler over the registry's sources (active in one process
+    of the deployment at a time: see `pipeline.scheduler`)."""
+    backend, clock = open_backend(settings, data_dir), SystemClock()
+    worker = Worker(backend, registry, settings, name=name, clock=clock)
+    sources = registry.backlog_sources(settings.scheduler_grace_s)
+    scheduler = backlog_loop(backend, sources, settings, clock, worker.name)
+    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, worker.request_stop)
+    scheduling = None if scheduler is None else asyncio.ensure_future(scheduler.run(stop))
     try:
         await worker.run()
     finally:
+        stop.set()
+        if scheduling is not None:
+            await scheduling
         await backend.close()
     return worker

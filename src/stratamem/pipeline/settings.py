@@ -27,9 +27,14 @@ class PipelineSettings(BaseSettings):
     consume_block_ms: int = Field(default=1000, ge=1)
 
     lock_scope: LockScope = LockScope.SESSION
-    lock_ttl_ms: int = Field(default=30_000, ge=100)
+    # 120 s: a lock is held for one stage, whose slowest part is one LLM call (a local model
+    # writing a long reply takes a minute or more); a task that meets the lock waits one TTL,
+    # so it outwaits such a call instead of being dropped behind it. A dead holder's lock
+    # blocks its key for at most this long (renewal every quarter keeps a live one).
+    lock_ttl_ms: int = Field(default=120_000, ge=100)
     # On a lock conflict, wait with backoff (initial, times factor, capped) for at most this long,
-    # then drop and ack the task. None: wait until one lock TTL has passed.
+    # then drop and ack the task (the backlog scheduler finds its work again in the store).
+    # None: wait until one lock TTL has passed.
     lock_wait_max_s: float | None = Field(default=None, ge=0)
     lock_backoff_initial_s: float = Field(default=0.2, gt=0)
     lock_backoff_factor: float = Field(default=3.0, ge=1)
@@ -57,6 +62,24 @@ class PipelineSettings(BaseSettings):
     l2_batch: int = Field(default=5, ge=1)
     l2_max_interval_s: float = Field(default=3600.0, gt=0)
 
+    # The backlog scheduler (`pipeline.scheduler`): it keeps up to `scheduler_limit` tasks
+    # queued (ready or in flight) from owed work it finds in the store; 0 turns it off.
+    scheduler_limit: int = Field(default=8, ge=0)
+    scheduler_interval_s: float = Field(default=1.0, gt=0)
+    # The lease of the one active scheduler, renewed every pass: when its holder dies (or a
+    # lone `serve` restarts), another process takes over after at most this long.
+    scheduler_lease_ms: int = Field(default=15_000, ge=100)
+    # A submitted key whose work shows no progress for this long is resubmitted after a backoff
+    # (initial, doubling, capped); progress resets the backoff.
+    scheduler_in_flight_s: float = Field(default=600.0, gt=0)
+    scheduler_backoff_initial_s: float = Field(default=30.0, ge=0)
+    scheduler_backoff_cap_s: float = Field(default=900.0, ge=0)
+    # Owed work younger than this is left to the path that made it (timers, cascade, ingest).
+    scheduler_grace_s: float = Field(default=60.0, ge=0)
+    scheduler_pages_per_pass: int = Field(default=8, ge=1)
+    scheduler_park_refresh_s: float = Field(default=30.0, ge=0)
+    scheduler_dead_scan: int = Field(default=10_000, ge=1)
+
     @model_validator(mode="after")
     def _consistent(self) -> PipelineSettings:
         # Live workers heartbeat their deliveries every quarter TTL while running and after
@@ -67,6 +90,12 @@ class PipelineSettings(BaseSettings):
                 f"reclaim_idle_ms ({self.reclaim_idle_ms}) must exceed both a quarter of "
                 f"lock_ttl_ms and lock_backoff_cap_s ({longest_silence_ms:.0f} ms), or tasks "
                 "of live workers are reclaimed"
+            )
+        if self.scheduler_lease_ms <= 2000 * self.scheduler_interval_s:
+            raise ConfigError(
+                f"scheduler_lease_ms ({self.scheduler_lease_ms}) must exceed two scheduler"
+                f" intervals ({2000 * self.scheduler_interval_s:.0f} ms), or the lease lapses"
+                " between the passes that renew it"
             )
         return self
 

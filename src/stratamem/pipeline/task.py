@@ -29,8 +29,10 @@ class TaskType(StrEnum):
     OFFLOAD_L2 = "offload-l2"
 
 
-# L3 works on a whole tenant; every other type works on one session.
+# L3 works on a whole tenant; every other type works on one session, except L2, which
+# consolidates a whole tenant's memories and names the session that asked for it, if any.
 TENANT_WIDE_TYPES = frozenset({TaskType.L3})
+SESSION_OPTIONAL_TYPES = frozenset({TaskType.L2})
 
 
 def task_type(value: str) -> TaskType:
@@ -62,7 +64,7 @@ class Task:
         check_ident(self.tenant, "tenant")
         if self.session is not None:
             check_ident(self.session, "session")
-        elif self.type not in TENANT_WIDE_TYPES:
+        elif self.type not in TENANT_WIDE_TYPES | SESSION_OPTIONAL_TYPES:
             raise InvalidInput(f"a {self.type} task needs a session")
         check_ident(self.id, "task id")
         if self.attempt < 0:

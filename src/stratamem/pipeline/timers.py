@@ -11,18 +11,21 @@ from stratamem.pipeline.executors import ExecResult
 from stratamem.pipeline.settings import LockScope, PipelineSettings
 from stratamem.pipeline.task import Task, TaskType
 
-SESSION_LOCKED = frozenset({TaskType.L1, TaskType.L2, TaskType.FLUSH})
+SESSION_LOCKED = frozenset({TaskType.L1, TaskType.FLUSH})
 LOCKLESS = frozenset({TaskType.OFFLOAD_L1, TaskType.OFFLOAD_L15})
 
 
 def lock_key_for(task: Task, scope: LockScope) -> str | None:
-    """The worker lock of `task`: per session for L1 / L2 / flush (per tenant with
-    `LockScope.TENANT`), per tenant for L3, per session task diagram for offload-l2, none for
-    offload-l1 / offload-l15."""
+    """The worker lock of `task`: per session for L1 / flush (per tenant with
+    `LockScope.TENANT`), per tenant for L2 (it consolidates the tenant's memories, whichever
+    session asked: two sessions' L2 queue behind one lock and the second finds nothing left to
+    pay for) and L3, per session task diagram for offload-l2, none for offload-l1 / -l15."""
     if task.type in LOCKLESS:
         return None
     if task.type is TaskType.OFFLOAD_L2:
         return f"diagram/{task.tenant}/{task.session}"
+    if task.type is TaskType.L2 and scope is LockScope.SESSION:
+        return f"l2/{task.tenant}"
     if task.type in SESSION_LOCKED and scope is LockScope.SESSION:
         return f"session/{task.tenant}/{task.session}"
     return f"tenant/{task.tenant}"
@@ -30,20 +33,6 @@ def lock_key_for(task: Task, scope: LockScope) -> str | None:
 
 def session_scope(tenant: str, session: str) -> str:
     return f"{tenant}/{session}"
-
-
-#: The layers' scheduler records in a session's scope how far its last L1 request reaches (and
-#: when), so it does not queue the same batch again while that request is in flight.
-L1_REQUESTED_FIELD = "l1_requested_upto"
-L1_REQUESTED_AT_FIELD = "l1_requested_at"
-
-
-async def forget_l1_request(backend: PipelineBackend, task: Task) -> None:
-    """An L1 that was dropped (its session's lock stayed busy) will not run: clear the request
-    it stood for, so the scheduler asks again at its next scan instead of waiting for the
-    request to go stale."""
-    if task.type is TaskType.L1 and task.session is not None:
-        await backend.state_set(session_scope(task.tenant, task.session), L1_REQUESTED_FIELD, "0")
 
 
 def tenant_scope(tenant: str) -> str:
@@ -80,7 +69,12 @@ async def cascade(
     or now after l2_batch L1s or a flush); L2 done -> counter reset, L3 enqueued if it changed
     something, the L2 max-interval timer armed. A skipped result cascades nothing.
     """
-    if result.skipped or task.session is None:
+    if result.skipped:
+        return
+    if task.type is TaskType.L2 and result.changed:
+        l3 = Task(TaskType.L3, task.tenant, None, {"session": task.session})
+        await backend.enqueue(l3, now=now)
+    if task.session is None:
         return
     scope = session_scope(task.tenant, task.session)
     if task.type in (TaskType.L1, TaskType.FLUSH):
@@ -94,9 +88,6 @@ async def cascade(
     elif task.type is TaskType.L2:
         await backend.state_set(scope, "l1_since_l2", "0")
         await backend.state_incr(scope, "L2_done")
-        if result.changed:
-            l3 = Task(TaskType.L3, task.tenant, None, {"session": task.session})
-            await backend.enqueue(l3, now=now)
         l2 = Task(TaskType.L2, task.tenant, task.session)
         key = l2_max_timer_key(task.tenant, task.session)
         await backend.set_timer(key, l2, due_at=now + settings.l2_max_interval_s)

@@ -6,8 +6,8 @@ One delivery goes through `Worker.handle`:
    delivery is acknowledged without running the task again (`Outcome.RECOVERED`);
 1. take the task's lock (see `timers.lock_key_for`); on conflict wait locally with backoff
    (200 ms, times 3, capped at 5 s) until one lock TTL has passed, then drop and ack the task
-   (a dropped L1 clears its session's request, so the layers' scheduler queues it again at its
-   next scan; offload-l2 is skipped at once: its timer re-triggers it);
+   (offload-l2 is skipped at once); its work is still owed in the store, where the backlog
+   scheduler finds it again (`pipeline.scheduler`);
 2. stamp the delivery with this execution (`Attempt`: attempt, delivery count, fencing token,
    worker, start time; `PipelineBackend.stamp`, which also checks the delivery is still ours),
    then run the executor while a keeper renews the lock and heartbeats the delivery every quarter of
@@ -58,7 +58,6 @@ from stratamem.pipeline.timers import (
     TimerPump,
     cascade,
     clear_session_timers,
-    forget_l1_request,
     lock_key_for,
 )
 from stratamem.store.receipts import Attempt
@@ -138,6 +137,8 @@ class Worker:
                           None if grant is None else grant.token, self.name, now)  # fmt: skip
         if not await self.backend.stamp(delivery, attempt, now=now):
             return await self._on_stale(delivery, grant)
+        executed = self.metrics.executed
+        executed[task.type.value] = executed.get(task.type.value, 0) + 1
         self.metrics.running[task.id] = RunningTask(
             task.id, task.type.value, task.tenant, task.session, lock_key, task.attempt, now
         )
@@ -189,7 +190,6 @@ class Worker:
             self.metrics.skipped += 1
             return Outcome.SKIPPED
         self.metrics.dropped += 1
-        await forget_l1_request(self.backend, delivery.task)
         log.warning("dropped %s %s: its lock stayed busy", delivery.task.type, delivery.task.id)
         return Outcome.DROPPED
 

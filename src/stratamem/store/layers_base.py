@@ -51,6 +51,27 @@ class TenantState:
 
 
 @dataclass(frozen=True, slots=True)
+class TenantOwed:
+    """A tenant owing L2 or L3: `mark` moves when that work is done (the L2 mark, the time of
+    the last L3); `changed_at` is when its newest unconsolidated change was written;
+    `last_run_at` when that stage last ran (None: never)."""
+
+    tenant: str
+    mark: float
+    changed_at: float | None
+    last_run_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlushRequest:
+    """A flush accepted and not completed yet (the newest request per session)."""
+
+    tenant: str
+    session: str
+    requested_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Supersede:
     """`old_id` stops being valid at the commit time and points to `new_id`."""
 
@@ -126,16 +147,6 @@ class LayerStore(Protocol):
         """How many of the tenant's turns are past their session's cursor, summed over its
         sessions, in one aggregated query (what `GET /v1/pipeline` reports)."""
 
-    def sessions_with_pending_turns(self, limit: int) -> list[SessionState]:
-        """Sessions (any tenant) with turns past their cursor, oldest last turn first."""
-
-    def sessions_owing_l2(self, limit: int) -> list[tuple[str, str]]:
-        """(tenant, session) pairs whose last L1 came after their last L2 (or that never had
-        one): their scenes have not seen their newest memories yet."""
-
-    def tenants_owing_l3(self, every_memories: int, limit: int) -> list[str]:
-        """Tenants with at least `every_memories` memories made since their last L3."""
-
     def tenant_state(self, scope: Scope) -> TenantState: ...
 
     def receipt(self, scope: Scope, task_id: str) -> Receipt | None:
@@ -149,6 +160,37 @@ class LayerStore(Protocol):
     def rotate_receipt_key(self, now: float, retire_old: bool = False) -> str:
         """Add a new key that signs receipts from now on; the older keys still verify until
         retired (`retire_old`: retire them now, and their receipts stop verifying)."""
+
+    # -- owed work (the backlog scheduler's queries; any tenant, paged by key) ---------------
+    # Each returns up to `limit` rows whose key is greater than `after` (None: from the start),
+    # in key order, so a scheduler pages through all owed work with a cursor. Only owed rows
+    # are returned: a page costs what it returns, whatever the number of idle sessions.
+
+    def sessions_owing_l1(self, after: tuple[str, str] | None, limit: int) -> list[SessionState]:
+        """Sessions (any age) with turns past their cursor; key (tenant, session)."""
+
+    def tenants_owing_l2(self, after: str | None, limit: int) -> list[TenantOwed]:
+        """Tenants with memory rows written after their L2 mark; key tenant. `mark` is the L2
+        mark, `changed_at` the `created_at` of the newest such memory, `last_run_at` the time
+        of the last L2."""
+
+    def tenants_owing_l3(
+        self, after: str | None, every_memories: int, limit: int
+    ) -> list[TenantOwed]:
+        """Tenants with a scene version written after their last L3 read the scenes (or with
+        scenes and no L3 yet), or with at least `every_memories` memories since their last L3;
+        key tenant. `mark` is the last L3 time (0 if none), `changed_at` the newest scene
+        version's time."""
+
+    def request_flush(self, scope: Scope, session: str, now: float) -> None:
+        """Record that a flush of `session` was accepted at `now` (kept until completed)."""
+
+    def complete_flush(self, scope: Scope, session: str, started_at: float) -> None:
+        """A flush that started at `started_at` caught the session up: forget the requests
+        made at or before that time (a later one stays owed)."""
+
+    def flush_requests(self, after: tuple[str, str] | None, limit: int) -> list[FlushRequest]:
+        """Flush requests not completed; key (tenant, session)."""
 
     # -- L1 ----------------------------------------------------------------------------------
     def commit_l1(self, scope: Scope, commit: L1Commit, fence: Fence | None = None) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from stratamem.domain import MemoryRecord, Profile, Scene, Scope
 from stratamem.errors import LayerConflict, NotFound
+from stratamem.store import backlog_sql as backlog
 from stratamem.store import failure_rows, receipt_rows
 from stratamem.store.base import Fence
 from stratamem.store.failures import Failure, FailureQuery
@@ -24,6 +25,7 @@ from stratamem.store.layer_rows import (
     tenant_state_from_row,
 )
 from stratamem.store.layers_base import (
+    FlushRequest,
     L1Commit,
     L2Commit,
     L3Commit,
@@ -31,6 +33,7 @@ from stratamem.store.layers_base import (
     RetryCommit,
     SessionState,
     Supersede,
+    TenantOwed,
     TenantState,
 )
 from stratamem.store.receipts import COMPLETED, SKIPPED, ReceiptDraft
@@ -85,33 +88,32 @@ class SqlLayerStore:
             ).fetchone()
         return int(row[0])
 
-    def sessions_with_pending_turns(self, limit: int) -> list[SessionState]:
+    # -- owed work (see `backlog`) ------------------------------------------------------------
+    def sessions_owing_l1(self, after: tuple[str, str] | None, limit: int) -> list[SessionState]:
         with self._store.reading() as conn:
-            rows = conn.execute(
-                _SESSION_STATE + " GROUP BY " + _STATE_GROUP
-                + " HAVING MAX(t.seq) > COALESCE(s.cursor_seq, 0) ORDER BY last_turn_at LIMIT ?",
-                (limit,),
-            ).fetchall()
-        return [session_state_from_row(row) for row in rows]
+            return backlog.sessions_owing_l1(conn, after, limit)
 
-    def sessions_owing_l2(self, limit: int) -> list[tuple[str, str]]:
+    def tenants_owing_l2(self, after: str | None, limit: int) -> list[TenantOwed]:
         with self._store.reading() as conn:
-            rows = conn.execute(
-                "SELECT tenant, session FROM layer_sessions WHERE last_l1_at IS NOT NULL"
-                " AND (last_l2_at IS NULL OR last_l1_at > last_l2_at)"
-                " ORDER BY last_l1_at LIMIT ?",
-                (limit,),
-            ).fetchall()
-        return [(row["tenant"], row["session"]) for row in rows]
+            return backlog.tenants_owing_l2(conn, after, limit)
 
-    def tenants_owing_l3(self, every_memories: int, limit: int) -> list[str]:
+    def tenants_owing_l3(
+        self, after: str | None, every_memories: int, limit: int
+    ) -> list[TenantOwed]:
         with self._store.reading() as conn:
-            rows = conn.execute(
-                "SELECT tenant FROM layer_tenants WHERE memories_since_l3 >= ?"
-                " ORDER BY tenant LIMIT ?",
-                (every_memories, limit),
-            ).fetchall()
-        return [row["tenant"] for row in rows]
+            return backlog.tenants_owing_l3(conn, after, every_memories, limit)
+
+    def request_flush(self, scope: Scope, session: str, now: float) -> None:
+        with self._store.writing() as conn:
+            backlog.request_flush(conn, scope.tenant, session, now)
+
+    def complete_flush(self, scope: Scope, session: str, started_at: float) -> None:
+        with self._store.writing() as conn:
+            backlog.complete_flush(conn, scope.tenant, session, started_at)
+
+    def flush_requests(self, after: tuple[str, str] | None, limit: int) -> list[FlushRequest]:
+        with self._store.reading() as conn:
+            return backlog.flush_requests(conn, after, limit)
 
     def tenant_state(self, scope: Scope) -> TenantState:
         with self._store.reading() as conn:

@@ -35,6 +35,7 @@ from stratamem.store.offload_records import (
     Entry,
     Mark,
     NewEntry,
+    OffloadOwed,
     Ref,
     Routed,
     ToolPair,
@@ -55,11 +56,12 @@ class OffloadStore(Protocol):
         """Claim up to `limit` pending pairs not under a live claim, oldest first. Pairs whose
         call id already has an entry are marked done instead and listed as duplicates."""
 
-    def sessions_with_stale_work(
-        self, older_than: float, now: float, limit: int
-    ) -> list[tuple[str, str]]:
-        """(tenant, session) pairs, any tenant, with work waiting since before `older_than`:
-        pending pairs under no live claim, or unjudged boundaries."""
+    def sessions_owing(
+        self, after: tuple[str, str] | None, now: float, limit: int
+    ) -> list[OffloadOwed]:
+        """Sessions (any tenant) with owed offload work (see `OffloadOwed`), in (tenant,
+        session) order after `after` (None: from the start), up to `limit`; the backlog
+        scheduler pages through them with a cursor. Only owed rows are read."""
 
     def next_claim_expiry(self, scope: Scope, session: str, now: float) -> float | None:
         """When the earliest live claim on a pending pair of the session expires, if any."""

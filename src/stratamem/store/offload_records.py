@@ -230,6 +230,21 @@ class Appended:
 
 
 @dataclass(frozen=True, slots=True)
+class OffloadOwed:
+    """A session's owed offload work, each part with the time it has waited since (None: none
+    of that kind): pending pairs under no live claim (oldest `received_at`), the oldest
+    unjudged boundary (its id and time), entries routed to a task and not mapped to a diagram
+    node (oldest `created_at`)."""
+
+    tenant: str
+    session: str
+    pending_at: float | None
+    unjudged_mark: str | None
+    unjudged_at: float | None
+    unmapped_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Routed:
     """What applying a judgment did: the boundary now, and the entries it routed to a task."""
 

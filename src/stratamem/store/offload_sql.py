@@ -14,6 +14,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from stratamem.domain import Mode, Scope
 from stratamem.errors import NotFound, StoreError
+from stratamem.store import backlog_sql as backlog
 from stratamem.store import failure_rows, receipt_rows
 from stratamem.store.base import Fence
 from stratamem.store.failures import Failure
@@ -27,6 +28,7 @@ from stratamem.store.offload_records import (
     Entry,
     Mark,
     NewEntry,
+    OffloadOwed,
     OffloadStage,
     Ref,
     Routed,
@@ -249,18 +251,11 @@ class SqlOffloadStore:
         return [_mark(r) for r in rows]
 
     @_translated
-    def sessions_with_stale_work(
-        self, older_than: float, now: float, limit: int
-    ) -> list[tuple[str, str]]:
+    def sessions_owing(
+        self, after: tuple[str, str] | None, now: float, limit: int
+    ) -> list[OffloadOwed]:
         with self._store.reading() as conn:
-            rows = conn.execute(
-                "SELECT tenant, session FROM offload_pairs WHERE done = 0 AND received_at < ?"
-                " AND (claim_expires IS NULL OR claim_expires <= ?)"
-                " UNION SELECT tenant, session FROM offload_marks WHERE judged = 0 AND ts < ?"
-                " ORDER BY tenant, session LIMIT ?",
-                (older_than, now, older_than, limit),
-            ).fetchall()
-        return [(r["tenant"], r["session"]) for r in rows]
+            return backlog.offload_owed(conn, after, now, limit)
 
     @_translated
     def pending_pairs(self, scope: Scope, session: str) -> int:

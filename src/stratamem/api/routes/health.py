@@ -12,6 +12,7 @@ from stratamem.api.metrics import CONTENT_TYPE, store_gauges
 from stratamem.api.schemas import ErrorDetail, ErrorOut, HealthOut
 from stratamem.api.services import Services
 from stratamem.api.views import package_version
+from stratamem.pipeline.scheduler import read_snapshot, snapshot_gauges
 
 router = APIRouter(tags=["service"])
 
@@ -47,4 +48,5 @@ async def _gauges(services: Services) -> dict[str, float]:
     if services.pipeline is not None:
         depth = (await services.pipeline.depth()).as_dict()
         gauges.update({f"pipeline_{name}": float(n) for name, n in depth.items()})
+        gauges.update(snapshot_gauges(await read_snapshot(services.pipeline)))
     return gauges

@@ -19,9 +19,12 @@ from stratamem.api.schemas import (
     ProfileOut,
     SceneOut,
 )
+from stratamem.api.services import Services
 from stratamem.api.views import memory_json, profile_json, scene_json, task_json
 from stratamem.core import MAX_PAGE
 from stratamem.domain import MemoryType, check_ident
+from stratamem.layers.executors import flush_in_turn
+from stratamem.layers.service import FlushResult
 from stratamem.pipeline.task import Task, TaskType
 
 router = APIRouter(prefix="/v1", tags=["layers"], responses=ERRORS)
@@ -120,19 +123,38 @@ async def profile_history(tenant: TenantDep, memory: MemoryDep) -> list[dict[str
     return [profile_json(p) for p in await memory.profile_history(tenant)]
 
 
-@router.post("/sessions/{session}/flush", response_model=FlushOut, status_code=202)
+@router.post(
+    "/sessions/{session}/flush",
+    response_model=FlushOut,
+    status_code=202,
+    responses={200: {"model": FlushOut, "description": "Ran (with `wait`): what the layers did."}},
+)
 async def flush(
     session: str,
     tenant: TenantDep,
     services: ServicesDep,
+    response: Response,
     wait: Annotated[bool, Query(description="Run the layers now and answer when done.")] = False,
 ) -> dict[str, Any]:
-    """Session ended: queue a flush (L1 until caught up, then L2 and L3), or run it with `wait`."""
+    """Session ended: queue a flush (L1 until caught up, then L2 and L3): 202. With `wait`, run
+    it now, taking its turn with the session's background work (the same locks): 200 with what
+    ran; 503 `busy` if a lock stayed held longer than the pipeline's lock wait."""
     check_ident(session, "session")
     if wait:
-        result = await services.memory.flush(tenant, session)
+        result = await _flush_now(services, tenant, session)
+        response.status_code = 200
         return {"queued": None, "result": result.to_json()}
     task = Task(TaskType.FLUSH, tenant, session, {"reason": "api"})
     backend = services.require_pipeline()
-    await backend.enqueue(task, now=services.memory.clock.now())
+    now = services.memory.clock.now()
+    await services.memory.request_flush(tenant, session, now)  # owed until a flush completes
+    await backend.enqueue(task, now=now)
     return {"queued": task_json(task), "result": None}
+
+
+async def _flush_now(services: Services, tenant: str, session: str) -> FlushResult:
+    memory, backend = services.memory, services.pipeline
+    if backend is None:
+        return await memory.flush(tenant, session)
+    service, settings = memory.layer_service(), services.pipeline_settings
+    return await flush_in_turn(service, backend, settings, memory.clock, tenant, session)

@@ -17,6 +17,7 @@ from stratamem.api.views import dead_letter_json, task_json
 from stratamem.domain import Scope
 from stratamem.errors import NotFound
 from stratamem.pipeline.errors import DeadLetterNotFound
+from stratamem.pipeline.scheduler import read_snapshot
 from stratamem.pipeline.status import worker_statuses
 
 SCAN_LIMIT = 10_000
@@ -67,10 +68,11 @@ async def requeue_dead_letter(
 
 @router.get("/admin/pipeline")
 async def admin_pipeline(_: AdminDep, services: ServicesDep) -> dict[str, Any]:
-    """Queue depth of every tenant, and the status each worker last published, with its state
-    (`running`, `stopped`, or `unresponsive` when a running worker stopped publishing)."""
+    """Queue depth of every tenant, the status each worker last published, with its state
+    (`running`, `stopped`, or `unresponsive` when a running worker stopped publishing), and the
+    backlog scheduler's last snapshot (counters, backlog per kind; null before its first pass)."""
     backend = services.require_pipeline()
     depth = (await backend.depth()).as_dict()
     now = services.memory.clock.now()
     workers = await worker_statuses(backend, now, services.pipeline_settings)
-    return {"depth": depth, "workers": workers}
+    return {"depth": depth, "workers": workers, "scheduler": await read_snapshot(backend)}

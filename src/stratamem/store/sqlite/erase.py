@@ -37,6 +37,9 @@ TENANT_TABLES = (
     *SESSION_TABLES,
 )
 
+#: Bookkeeping keyed by (tenant, session) that holds no content: erased, not counted.
+BOOKKEEPING_TABLES = ("session_heads", "layer_flush_requests")
+
 _DRAWN_FROM_SESSION = """
 DELETE FROM memories WHERE tenant = :tenant AND (
     session = :session
@@ -61,6 +64,8 @@ def erase_session(conn: sqlite3.Connection, tenant: str, session: str) -> dict[s
         ).rowcount
         for table in SESSION_TABLES
     )
+    for table in BOOKKEEPING_TABLES:
+        conn.execute(f"DELETE FROM {table} WHERE tenant = :tenant AND session = :session", params)
     return {"turns": turns, "memories": memories, "other": other}
 
 
@@ -70,5 +75,7 @@ def erase_tenant(conn: sqlite3.Connection, tenant: str) -> dict[str, int]:
         table: conn.execute(f"DELETE FROM {table} WHERE tenant = ?", (tenant,)).rowcount
         for table in TENANT_TABLES
     }
+    for table in BOOKKEEPING_TABLES:
+        conn.execute(f"DELETE FROM {table} WHERE tenant = ?", (tenant,))
     other = sum(n for table, n in counts.items() if table not in ("turns", "memories"))
     return {"turns": counts["turns"], "memories": counts["memories"], "other": other}

@@ -8,6 +8,7 @@ Memory versions need no table of their own: an update inserts a new row and clos
 from __future__ import annotations
 
 from stratamem.store.migration import Migration
+from stratamem.store.sqlite.backlog_schema import BACKLOG_LAYER_MIGRATION
 
 M010_LAYER_STATE = """
 CREATE TABLE layer_sessions (
@@ -123,5 +124,6 @@ LAYER_MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "layer state, receipts and failures", M010_LAYER_STATE),
     Migration(11, "scene and profile versions", M011_SCENES_PROFILE),
     Migration(12, "failure records of every LLM stage: quarantines, splits, drops", M012_FAILURES),
+    BACKLOG_LAYER_MIGRATION,
     Migration(15, "authenticated receipts of every task type, and their keys", M015_RECEIPTS),
 )

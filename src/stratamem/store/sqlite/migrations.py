@@ -7,6 +7,7 @@ import time
 
 from stratamem.errors import StoreError
 from stratamem.store.migration import Migration
+from stratamem.store.sqlite.backlog_schema import BACKLOG_OFFLOAD_MIGRATION
 from stratamem.store.sqlite.layer_schema import LAYER_MIGRATIONS
 from stratamem.store.sqlite.tenant_index import tenant_index_sql
 from stratamem.store.sqlite.turn_context import turn_context_sql
@@ -226,6 +227,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "pending embeddings by tenant, for a fair share", M006_PENDING_BY_TENANT),
     *LAYER_MIGRATIONS,
     Migration(20, "context offload: tool pairs, entries, refs, boundaries, tasks", M020_OFFLOAD),
+    BACKLOG_OFFLOAD_MIGRATION,
     Migration(30, "service tenants and hashed API keys", M030_TENANTS),
 )
 

@@ -1,0 +1,136 @@
+"""The memory layers' owed work as backlog-scheduler sources (`pipeline.scheduler`).
+
+- `L1`: sessions with turns past their cursor, any age (imported history included); due when
+  the warm-up threshold of new turns is reached, or `idle_timeout_s` after the last turn.
+- `L2`: tenants with memories written after their L2 mark, due `grace_s` after the newest one
+  and no sooner than `l2_min_interval_s` after the last L2 (the cascade's timer runs it
+  sooner; this finds what a lost timer or queue left behind).
+- `L3`: tenants whose scenes changed after their last L3 read them (or with
+  `l3_every_memories` memories since), due `grace_s` after the change.
+- `flush`: flush requests accepted and not completed, due `grace_s` after the request.
+
+Progress markers: the L1 cursor, the L2 mark, the time of the last L3, the request's time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from stratamem.layers import scheduling
+from stratamem.layers.settings import LayerSettings
+from stratamem.pipeline.scheduler import Cursor, Owed, Page, Source
+from stratamem.pipeline.task import Task, TaskType
+from stratamem.store.layers_base import FlushRequest, LayerStore, TenantOwed
+
+
+def _pair(after: Cursor | None) -> tuple[str, str] | None:
+    return None if after is None else (after[0], after[1])
+
+
+def _single(after: Cursor | None) -> str | None:
+    return None if after is None else after[0]
+
+
+def _session_key(task: Task, kind: TaskType) -> str | None:
+    return f"{task.tenant}/{task.session}" if task.type is kind else None
+
+
+def _end(rows: int, limit: int, last: Cursor | None) -> Cursor | None:
+    return last if rows >= limit else None
+
+
+class L1Source:
+    kind = TaskType.L1.value
+
+    def __init__(self, layers: LayerStore, settings: LayerSettings) -> None:
+        self.layers, self.settings = layers, settings
+
+    async def page(self, after: Cursor | None, limit: int, now: float) -> Page:
+        rows = await asyncio.to_thread(self.layers.sessions_owing_l1, _pair(after), limit)
+        items = []
+        for state in rows:
+            trigger, due_at = scheduling.l1_due(state, self.settings)
+            task = Task(TaskType.L1, state.tenant, state.session, {"trigger": trigger.value})
+            items.append(Owed(f"{state.tenant}/{state.session}", (state.tenant, state.session),
+                              task, due_at, str(state.cursor_seq)))  # fmt: skip
+        return Page(items, _end(len(rows), limit, items[-1].cursor if items else None))
+
+    def key_of(self, task: Task) -> str | None:
+        return _session_key(task, TaskType.L1)
+
+
+class FlushSource:
+    kind = TaskType.FLUSH.value
+
+    def __init__(self, layers: LayerStore, grace_s: float) -> None:
+        self.layers, self.grace_s = layers, grace_s
+
+    async def page(self, after: Cursor | None, limit: int, now: float) -> Page:
+        rows = await asyncio.to_thread(self.layers.flush_requests, _pair(after), limit)
+        items = [self._owed(r) for r in rows]
+        return Page(items, _end(len(rows), limit, items[-1].cursor if items else None))
+
+    def _owed(self, request: FlushRequest) -> Owed:
+        tenant, session = request.tenant, request.session
+        task = Task(TaskType.FLUSH, tenant, session, {"reason": "backlog"})
+        due_at = request.requested_at + self.grace_s
+        return Owed(f"{tenant}/{session}", (tenant, session), task, due_at,
+                    repr(request.requested_at))  # fmt: skip
+
+    def key_of(self, task: Task) -> str | None:
+        return _session_key(task, TaskType.FLUSH)
+
+
+class _TenantSource:
+    task_type: TaskType
+
+    def __init__(self, layers: LayerStore, settings: LayerSettings, grace_s: float) -> None:
+        self.layers, self.settings, self.grace_s = layers, settings, grace_s
+        self.kind = self.task_type.value
+
+    def _rows(self, after: str | None, limit: int) -> list[TenantOwed]:
+        raise NotImplementedError
+
+    async def page(self, after: Cursor | None, limit: int, now: float) -> Page:
+        rows = await asyncio.to_thread(self._rows, _single(after), limit)
+        items = [self._owed(r) for r in rows]
+        return Page(items, _end(len(rows), limit, items[-1].cursor if items else None))
+
+    def _owed(self, row: TenantOwed) -> Owed:
+        task = Task(self.task_type, row.tenant, None, {"reason": "backlog"})
+        due_at = max((row.changed_at or 0.0) + self.grace_s, self._earliest(row))
+        return Owed(row.tenant, (row.tenant,), task, due_at, repr(row.mark))
+
+    def _earliest(self, row: TenantOwed) -> float:
+        return float("-inf")
+
+    def key_of(self, task: Task) -> str | None:
+        return task.tenant if task.type is self.task_type else None
+
+
+class L2Source(_TenantSource):
+    """L2 consolidates a tenant's changed memories (whichever session they came from), so it is
+    owed, submitted and locked per tenant."""
+
+    task_type = TaskType.L2
+
+    def _rows(self, after: str | None, limit: int) -> list[TenantOwed]:
+        return self.layers.tenants_owing_l2(after, limit)
+
+    def _earliest(self, row: TenantOwed) -> float:
+        if row.last_run_at is None:
+            return float("-inf")
+        return row.last_run_at + self.settings.l2_min_interval_s
+
+
+class L3Source(_TenantSource):
+    task_type = TaskType.L3
+
+    def _rows(self, after: str | None, limit: int) -> list[TenantOwed]:
+        return self.layers.tenants_owing_l3(after, self.settings.l3_every_memories, limit)
+
+
+def layer_sources(layers: LayerStore, settings: LayerSettings, grace_s: float) -> list[Source]:
+    """The four layer sources, for a scheduler beside workers running the layer executors."""
+    return [L1Source(layers, settings), L2Source(layers, settings, grace_s),
+            L3Source(layers, settings, grace_s), FlushSource(layers, grace_s)]  # fmt: skip

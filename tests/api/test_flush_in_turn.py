@@ -1,0 +1,55 @@
+"""A waited flush (`POST …/flush?wait=true`) while the background pipeline works on the same
+session: it used to race the running L1 (409 "the cursor is at 40, not 0", and background tasks
+failed and retried); now it takes its turn under the same locks and answers 200."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from stratamem.api import Services
+from stratamem.api.background import Background
+from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.worker import Outcome
+
+from .conftest import Caller, message
+
+
+async def test_a_waited_flush_takes_its_turn_with_the_background_work(
+    client: httpx.AsyncClient, services: Services, alice: Caller
+) -> None:
+    texts = [f"I visited the city number {i} in May." for i in range(400)]
+    body = {"session": "s1", "messages": [message(t) for t in texts]}
+    assert (await client.post("/v1/capture", json=body, headers=alice.headers)).is_success
+    settings = PipelineSettings(lock_backoff_initial_s=0.001, lock_backoff_cap_s=0.01)
+    background = Background(services, settings, workers=2)
+    assert background.scheduler is not None and await background.scheduler.tick() is not None
+    backend = services.require_pipeline()
+    for _ in range(3):  # more of the session's L1 work in flight beside the scheduler's
+        await backend.enqueue(Task(TaskType.L1, "alice", "s1"), now=0.0)
+    deliveries = await backend.consume("bg", count=10, block_ms=0, now=0.0)
+    assert len(deliveries) == 4
+
+    flush = client.post("/v1/sessions/s1/flush?wait=true", headers=alice.headers)
+    *outcomes, flushed = await asyncio.gather(
+        *(background.worker.handle(d) for d in deliveries), flush
+    )
+    assert flushed.status_code == 200, flushed.text
+    result = flushed.json()["result"]
+    assert result["l1"] and result["l1"][-1]["skipped"] and result["l2"] is not None
+    assert set(outcomes) <= {Outcome.COMPLETED, Outcome.SKIPPED}
+    metrics = background.worker.metrics
+    assert (metrics.failed, metrics.retried, metrics.dropped) == (0, 0, 0)
+    status = (await client.get("/v1/pipeline", headers=alice.headers)).json()
+    assert status["pending_turns"] == 0
+
+
+async def test_a_flush_without_wait_is_queued_and_kept_owed(
+    client: httpx.AsyncClient, services: Services, alice: Caller
+) -> None:
+    queued = await client.post("/v1/sessions/s1/flush", headers=alice.headers)
+    assert queued.status_code == 202 and queued.json()["queued"]["type"] == "flush"
+    layers = services.memory.layer_service().layers
+    assert [(r.tenant, r.session) for r in layers.flush_requests(None, 10)] == [("alice", "s1")]

@@ -1,0 +1,272 @@
+"""Chaos on both backends: real `stratamem worker` processes (every task type, each running the
+backlog scheduler under the lease) are killed, paused past the lock TTL and restarted at random
+while 20 sessions of 3 tenants receive turns and tool results; midway the whole queue is wiped
+(the Redis stream, or the SQLite task table). At the end nothing owed is left: every turn is
+covered by L1, every memory consolidated by L2, every tenant's profile newer than its last
+scene change, every tool result summarised, judged and mapped to a diagram node; no turn was
+extracted twice; and the LLM was called no more often than tasks were executed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from stratamem.clock import SystemClock
+from stratamem.config import Settings
+from stratamem.core import AsyncMemory
+from stratamem.domain import Scope
+from stratamem.offload import Offload, ToolPair
+from stratamem.offload.executors import PipelineScheduler
+from stratamem.pipeline.backend import PipelineBackend
+from stratamem.pipeline.redis_backend import RedisBackend
+from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.sqlite_backend import SqliteBackend
+from stratamem.pipeline.status import worker_statuses
+from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.testing import ScriptedLLM
+from stratamem.testing.layers import install_layer_handlers
+
+from ..offload import model
+
+pytestmark = pytest.mark.slow
+T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parents[2]
+REDIS_URL = "redis://127.0.0.1:6379/0"
+TENANTS = ["acme", "globex", "initech"]
+SESSIONS = [(TENANTS[i % 3], f"s{i:02}") for i in range(20)]
+ROUNDS = 6
+WORKERS = 3
+CONCURRENCY = 2
+LOCK_TTL_S = 1.0
+DEADLINE_S = 120.0
+
+ENV = {
+    "STRATAMEM_EMBEDDER": "hash:64",
+    "STRATAMEM_BACKGROUND_EMBEDDING": "false",
+    "STRATAMEM_LLM_MODEL": "scripted-chat",
+    "STRATAMEM_LLM_TIMEOUT_S": "10",
+    "STRATAMEM_PIPELINE_CONCURRENCY": str(CONCURRENCY),
+    "STRATAMEM_PIPELINE_LOCK_TTL_MS": str(int(LOCK_TTL_S * 1000)),
+    "STRATAMEM_PIPELINE_LOCK_WAIT_MAX_S": "2",
+    "STRATAMEM_PIPELINE_LOCK_BACKOFF_INITIAL_S": "0.02",
+    "STRATAMEM_PIPELINE_LOCK_BACKOFF_CAP_S": "0.1",
+    "STRATAMEM_PIPELINE_RECLAIM_IDLE_MS": "1500",
+    "STRATAMEM_PIPELINE_RECLAIM_INTERVAL_S": "0.2",
+    "STRATAMEM_PIPELINE_MAX_DELIVERIES": "20",
+    "STRATAMEM_PIPELINE_RETRY_LIMIT": "5",
+    "STRATAMEM_PIPELINE_RETRY_BACKOFF_BASE_S": "0.05",
+    "STRATAMEM_PIPELINE_RETRY_BACKOFF_FACTOR": "2",
+    "STRATAMEM_PIPELINE_PUMP_INTERVAL_S": "0.05",
+    "STRATAMEM_PIPELINE_CONSUME_BLOCK_MS": "100",
+    "STRATAMEM_PIPELINE_GRACE_PERIOD_S": "1",
+    "STRATAMEM_PIPELINE_L2_DELAY_S": "0.3",
+    "STRATAMEM_PIPELINE_SCHEDULER_LIMIT": "16",
+    "STRATAMEM_PIPELINE_SCHEDULER_INTERVAL_S": "0.2",
+    "STRATAMEM_PIPELINE_SCHEDULER_LEASE_MS": "1000",
+    "STRATAMEM_PIPELINE_SCHEDULER_GRACE_S": "1",
+    "STRATAMEM_PIPELINE_SCHEDULER_IN_FLIGHT_S": "3",
+    "STRATAMEM_PIPELINE_SCHEDULER_BACKOFF_INITIAL_S": "0.5",
+    "STRATAMEM_PIPELINE_SCHEDULER_BACKOFF_CAP_S": "2",
+    "STRATAMEM_PIPELINE_SCHEDULER_PARK_REFRESH_S": "1",
+    "STRATAMEM_LAYERS_L1_EVERY_TURNS": "4",
+    "STRATAMEM_LAYERS_IDLE_TIMEOUT_S": "0.5",
+    "STRATAMEM_LAYERS_MAX_BATCH_TURNS": "6",
+    "STRATAMEM_LAYERS_L2_DELAY_S": "0.3",
+    "STRATAMEM_LAYERS_L2_MIN_INTERVAL_S": "0.3",
+    "STRATAMEM_OFFLOAD_L1_DELAY_S": "0.3",
+    "STRATAMEM_OFFLOAD_DIAGRAM_DELAY_S": "0.3",
+    "STRATAMEM_OFFLOAD_ORPHAN_MAX_AGE_S": "5",
+}
+
+
+class Cluster:
+    """Worker processes over one data directory and pipeline, a producer in this process."""
+
+    def __init__(self, kind: str, tmp_path: Path, llm: ScriptedLLM) -> None:
+        self.kind, self.tmp_path = kind, tmp_path
+        prefix = f"test:chaos:{uuid.uuid4().hex}:"
+        data = tmp_path / "data"
+        self.env = {
+            **os.environ, **ENV,
+            "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}",
+            "STRATAMEM_DATA_DIR": str(data),
+            "STRATAMEM_LLM_BASE_URL": llm.base_url,
+            "STRATAMEM_PIPELINE_BACKEND": kind,
+            "STRATAMEM_PIPELINE_REDIS_URL": REDIS_URL,
+            "STRATAMEM_PIPELINE_REDIS_PREFIX": prefix,
+        }  # fmt: skip
+        self.loop = asyncio.new_event_loop()
+        self.backend: PipelineBackend = (
+            RedisBackend(REDIS_URL, prefix=prefix) if kind == "redis"
+            else SqliteBackend(data / "pipeline.db")
+        )  # fmt: skip
+        settings = Settings(data_dir=data, embedder="hash:64", background_embedding=False)
+        self.memory = AsyncMemory.open(settings, llm=None)
+        store = SqlOffloadStore(self.memory.store)  # type: ignore[arg-type]
+        self.offload = Offload(store, PipelineScheduler(self.backend, SystemClock()))
+        self.offload_store = store
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.kills = 0
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    def spawn(self) -> None:
+        n = len(self.procs)
+        code = "from stratamem.cli.main import main; main()"
+        with (self.tmp_path / f"worker{n}.log").open("wb") as log:
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-c", code, "worker", "--name", f"w{n}"],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+            ))  # fmt: skip
+
+    def live(self) -> list[subprocess.Popen[bytes]]:
+        return [p for p in self.procs if p.poll() is None]
+
+    def wipe_queue(self) -> None:
+        """The whole queue is lost: the Redis stream (and its group), or the task table."""
+        if isinstance(self.backend, RedisBackend):
+            self.call(self.backend._redis.delete(self.backend.keys.tasks))
+            return
+        import sqlite3  # noqa: PLC0415
+
+        with sqlite3.connect(self.tmp_path / "data" / "pipeline.db", timeout=10) as conn:
+            conn.execute("DELETE FROM tasks")
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait()
+        self.call(self.memory.aclose())
+        if isinstance(self.backend, RedisBackend):
+            self.call(self.backend.drop_all())
+        self.call(self.backend.close())
+        self.loop.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def cluster(
+    request: pytest.FixtureRequest, tmp_path: Path, scripted_llm: ScriptedLLM
+) -> Iterator[Cluster]:
+    install_layer_handlers(scripted_llm)
+    scripted_llm.on("offload-l1", model.summaries)
+    scripted_llm.on("offload-l15", lambda request: model.judgment("Fix the build"))
+    scripted_llm.on("offload-l2", model.diagram)
+    made = Cluster(request.param, tmp_path, scripted_llm)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def produce(cluster: Cluster, round_no: int, rng: random.Random) -> None:
+    """One round: every session gets turns, some a user message and tool results."""
+    now = time.time()
+    for tenant, session in SESSIONS:
+        turns = [{"role": "user", "speaker": "Maria",
+                  "text": f"In round {round_no} I visited city {session}-{i}."}
+                 for i in range(rng.randint(1, 3))]  # fmt: skip
+        cluster.call(cluster.memory.capture(tenant, session, turns))
+        if rng.random() < 0.5:
+            continue
+        cluster.call(cluster.offload.user_message(tenant, session, f"Fix build {round_no}",
+                                                  timestamp=now))  # fmt: skip
+        pairs = [ToolPair(f"r{round_no}c{i}", "grep", {}, f"hit {i}\n" * 20, now + 0.001 * i)
+                 for i in range(rng.randint(1, 3))]  # fmt: skip
+        cluster.call(cluster.offload.ingest(tenant, session, pairs))
+
+
+def fault(cluster: Cluster, rng: random.Random) -> None:
+    """Kill a worker and start another, or pause one past the lock TTL."""
+    live = cluster.live()
+    if not live:
+        cluster.spawn()
+        return
+    victim = rng.choice(live)
+    if rng.random() < 0.5:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        cluster.kills += 1
+        cluster.spawn()
+        return
+    victim.send_signal(signal.SIGSTOP)
+    time.sleep(1.5 * LOCK_TTL_S)  # the fault itself: a pause past the lock TTL
+    victim.send_signal(signal.SIGCONT)
+
+
+def owed(cluster: Cluster) -> dict[str, list[Any]]:
+    layers = cluster.memory.layer_service().layers
+    return {
+        "L1": layers.sessions_owing_l1(None, 100),
+        "L2": layers.tenants_owing_l2(None, 100),
+        "L3": layers.tenants_owing_l3(None, 10**9, 100),
+        "offload": cluster.offload_store.sessions_owing(None, time.time(), 100),
+    }
+
+
+def wait_until(what: str, check: Callable[[], object]) -> None:
+    end = time.monotonic() + DEADLINE_S
+    while time.monotonic() < end:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_nothing_owed_is_lost_under_chaos(cluster: Cluster, scripted_llm: ScriptedLLM) -> None:
+    rng = random.Random(7)
+    for _ in range(WORKERS):
+        cluster.spawn()
+    for round_no in range(ROUNDS):
+        produce(cluster, round_no, rng)
+        fault(cluster, rng)
+        if round_no == ROUNDS // 2:
+            cluster.wipe_queue()
+    while len(cluster.live()) < WORKERS:
+        cluster.spawn()
+
+    wait_until("nothing owed", lambda: not any(owed(cluster).values()))
+    for tenant in TENANTS:
+        assert cluster.call(cluster.memory.profile(tenant)) is not None
+    layers = cluster.memory.layer_service().layers
+    store = cluster.memory.store
+    for tenant, session in SESSIONS:
+        state = layers.session_state(Scope(tenant), session)
+        assert state.cursor_seq == state.last_seq > 0  # every turn covered by L1
+        entries = cluster.offload_store.list_entries(Scope(tenant), session)
+        assert all(e.node_id for e in entries)  # every offload entry mapped
+    for tenant in TENANTS:  # no turn extracted twice (a replayed or overlapping L1 would)
+        sources = Counter(t for m in store.list_memories(Scope(tenant), limit=10_000)
+                          for t in m.source_turn_ids)  # fmt: skip
+        assert sources and max(sources.values()) == 1
+
+    executed = executions(cluster)
+    margin = cluster.kills * CONCURRENCY  # executions a killed worker had not published yet
+    for stage, task_type in (("L1", "L1"), ("L2", "L2"), ("L3", "L3"),
+                             ("offload-l15", "offload-l15")):  # fmt: skip
+        assert len(scripted_llm.calls(stage)) <= executed[task_type] + margin, stage
+
+
+def executions(cluster: Cluster) -> Counter[str]:
+    """Executions started per task type, summed over every worker's last published status."""
+    statuses = cluster.call(worker_statuses(cluster.backend, time.time(), PipelineSettings()))
+    total: Counter[str] = Counter()
+    for status in statuses:
+        total.update(status.get("executed", {}))
+    return total
