@@ -140,7 +140,7 @@ class Cluster:
     def wipe_queue(self) -> None:
         """The whole queue is lost: the Redis stream (and its group), or the task table."""
         if isinstance(self.backend, RedisBackend):
-            self.call(self.backend._redis.delete(self.backend.keys.tasks))
+            self.call(wipe_streams(self.backend))
             return
         import sqlite3  # noqa: PLC0415
 
@@ -158,6 +158,12 @@ class Cluster:
             self.call(self.backend.drop_all())
         self.call(self.backend.close())
         self.loop.close()
+
+
+async def wipe_streams(backend: RedisBackend) -> None:
+    """Every task stream (one per type) with its consumer group, as a restart loses them."""
+    async for key in backend._redis.scan_iter(match=f"{backend.keys.tasks_prefix}*"):
+        await backend._redis.delete(key)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])

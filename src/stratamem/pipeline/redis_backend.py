@@ -255,7 +255,7 @@ class RedisBackend:
         """The stream and its group were deleted (Redis restarted without persistence, the
         queue wiped): make the group again on the next call instead of failing forever."""
         if "NOGROUP" in str(exc):
-            self._group_ready = False
+            self._groups.clear()
 
     def _delivery(self, entry_id: Any, raw: dict[Any, Any], consumer: str, n: int) -> Delivery:
         fields = _fields(raw)
