@@ -54,9 +54,16 @@ class Stream:
                 self.enough.set()
 
 
+# The killed service: the locks and the scheduler's lease it leaves behind lapse within seconds.
+KILLED = {
+    "STRATAMEM_PIPELINE_LOCK_TTL_MS": "1000",
+    "STRATAMEM_PIPELINE_SCHEDULER_LEASE_MS": "3000",
+}
 # The restarted service: every pending session is due for L1, dead workers' deliveries, locks
 # and the backlog scheduler's lease are taken over after a second.
 CATCH_UP = {
+    "STRATAMEM_PIPELINE_SCHEDULER_IN_FLIGHT_S": "2",
+    "STRATAMEM_PIPELINE_SCHEDULER_BACKOFF_INITIAL_S": "0.5",
     "STRATAMEM_PIPELINE_SCHEDULER_LEASE_MS": "1000",
     "STRATAMEM_PIPELINE_SCHEDULER_INTERVAL_S": "0.2",
     "STRATAMEM_LAYERS_L1_EVERY_TURNS": "1",
@@ -92,7 +99,7 @@ def test_acknowledged_captures_survive_sigkill_and_the_pipeline_catches_up(
     stratamem(data, "tenants", "create", "alice")
     token = stratamem(data, "keys", "create", "alice").stdout.strip()
     log = tmp_path / "serve.log"
-    no_embedding = {"STRATAMEM_BACKGROUND_EMBEDDING": "false", **pipeline_env}
+    no_embedding = {"STRATAMEM_BACKGROUND_EMBEDDING": "false", **KILLED, **pipeline_env}
     with serving(data, log, env=no_embedding) as server:
         stream = Stream(server.url, token)
         with ThreadPoolExecutor(WRITERS) as pool:

@@ -83,7 +83,8 @@ async def rig(
     register_executors(registry, llm_memory.layer_service(), backend)
     worker = Worker(backend, registry, settings, clock=clock, name="w", sleep=_no_sleep)
     service = llm_memory.layer_service()
-    backlog = PipelineSettings(scheduler_limit=100, scheduler_grace_s=600)
+    backlog = PipelineSettings(scheduler_limit=100, scheduler_grace_s=600,
+                               scheduler_in_flight_s=600)  # fmt: skip
     sources = layer_sources(service.layers, service.settings, backlog.scheduler_grace_s)
     scheduler = BacklogScheduler(backend, sources, backlog)
     yield Rig(llm_memory, backend, worker, scheduler, clock)

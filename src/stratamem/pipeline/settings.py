@@ -69,9 +69,10 @@ class PipelineSettings(BaseSettings):
     # The lease of the one active scheduler, renewed every pass: when its holder dies (or a
     # lone `serve` restarts), another process takes over after at most this long.
     scheduler_lease_ms: int = Field(default=15_000, ge=100)
-    # A submitted key whose work shows no progress for this long is resubmitted after a backoff
-    # (initial, doubling, capped); progress resets the backoff.
-    scheduler_in_flight_s: float = Field(default=600.0, gt=0)
+    # A submitted key whose work shows no progress for this long (one lock TTL by default: a
+    # task dropped on a lock left by a dead worker) is resubmitted after a backoff (initial,
+    # doubling, capped); progress resets the backoff.
+    scheduler_in_flight_s: float = Field(default=120.0, gt=0)
     scheduler_backoff_initial_s: float = Field(default=30.0, ge=0)
     scheduler_backoff_cap_s: float = Field(default=900.0, ge=0)
     # Owed work younger than this is left to the path that made it (timers, cascade, ingest).
