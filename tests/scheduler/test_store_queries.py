@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from stratamem.offload.models import ToolPair
 
 from stratamem.domain import MemoryRecord, MemoryType, Mode, Role, Scene, Scope, Turn
 from stratamem.store.layers_base import L1Commit, L2Commit, L3Commit
 from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.offload_records import ToolPair
 from stratamem.store.offload_sql import SqlOffloadStore
 from stratamem.store.sqlite import SqliteStore
 

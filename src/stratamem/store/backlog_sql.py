@@ -74,7 +74,8 @@ def request_flush(conn: SqlConn, tenant: str, session: str, now: float) -> None:
     conn.execute(
         "INSERT INTO layer_flush_requests (tenant, session, requested_at) VALUES (?, ?, ?)"
         " ON CONFLICT (tenant, session) DO UPDATE"
-        " SET requested_at = max(requested_at, excluded.requested_at)",
+        " SET requested_at = CASE WHEN excluded.requested_at > layer_flush_requests.requested_at"
+        " THEN excluded.requested_at ELSE layer_flush_requests.requested_at END",
         (tenant, session, now),
     )
 

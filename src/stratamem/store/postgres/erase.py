@@ -10,7 +10,7 @@ from __future__ import annotations
 from stratamem.domain import Layer
 from stratamem.store.postgres.connection import PgConn
 from stratamem.store.postgres.text_index import forget_rows
-from stratamem.store.sqlite.erase import SESSION_TABLES, TENANT_TABLES
+from stratamem.store.sqlite.erase import BOOKKEEPING_TABLES, SESSION_TABLES, TENANT_TABLES
 
 _DRAWN_FROM_SESSION = """
 DELETE FROM memories m WHERE m.tenant = ? AND (
@@ -35,6 +35,8 @@ def erase_session(conn: PgConn, tenant: str, session: str) -> dict[str, int]:
         .rowcount
         for table in SESSION_TABLES
     )
+    for table in BOOKKEEPING_TABLES:
+        conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND session = ?", (tenant, session))
     return {"turns": len(turns), "memories": len(memories), "other": other}
 
 
@@ -44,5 +46,7 @@ def erase_tenant(conn: PgConn, tenant: str) -> dict[str, int]:
         for table in TENANT_TABLES
     }
     conn.execute("DELETE FROM text_totals WHERE tenant = ?", (tenant,))
+    for table in BOOKKEEPING_TABLES:
+        conn.execute(f"DELETE FROM {table} WHERE tenant = ?", (tenant,))
     other = sum(n for table, n in counts.items() if table not in ("turns", "memories"))
     return {"turns": counts["turns"], "memories": counts["memories"], "other": other}

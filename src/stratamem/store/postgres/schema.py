@@ -287,11 +287,74 @@ CREATE TABLE receipt_keys (
 );
 """
 
+# The backlog scheduler's tables (as SQLite's migration 13, `sqlite/backlog_schema.py`).
+M013_BACKLOG = """
+CREATE TABLE session_heads (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    last_seq INTEGER NOT NULL,
+    last_turn_at DOUBLE PRECISION NOT NULL,
+    cursor_seq INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, session)
+);
+CREATE INDEX session_heads_owed ON session_heads (tenant, session) WHERE last_seq > cursor_seq;
+INSERT INTO session_heads (tenant, session, last_seq, last_turn_at, cursor_seq)
+SELECT t.tenant, t.session, MAX(t.seq), MAX(t.ts), COALESCE(MAX(s.cursor_seq), 0)
+FROM turns t LEFT JOIN layer_sessions s ON s.tenant = t.tenant AND s.session = t.session
+GROUP BY t.tenant, t.session;
+CREATE FUNCTION session_heads_turn() RETURNS trigger AS $$
+BEGIN
+    INSERT INTO session_heads (tenant, session, last_seq, last_turn_at, cursor_seq)
+    VALUES (NEW.tenant, NEW.session, NEW.seq, NEW.ts, COALESCE((SELECT cursor_seq FROM
+        layer_sessions WHERE tenant = NEW.tenant AND session = NEW.session), 0))
+    ON CONFLICT (tenant, session) DO UPDATE
+    SET last_seq = GREATEST(session_heads.last_seq, EXCLUDED.last_seq),
+        last_turn_at = GREATEST(session_heads.last_turn_at, EXCLUDED.last_turn_at);
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER session_heads_turn AFTER INSERT ON turns
+    FOR EACH ROW EXECUTE FUNCTION session_heads_turn();
+CREATE FUNCTION session_heads_cursor() RETURNS trigger AS $$
+BEGIN
+    UPDATE session_heads SET cursor_seq = NEW.cursor_seq
+    WHERE tenant = NEW.tenant AND session = NEW.session;
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER session_heads_cursor AFTER INSERT OR UPDATE OF cursor_seq ON layer_sessions
+    FOR EACH ROW EXECUTE FUNCTION session_heads_cursor();
+CREATE TABLE layer_flush_requests (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    requested_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (tenant, session)
+);
+INSERT INTO layer_tenants (tenant) SELECT DISTINCT tenant FROM memories ON CONFLICT DO NOTHING;
+CREATE FUNCTION layer_tenants_memory() RETURNS trigger AS $$
+BEGIN
+    INSERT INTO layer_tenants (tenant) VALUES (NEW.tenant) ON CONFLICT DO NOTHING;
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER layer_tenants_memory AFTER INSERT ON memories
+    FOR EACH ROW EXECUTE FUNCTION layer_tenants_memory();
+CREATE INDEX memories_by_tenant_rid ON memories (tenant, rid);
+CREATE INDEX scene_versions_by_time ON scene_versions (tenant, created_at);
+"""
+
+M021_OFFLOAD_BACKLOG = """
+CREATE INDEX offload_pairs_owed ON offload_pairs (tenant, session, received_at) WHERE done = 0;
+CREATE INDEX offload_marks_unjudged ON offload_marks (tenant, session, ts) WHERE judged = 0;
+CREATE INDEX offload_entries_unmapped ON offload_entries (tenant, session, created_at)
+    WHERE task_id IS NOT NULL AND node_id IS NULL;
+"""
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "turns, memories, their text index, meta and fencing tokens", M001_CORE),
     Migration(6, "pending embeddings by tenant, for a fair share", M006_PENDING_BY_TENANT),
     Migration(10, "layer state, receipts, scenes, profile, failure records", M010_LAYERS),
+    Migration(13, "backlog: session heads, flush requests, tenants with memories", M013_BACKLOG),
     Migration(15, "authenticated receipts of every task type, and their keys", M015_RECEIPTS),
     Migration(20, "context offload: tool pairs, entries, refs, boundaries, tasks", M020_OFFLOAD),
+    Migration(21, "backlog: indexes of owed offload work", M021_OFFLOAD_BACKLOG),
     Migration(30, "service tenants and hashed API keys", M030_TENANTS),
 )
