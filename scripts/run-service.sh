@@ -11,7 +11,7 @@ stratamem() { "$python" -m stratamem.cli.main "$@"; }
 key_file="$STRATAMEM_DATA_DIR/demo.key"
 
 if [ ! -s "$key_file" ]; then
-    mkdir -p "$STRATAMEM_DATA_DIR"
+    (umask 077 && mkdir -p "$STRATAMEM_DATA_DIR")  # 0700, as the store makes its own directory
     stratamem tenants list --json | grep -q '"name": "demo"' || stratamem tenants create demo >/dev/null
     (umask 077 && stratamem keys create demo --label "make run" > "$key_file")
     echo "created tenant demo; its API key is in $key_file"
