@@ -135,8 +135,10 @@ def _wait_until_caught_up(url: str, token: str) -> None:
     headers = {"Authorization": f"Bearer {token}"}
 
     def read() -> tuple[dict[str, Any], dict[str, Any]]:
-        stats = httpx.get(f"{url}/v1/stats", headers=headers).json()
-        return stats, httpx.get(f"{url}/v1/pipeline", headers=headers).json()
+        # The pipeline first: L1 commits its memories with its cursor, so stats read after a
+        # "no pending turns" see them (read the other way round, L1 could finish in between).
+        pipeline = httpx.get(f"{url}/v1/pipeline", headers=headers).json()
+        return httpx.get(f"{url}/v1/stats", headers=headers).json(), pipeline
 
     def done(state: tuple[dict[str, Any], dict[str, Any]]) -> bool:
         stats, pipeline = state
