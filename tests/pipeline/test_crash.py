@@ -138,13 +138,16 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]
         made.close()
 
 
-def wait_until(what: str, check: Callable[[], object], deadline_s: float = DEADLINE_S) -> object:
+def wait_until(
+    what: str, check: Callable[[], object], deadline_s: float = DEADLINE_S, poll_s: float = 0.01
+) -> object:
+    """Poll real processes' effects until `check` holds (the only way to see them)."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         got = check()
         if got:
             return got
-        time.sleep(0.01)
+        time.sleep(poll_s)
     raise AssertionError(f"timed out waiting for {what}")
 
 

@@ -18,7 +18,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,6 +40,7 @@ from stratamem.testing import ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers
 
 from ..offload import model
+from ..pipeline.test_crash import wait_until
 
 pytestmark = pytest.mark.slow
 T = TypeVar("T")
@@ -226,15 +227,6 @@ def owed(cluster: Cluster) -> dict[str, list[Any]]:
     }
 
 
-def wait_until(what: str, check: Callable[[], object]) -> None:
-    end = time.monotonic() + DEADLINE_S
-    while time.monotonic() < end:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_nothing_owed_is_lost_under_chaos(cluster: Cluster, scripted_llm: ScriptedLLM) -> None:
     rng = random.Random(7)
     for _ in range(WORKERS):
@@ -247,7 +239,9 @@ def test_nothing_owed_is_lost_under_chaos(cluster: Cluster, scripted_llm: Script
     while len(cluster.live()) < WORKERS:
         cluster.spawn()
 
-    wait_until("nothing owed", lambda: not any(owed(cluster).values()))
+    wait_until(
+        "nothing owed", lambda: not any(owed(cluster).values()), deadline_s=DEADLINE_S, poll_s=0.1
+    )
     for tenant in TENANTS:
         assert cluster.call(cluster.memory.profile(tenant)) is not None
     layers = cluster.memory.layer_service().layers
