@@ -1,0 +1,372 @@
+"""`SqlCoreStore`: the `Store` contract's code that SQLite and PostgreSQL share (`sql.py`).
+
+Turns, memories, embeddings bookkeeping, vector search, hits, fencing and statistics are the same
+SQL on both databases; a backend subclass lends its connection (`reading()`, `writing()`) and
+supplies what truly differs: full-text search, how a turn row is written, how vectors are
+sequenced, how erasing goes, and what must follow a write (`_after_write`: PostgreSQL's text
+index catches up; SQLite's triggers already did).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from stratamem.domain import Hit, Layer, MemoryRecord, Scope, Turn
+from stratamem.errors import EmbeddingMismatch, MemoryChanged, NotFound, StoreError
+from stratamem.store import fencing_sql, vector_search
+from stratamem.store.base import (
+    NO_FILTERS,
+    Candidate,
+    EmbeddingInfo,
+    Fence,
+    Filters,
+    PendingText,
+)
+from stratamem.store.filters_sql import filter_sql
+from stratamem.store.pieces import embedding_pieces, embedding_text, fair_share
+from stratamem.store.rows import (
+    MEMORY_COLUMNS,
+    MEMORY_WRITE_COLUMNS,
+    TURN_COLUMNS,
+    hit_from_memory,
+    hit_from_turn,
+    memory_from_row,
+    memory_params,
+    turn_from_row,
+)
+from stratamem.store.sql import SqlConn
+from stratamem.store.vectors import VectorCache
+
+TABLES = vector_search.TABLES
+#: The lock key of the writes that bind, reset or sequence vectors (PostgreSQL serialises them
+#: under it; SQLite serialises every write anyway).
+EMBEDDING_KEY = "embeddings"
+_MEMORY_MARKS = ", ".join("?" for _ in MEMORY_WRITE_COLUMNS.split(","))
+_MEMORY_UPSERT = (
+    f"INSERT INTO memories ({MEMORY_WRITE_COLUMNS}) VALUES ({_MEMORY_MARKS})"
+    " ON CONFLICT (tenant, id) DO UPDATE SET "
+    + ", ".join(f"{c.strip()} = excluded.{c.strip()}" for c in MEMORY_WRITE_COLUMNS.split(",")[2:])
+    + ", embedding = CASE WHEN memories.content = excluded.content"
+    " THEN memories.embedding ELSE NULL END,"
+    " emb_seq = CASE WHEN memories.content = excluded.content"
+    " THEN memories.emb_seq ELSE NULL END"
+)
+
+
+class SqlCoreStore(ABC):
+    """The shared part of `SqliteStore` and `PostgresStore`; safe to share across threads."""
+
+    #: What a backend adds to the memory upsert's `DO UPDATE SET` (its own bookkeeping columns).
+    MEMORY_UPSERT_EXTRA = ""
+
+    def __init__(self) -> None:
+        self._caches: dict[tuple[str, Layer], VectorCache] = {}
+        self._cache_lock = threading.Lock()
+
+    # -- what a backend supplies -------------------------------------------------------------
+    @abstractmethod
+    def reading(self) -> AbstractContextManager[SqlConn]:
+        """The connection, for reads."""
+
+    @abstractmethod
+    def writing(
+        self, fence: Fence | None = None, key: str | None = None
+    ) -> AbstractContextManager[SqlConn]:
+        """One write transaction (see `sql.SqlStore.writing`)."""
+
+    @abstractmethod
+    def _insert_turn(self, conn: Any, tenant: str, turn: Turn, seq: int) -> bool:
+        """Write one turn unless the tenant has its id already; whether it was written."""
+
+    def _turns_added(  # noqa: B027 - a hook: nothing to do unless a backend says so
+        self, conn: Any, tenant: str, stored: Sequence[Turn]
+    ) -> None:
+        """Bookkeeping of new turns, inside their transaction."""
+
+    def _after_write(self, tenant: str, layer: Layer) -> None:  # noqa: B027 - a hook, as above
+        """Called after a committed write of the tenant's rows of `layer`."""
+
+    # -- embedding model ---------------------------------------------------------------------
+    def embedding_info(self) -> EmbeddingInfo | None:
+        with self.reading() as conn:
+            raw = meta(conn, "embedding")
+        if raw is None:
+            return None
+        data = json.loads(raw)
+        return EmbeddingInfo(model=data["model"], dim=int(data["dim"]))
+
+    def bind_embedding(self, info: EmbeddingInfo) -> None:
+        wanted = {"model": info.model, "dim": info.dim}
+        with self.reading() as conn:
+            raw = meta(conn, "embedding")
+        if raw is None:
+            with self.writing(key=EMBEDDING_KEY) as conn:
+                raw = meta(conn, "embedding")  # another process may have bound it since
+                if raw is None:
+                    set_meta(conn, "embedding", json.dumps(wanted))
+                    return
+        stored = json.loads(raw)
+        if stored != wanted:
+            raise EmbeddingMismatch(
+                f"this store was indexed with {stored['model']} (dimension {stored['dim']}),"
+                f" not {info.model} (dimension {info.dim}): run `stratamem reindex` to"
+                " re-embed everything with the configured model, or configure the old one"
+            )
+
+    def reset_embeddings(self, info: EmbeddingInfo | None) -> int:
+        with self.writing(key=EMBEDDING_KEY) as conn:
+            dropped = 0
+            for table in TABLES.values():
+                dropped += conn.execute(
+                    f"UPDATE {table} SET embedding = NULL, emb_seq = NULL"
+                    " WHERE embedding IS NOT NULL"
+                ).rowcount
+            if info is None:
+                conn.execute("DELETE FROM meta WHERE key = 'embedding'")
+            else:
+                set_meta(conn, "embedding", json.dumps({"model": info.model, "dim": info.dim}))
+            next_counter(conn, "emb_generation")
+        with self._cache_lock:
+            self._caches.clear()
+        return dropped
+
+    def pending_embeddings(self, layer: Layer, limit: int) -> list[PendingText]:
+        table = TABLES[layer]
+        text_col = "text, speaker" if layer is Layer.L0 else "content AS text, NULL AS speaker"
+        with self.reading() as conn:
+            tenants = conn.execute(
+                f"SELECT DISTINCT tenant FROM {table} WHERE embedding IS NULL"
+            ).fetchall()
+            queues = [
+                conn.execute(
+                    f"SELECT tenant, id, {text_col} FROM {table}"
+                    " WHERE tenant = ? AND embedding IS NULL ORDER BY rid LIMIT ?",
+                    (str(t[0]), limit),
+                ).fetchall()
+                for t in tenants
+            ]
+        return [
+            PendingText(
+                layer,
+                r["tenant"],
+                r["id"],
+                embedding_text(layer, r["text"], r["speaker"]),
+                embedding_pieces(layer, r["text"], r["speaker"]),
+            )
+            for r in fair_share(queues, limit)
+        ]
+
+    def count_pending_embeddings(self, scope: Scope) -> int:
+        with self.reading() as conn:
+            return sum(
+                int(conn.execute(
+                    f"SELECT COUNT(*) FROM {table} WHERE tenant = ? AND embedding IS NULL",
+                    (scope.tenant,),
+                ).fetchone()[0])
+                for table in TABLES.values()
+            )  # fmt: skip
+
+    # -- L0 turns ----------------------------------------------------------------------------
+    def add_turns(self, scope: Scope, turns: Sequence[Turn]) -> list[Turn]:
+        stored: list[Turn] = []
+        with self.writing(key=scope.tenant) as conn:
+            next_seq: dict[str, int] = {}
+            for turn in turns:
+                seq = next_seq.get(turn.session) or _max_seq(conn, scope.tenant, turn.session) + 1
+                if not self._insert_turn(conn, scope.tenant, turn, seq):
+                    continue
+                next_seq[turn.session] = seq + 1
+                stored.append(replace(turn, tenant=scope.tenant, seq=seq))
+            self._turns_added(conn, scope.tenant, stored)
+        if stored:
+            self._after_write(scope.tenant, Layer.L0)
+        return stored
+
+    def get_turns(self, scope: Scope, ids: Sequence[str]) -> list[Turn]:
+        if not ids:
+            return []
+        with self.reading() as conn:
+            rows = conn.execute(
+                f"SELECT {TURN_COLUMNS} FROM turns WHERE tenant = ? AND id IN ({_marks(ids)})",
+                [scope.tenant, *ids],
+            ).fetchall()
+        by_id = {row["id"]: turn_from_row(row) for row in rows}
+        return [by_id[i] for i in ids if i in by_id]
+
+    def list_turns(
+        self, scope: Scope, session: str, after_seq: int = 0, limit: int = 100
+    ) -> list[Turn]:
+        with self.reading() as conn:
+            rows = conn.execute(
+                f"SELECT {TURN_COLUMNS} FROM turns WHERE tenant = ? AND session = ? AND seq > ?"
+                " ORDER BY seq LIMIT ?",
+                (scope.tenant, session, after_seq, limit),
+            ).fetchall()
+        return [turn_from_row(row) for row in rows]
+
+    def list_sessions(self, scope: Scope) -> list[str]:
+        with self.reading() as conn:
+            rows = conn.execute(
+                "SELECT session, MIN(ts) AS first FROM turns WHERE tenant = ?"
+                " GROUP BY session ORDER BY first, session",
+                (scope.tenant,),
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    # -- L1 memories -------------------------------------------------------------------------
+    def upsert_memories(
+        self,
+        scope: Scope,
+        memories: Sequence[MemoryRecord],
+        fence: Fence | None = None,
+        expect_current: Sequence[str] = (),
+    ) -> None:
+        for memory in memories:
+            if memory.tenant != scope.tenant:
+                raise StoreError(f"memory {memory.id!r} belongs to another tenant than the scope")
+        with self.writing(fence, key=scope.tenant) as conn:
+            _check_current(conn, scope.tenant, expect_current)
+            conn.executemany(
+                _MEMORY_UPSERT + self.MEMORY_UPSERT_EXTRA, [memory_params(m) for m in memories]
+            )
+        if memories:
+            self._after_write(scope.tenant, Layer.L1)
+
+    def get_memory(self, scope: Scope, memory_id: str) -> MemoryRecord:
+        with self.reading() as conn:
+            row = conn.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND id = ?",
+                (scope.tenant, memory_id),
+            ).fetchone()
+        if row is None:
+            raise NotFound(f"no memory {memory_id!r} in tenant {scope.tenant!r}")
+        return memory_from_row(row)
+
+    def list_memories(
+        self, scope: Scope, filters: Filters = NO_FILTERS, limit: int = 100, offset: int = 0
+    ) -> list[MemoryRecord]:
+        tail, params = filter_sql(Layer.L1, filters, "r")
+        with self.reading() as conn:
+            rows = conn.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM memories r WHERE r.tenant = ?{tail}"
+                " ORDER BY r.valid_from DESC, r.rid DESC LIMIT ? OFFSET ?",
+                [scope.tenant, *params, limit, offset],
+            ).fetchall()
+        return [memory_from_row(row) for row in rows]
+
+    # -- retrieval (full-text search is each backend's own) ----------------------------------
+    def search_vector(
+        self, scope: Scope, layer: Layer, vector: np.ndarray, filters: Filters, limit: int
+    ) -> list[Candidate]:
+        with self.reading() as conn:
+            generation = meta(conn, "emb_generation") or "0"
+            with self._cache_lock:
+                cache = self._cache(scope.tenant, layer, int(vector.shape[0]), generation)
+                vector_search.refresh_cache(conn, cache, scope.tenant, layer)
+                return vector_search.search_vector(
+                    conn, cache, scope.tenant, layer, vector, filters, limit
+                )
+
+    def _cache(self, tenant: str, layer: Layer, dim: int, generation: str) -> VectorCache:
+        cache = self._caches.get((tenant, layer))
+        if cache is None or cache.generation != generation or cache.dim != dim:
+            cache = VectorCache(dim=dim, generation=generation)
+            self._caches[(tenant, layer)] = cache
+        return cache
+
+    def _forget_caches(self, tenant: str) -> None:
+        with self._cache_lock:
+            for layer in (Layer.L0, Layer.L1):
+                self._caches.pop((tenant, layer), None)
+
+    def load_hits(self, scope: Scope, layer: Layer, ids: Sequence[str]) -> dict[str, Hit]:
+        if layer is Layer.L0:
+            return {t.id: hit_from_turn(t) for t in self.get_turns(scope, ids)}
+        if not ids:
+            return {}
+        with self.reading() as conn:
+            rows = conn.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND id IN ({_marks(ids)})",
+                [scope.tenant, *ids],
+            ).fetchall()
+        return {row["id"]: hit_from_memory(memory_from_row(row)) for row in rows}
+
+    # -- fencing and statistics --------------------------------------------------------------
+    def newest_fence(self, key: str) -> int:
+        with self.reading() as conn:
+            return fencing_sql.newest(conn, key)
+
+    def stats(self, scope: Scope | None = None) -> dict[str, Any]:
+        where, params = ("WHERE tenant = ?", [scope.tenant]) if scope else ("", [])
+        info = self.embedding_info()
+        result: dict[str, Any] = {
+            "embedding_model": info.model if info else None,
+            "embedding_dim": info.dim if info else None,
+        }
+        with self.reading() as conn:
+            for layer, table in TABLES.items():
+                row = conn.execute(
+                    f"SELECT COUNT(*), COUNT(embedding) FROM {table} {where}", params
+                ).fetchone()
+                result[layer.value] = {"records": row[0], "pending_embeddings": row[0] - row[1]}
+            row = conn.execute(
+                f"SELECT COUNT(DISTINCT tenant), COUNT(DISTINCT session) FROM turns {where}",
+                params,
+            ).fetchone()
+        result["tenants"], result["sessions"] = row[0], row[1]
+        return result
+
+
+# -- meta ------------------------------------------------------------------------------------
+def meta(conn: SqlConn, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def set_meta(conn: SqlConn, key: str, value: str) -> None:
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES (?, ?)"
+        " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )
+
+
+def next_counter(conn: SqlConn, key: str, by: int = 1) -> int:
+    """Raise a counter kept in `meta` by `by` (inside the caller's write); its new value."""
+    value = int(meta(conn, key) or 0) + by
+    set_meta(conn, key, str(value))
+    return value
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ", ".join("?" for _ in values)
+
+
+def _max_seq(conn: SqlConn, tenant: str, session: str) -> int:
+    row = conn.execute(
+        "SELECT MAX(seq) FROM turns WHERE tenant = ? AND session = ?", (tenant, session)
+    ).fetchone()
+    return int(row[0] or 0)
+
+
+def _check_current(conn: SqlConn, tenant: str, memory_ids: Sequence[str]) -> None:
+    for memory_id in memory_ids:
+        row = conn.execute(
+            "SELECT valid_to, superseded_by FROM memories WHERE tenant = ? AND id = ?",
+            (tenant, memory_id),
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"no memory {memory_id!r} in tenant {tenant!r}")
+        if row["superseded_by"] is not None or row["valid_to"] is not None:
+            raise MemoryChanged(
+                f"memory {memory_id!r} was superseded or forgotten meanwhile"
+                f" (superseded by {row['superseded_by']!r}); nothing was written"
+            )
