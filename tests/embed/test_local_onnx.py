@@ -142,6 +142,20 @@ async def test_the_built_graph_computes_what_bert_computes(tiny: Path, tmp_path:
     assert embedder.dim == 8
 
 
+def test_the_plain_operator_graph_computes_the_same(tmp_path: Path) -> None:
+    """The graph without onnxruntime's fused `Attention` (what the int8 quantiser is given)."""
+    import onnxruntime  # noqa: PLC0415
+
+    shape = BertShape.from_config(TINY)
+    model = build_encoder(_tiny_weights(), shape, fused=False)
+    assert all(node.domain == "" for node in model.graph.node)
+    session = onnxruntime.InferenceSession(model.SerializeToString())
+    texts = TEXTS[:4]
+    ids, mask = _tokens(texts)
+    got = session.run(None, {"input_ids": ids.astype(np.int64), "attention_mask": mask})[0]
+    np.testing.assert_allclose(got, _numpy_bert(_tiny_weights(), ids, mask), atol=2e-5)
+
+
 async def test_the_model_is_built_once_into_the_cache(tiny: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     first = prepare(tiny, cache=cache)

@@ -6,6 +6,11 @@ then a GELU feed-forward, each with a residual and LayerNorm); the mean of the t
 the attention mask; L2 normalisation. Inputs `input_ids` and `attention_mask` (int64, batch by
 tokens); output `sentence_embedding` (float32, batch by hidden size, unit rows).
 
+By default each layer's self-attention is onnxruntime's fused `Attention` operator (domain
+`com.microsoft`: Q, K and V in one product, the heads in one kernel), which onnxruntime does not
+fuse by itself from the plain operators; it costs ~13 % less CPU per query. `fused=False` writes
+it with standard ONNX operators only (what the int8 quantiser is given, and any other runtime).
+
 Needs the `onnx` package (only to build the graph; running it needs onnxruntime alone).
 """
 
@@ -23,6 +28,8 @@ import numpy.typing as npt
 #: take their axes as attributes there.
 OPSET = 17
 IR_VERSION = 8
+MICROSOFT = "com.microsoft"
+"""The domain of onnxruntime's contrib operators (the fused `Attention`)."""
 OUTPUT = "sentence_embedding"
 TOKEN_OUTPUT = "last_hidden_state"
 _MASKED = float(np.finfo(np.float32).min)
@@ -82,10 +89,11 @@ class _Graph:
         array = self.weights[name]
         return self.const(name, array.T if transpose else array)
 
-    def op(self, op_type: str, *inputs: str, **attributes: Any) -> str:
+    def op(self, op_type: str, *inputs: str, domain: str = "", **attributes: Any) -> str:
         self._count += 1
         output = f"{op_type.lower()}_{self._count}"
-        node = self._helper.make_node(op_type, list(inputs), [output], **attributes)
+        node = self._helper.make_node(op_type, list(inputs), [output], domain=domain,
+                                      **attributes)  # fmt: skip
         self.nodes.append(node)
         return output
 
@@ -103,16 +111,22 @@ def strip_prefix(weights: Weights) -> dict[str, npt.NDArray[Any]]:
     return {name.removeprefix("bert."): array for name, array in weights.items()}
 
 
-def build_encoder(weights: Weights, shape: BertShape, *, pooled: bool = True) -> Any:
+def build_encoder(
+    weights: Weights, shape: BertShape, *, pooled: bool = True, fused: bool = True
+) -> Any:
     """The `onnx.ModelProto` of the sentence encoder with these weights; with `pooled=False`,
-    the encoder alone (output `last_hidden_state`, one vector per token, as exporters write)."""
+    the encoder alone (output `last_hidden_state`, one vector per token, as exporters write);
+    with `fused=False`, standard ONNX operators only."""
     from onnx import TensorProto, helper  # noqa: PLC0415  (only needed to build)
 
     graph = _Graph(strip_prefix(weights))
     hidden = _embeddings(graph, shape)
-    bias = _attention_bias(graph)
+    attend = _fused_attention if fused else _self_attention
+    mask = graph.op("Cast", "attention_mask", to=6) if fused else _attention_bias(graph)  # INT32
     for index in range(shape.layers):
-        hidden = _encoder_layer(graph, f"encoder.layer.{index}", hidden, bias, shape)
+        prefix = f"encoder.layer.{index}"
+        attended = attend(graph, prefix, hidden, mask, shape)
+        hidden = _encoder_layer(graph, prefix, hidden, attended, shape)
     tokens: list[str | int] = ["batch", "tokens"]
     out_shape: list[str | int]
     if pooled:
@@ -130,9 +144,12 @@ def build_encoder(weights: Weights, shape: BertShape, *, pooled: bool = True) ->
         [helper.make_tensor_value_info(name, TensorProto.FLOAT, out_shape)],
         graph.initialisers,
     )
+    opsets = [helper.make_opsetid("", OPSET)]
+    if fused:
+        opsets.append(helper.make_opsetid(MICROSOFT, 1))
     return helper.make_model(
         body,
-        opset_imports=[helper.make_opsetid("", OPSET)],
+        opset_imports=opsets,
         ir_version=IR_VERSION,
         producer_name="stratamem",
     )
@@ -159,10 +176,10 @@ def _attention_bias(graph: _Graph) -> str:
     return graph.op("Unsqueeze", bias, graph.const("axes_1_2", [1, 2], np.int64))
 
 
-def _encoder_layer(graph: _Graph, prefix: str, x: str, bias: str, shape: BertShape) -> str:
+def _encoder_layer(graph: _Graph, prefix: str, x: str, attended: str, shape: BertShape) -> str:
+    """The rest of a layer after its self-attention `attended` of `x`."""
     eps = shape.layer_norm_eps
-    attended = graph.linear(_self_attention(graph, prefix, x, bias, shape),
-                            f"{prefix}.attention.output.dense")  # fmt: skip
+    attended = graph.linear(attended, f"{prefix}.attention.output.dense")
     x = graph.layer_norm(graph.op("Add", attended, x), f"{prefix}.attention.output.LayerNorm", eps)
     inner = _gelu(graph, graph.linear(x, f"{prefix}.intermediate.dense"))
     out = graph.linear(inner, f"{prefix}.output.dense")
@@ -188,11 +205,23 @@ def _self_attention(graph: _Graph, prefix: str, x: str, bias: str, shape: BertSh
     return graph.op("Reshape", context, merged)
 
 
+def _fused_attention(graph: _Graph, prefix: str, x: str, mask: str, shape: BertShape) -> str:
+    """The same attention as onnxruntime's `Attention` operator over the int32 `mask`: Q, K and
+    V projected by one packed [hidden, 3 * hidden] product. Padding is masked with -10000
+    before the softmax (not float32's minimum): exp(-10000) is 0 in float32 all the same."""
+    names = [f"{prefix}.attention.self.{name}" for name in ("query", "key", "value")]
+    packed = np.concatenate([graph.weights[f"{name}.weight"].T for name in names], axis=1)
+    bias = np.concatenate([graph.weights[f"{name}.bias"] for name in names])
+    return graph.op("Attention", x, graph.const(f"{prefix}.qkv.weight", packed),
+                    graph.const(f"{prefix}.qkv.bias", bias), mask, domain=MICROSOFT,
+                    num_heads=shape.heads)  # fmt: skip
+
+
 def _gelu(graph: _Graph, x: str) -> str:
     """The exact GELU: x * 0.5 * (1 + erf(x / sqrt(2)))."""
     erf = graph.op("Erf", graph.op("Div", x, graph.const("sqrt2", math.sqrt(2.0))))
     return graph.op("Mul", graph.op("Mul", x, graph.const("half", 0.5)),
-                    graph.op("Add", erf, "one"))  # fmt: skip
+                    graph.op("Add", erf, graph.const("one", 1.0)))  # fmt: skip
 
 
 def _pool(graph: _Graph, hidden: str) -> str:
