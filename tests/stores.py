@@ -64,6 +64,12 @@ def fresh_pg_url(base_url: str) -> str:
         tables = ", ".join(f"{_SCHEMA}.{row[0]}" for row in rows)
         conn.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE".encode())
         conn.execute(f"ALTER SEQUENCE {_SCHEMA}.emb_seq RESTART".encode())
+        indexes = conn.execute(  # tenants' vector indexes outlive their rows
+            "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND indexname LIKE %s",
+            (_SCHEMA, "%\\_vectors\\_ann\\_%"),
+        ).fetchall()
+        for (name,) in indexes:
+            conn.execute(f"DROP INDEX {_SCHEMA}.{name}".encode())
     return url
 
 

@@ -94,6 +94,9 @@ class SqlCoreStore(ABC):
     def _after_write(self, tenant: str, layer: Layer) -> None:  # noqa: B027 - a hook, as above
         """Called after a committed write of the tenant's rows of `layer`."""
 
+    def _embeddings_reset(self, conn: Any) -> None:  # noqa: B027 - a hook, as above
+        """What else goes with every vector, inside `reset_embeddings`'s transaction."""
+
     # -- embedding model ---------------------------------------------------------------------
     def embedding_info(self) -> EmbeddingInfo | None:
         with self.reading() as conn:
@@ -134,6 +137,7 @@ class SqlCoreStore(ABC):
             else:
                 set_meta(conn, "embedding", json.dumps({"model": info.model, "dim": info.dim}))
             next_counter(conn, "emb_generation")
+            self._embeddings_reset(conn)
         with self._cache_lock:
             self._caches.clear()
         return dropped

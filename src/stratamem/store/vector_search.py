@@ -1,8 +1,9 @@
 """Vector retrieval over a tenant's cached vectors (`vectors.py`), checked against the rows.
 
-Shared by the SQLite and PostgreSQL stores: the cache of a (tenant, layer) catches up by the
-`emb_seq` each vector write stamps, and every hit is checked against its row (tenant, filters,
-a vector still present), so a cache holding vectors of erased or re-embedded rows returns none.
+The SQLite store's (the PostgreSQL store searches on pgvector: `postgres/vector_search.py`):
+the cache of a (tenant, layer) catches up by the `emb_seq` each vector write stamps, and every
+hit is checked against its row (tenant, filters, a vector still present), so a cache holding
+vectors of erased or re-embedded rows returns none.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ into the table of the same name, in row order, in batches: each batch is one Pos
 transaction that also records how far its table got (`copy_progress`), and rows already there
 are skipped, so an interrupted copy is finished by running it again. Row ids are kept (the
 layers' marks and the failure records' order refer to them); vectors are copied as stored (no
-re-embedding) and numbered anew; the text index is built per tenant at the end. Then the rows
-of every table are counted per tenant on both sides, and any difference is an error.
+re-embedding) and numbered anew; the text index and the pgvector rows are built per tenant at
+the end (with a large tenant's HNSW index, `vector_index.py`). Then the rows of every table
+are counted per tenant on both sides, and any difference is an error.
 
 Stop every writer of the SQLite file first: rows written during the copy may be missed.
 """
@@ -165,6 +166,7 @@ def _index_text(lite: sqlite3.Connection, target: PostgresStore) -> None:
     for layer, table in ((Layer.L0, "turns"), (Layer.L1, "memories")):
         for (tenant,) in lite.execute(f"SELECT DISTINCT tenant FROM {table}").fetchall():
             target.index_text(str(tenant), layer)
+            target.vectors.index_tenant(str(tenant), layer)
 
 
 def verify(

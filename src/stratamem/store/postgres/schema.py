@@ -273,6 +273,47 @@ CREATE INDEX turns_emb_pending_by_tenant ON turns (tenant, rid) WHERE embedding 
 CREATE INDEX memories_emb_pending_by_tenant ON memories (tenant, rid) WHERE embedding IS NULL;
 """
 
+# pgvector (`vector_index.py`): each vector of a record (a turn has one per sentence) as a row,
+# decoded from the record's blob by its `emb_seq` (`seq`: a row whose record has a newer one is
+# stale and never matched). Dimensionless: the model (and so the dimension) is bound per store;
+# a tenant's HNSW index casts to it. `vector_indexes` lists the tenants' built indexes.
+M007_VECTORS = """
+CREATE EXTENSION IF NOT EXISTS vector;
+CREATE TABLE turn_vectors (
+    rid BIGINT NOT NULL REFERENCES turns (rid) ON DELETE CASCADE,
+    piece SMALLINT NOT NULL,
+    tenant TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    embedding vector NOT NULL,
+    PRIMARY KEY (rid, piece)
+);
+CREATE INDEX turn_vectors_by_tenant ON turn_vectors (tenant);
+CREATE TABLE memory_vectors (
+    rid BIGINT NOT NULL REFERENCES memories (rid) ON DELETE CASCADE,
+    piece SMALLINT NOT NULL,
+    tenant TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    embedding vector NOT NULL,
+    PRIMARY KEY (rid, piece)
+);
+CREATE INDEX memory_vectors_by_tenant ON memory_vectors (tenant);
+CREATE TABLE vector_marks (
+    tenant TEXT NOT NULL,
+    layer TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    PRIMARY KEY (tenant, layer)
+);
+CREATE TABLE vector_indexes (
+    tenant TEXT NOT NULL,
+    layer TEXT NOT NULL,
+    dim INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    pieces_per_record DOUBLE PRECISION NOT NULL,
+    built_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (tenant, layer)
+);
+"""
+
 M015_RECEIPTS = """
 ALTER TABLE layer_receipts ADD COLUMN outcome TEXT NOT NULL DEFAULT 'completed';
 ALTER TABLE layer_receipts ADD COLUMN attempt TEXT;
@@ -351,6 +392,8 @@ CREATE INDEX offload_entries_unmapped ON offload_entries (tenant, session, creat
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "turns, memories, their text index, meta and fencing tokens", M001_CORE),
     Migration(6, "pending embeddings by tenant, for a fair share", M006_PENDING_BY_TENANT),
+    Migration(7, "pgvector: vectors per piece, catch-up marks, per-tenant ANN indexes",
+              M007_VECTORS),
     Migration(10, "layer state, receipts, scenes, profile, failure records", M010_LAYERS),
     Migration(13, "backlog: session heads, flush requests, tenants with memories", M013_BACKLOG),
     Migration(15, "authenticated receipts of every task type, and their keys", M015_RECEIPTS),

@@ -5,7 +5,8 @@ one tenant are serialised by an advisory lock on the tenant (so a cursor check, 
 a sequence number read inside a write holds until it commits). What it shares with the SQLite
 store is `store/core_sql.py`; here are the pool, the text index that follows each write and
 BM25 from the tenant's own text statistics (`text_index.py`, `text_search.py`), vectors sequenced
-by a database sequence, and erasing (which also lowers the text statistics).
+by a database sequence and searched on pgvector, exact within the tenant or through the tenant's
+own HNSW index (`vectors.py`), and erasing (which also lowers the text statistics).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from stratamem.store.postgres import erase, text_index, text_search
 from stratamem.store.postgres.connection import PgConn, PgPool
 from stratamem.store.postgres.migrations import migrate
 from stratamem.store.postgres.tokens import Tokenizer
+from stratamem.store.postgres.vectors import PgVectors
 
 
 class PostgresStore(SqlCoreStore):
@@ -33,7 +35,10 @@ class PostgresStore(SqlCoreStore):
     #: A memory whose content changed is indexed again.
     MEMORY_UPSERT_EXTRA = ", fts_dirty = memories.fts_dirty OR memories.content <> excluded.content"
 
-    def __init__(self, url: str, pool_size: int = 16) -> None:
+    def __init__(
+        self, url: str, pool_size: int = 16, ann_min_vectors: int | None = None,
+        background_builds: bool = True,
+    ) -> None:  # fmt: skip
         super().__init__()
         self.url = url
         self._pool = PgPool(url, pool_size)
@@ -44,8 +49,10 @@ class PostgresStore(SqlCoreStore):
             self._pool.close()
             raise
         self._tokenizer = Tokenizer()
+        self.vectors = PgVectors(self, ann_min_vectors, background_builds)
 
     def close(self) -> None:
+        self.vectors.close()
         self._pool.close()
         self._tokenizer.close()
 
@@ -77,6 +84,16 @@ class PostgresStore(SqlCoreStore):
                 " WHERE tenant = ? AND id = ?",
                 [(blobs[i], tenant, rec_id) for i, (tenant, rec_id) in enumerate(items)],
             )
+        for tenant in sorted({tenant for tenant, _ in items}):
+            self.vectors.catch_up(tenant, layer, int(vectors.shape[1]))
+
+    def _embeddings_reset(self, conn: PgConn) -> None:
+        self.vectors.forget_all(conn)
+
+    def search_vector(
+        self, scope: Scope, layer: Layer, vector: np.ndarray, filters: Filters, limit: int
+    ) -> list[Candidate]:
+        return self.vectors.search(scope.tenant, layer, vector, filters, limit)
 
     # -- turns and the text index ------------------------------------------------------------
     def _insert_turn(self, conn: PgConn, tenant: str, turn: Turn, seq: int) -> bool:
@@ -143,5 +160,6 @@ class PostgresStore(SqlCoreStore):
     def erase_tenant(self, scope: Scope) -> dict[str, int]:
         with self.writing(key=scope.tenant) as conn:
             counts = erase.erase_tenant(conn, scope.tenant)
-        self._forget_caches(scope.tenant)
+            indexes = self.vectors.forget_tenant(conn, scope.tenant)
+        self.vectors.drop_indexes(indexes)
         return counts

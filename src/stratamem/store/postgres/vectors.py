@@ -1,0 +1,176 @@
+"""`PgVectors`: the PostgreSQL store's vector side (pgvector rows, searches, per-tenant indexes).
+
+Vectors are decoded into pgvector rows after each vector write and before each search
+(`vector_rows.py`); a tenant is searched exactly until it has `ann_min_vectors` vectors in a
+layer, then a background thread builds its own HNSW index (`vector_index.py`) and its searches
+go through it once it is recorded (`vector_search.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import psycopg
+
+from stratamem.domain import Layer
+from stratamem.store.base import Candidate, Filters
+from stratamem.store.postgres import vector_index, vector_rows, vector_search
+from stratamem.store.postgres.connection import PgConn
+
+if TYPE_CHECKING:
+    from stratamem.store.postgres.store import PostgresStore
+
+_log = logging.getLogger(__name__)
+
+
+class PgVectors:
+    def __init__(
+        self, store: PostgresStore, ann_min_vectors: int | None, background_builds: bool
+    ) -> None:
+        self._store = store
+        self.ann_min_vectors = ann_min_vectors or vector_index.ANN_MIN_VECTORS
+        self._background = background_builds
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, Layer], int] = {}
+        self._builds: dict[tuple[str, Layer], threading.Thread] = {}
+        self._building: dict[tuple[str, Layer], psycopg.Connection[Any]] = {}
+
+    def close(self) -> None:
+        """Cancel the builds under way (each leaves an invalid index, dropped by the next)."""
+        with self._lock:
+            for conn in self._building.values():
+                conn.cancel_safe()
+            threads = list(self._builds.values())
+        for thread in threads:
+            thread.join()
+
+    # -- writing -----------------------------------------------------------------------------
+    def catch_up(self, tenant: str, layer: Layer, dim: int, build: bool = True) -> None:
+        """Decode the tenant's vectors written since it last did; start its index's build if
+        it has just grown past `ann_min_vectors`."""
+        dim = self._bound_dim() or dim
+        added = 0
+        with self._store.reading() as conn:
+            if not vector_rows.behind(conn, tenant, layer):
+                return
+        while True:
+            with self._store.writing(key=tenant) as conn:
+                done = vector_rows.catch_up_batch(conn, tenant, layer, dim)
+            added += done
+            if done < vector_rows.BATCH_ROWS:
+                break
+        if build and self._background and self._grown(tenant, layer, added):
+            self._start_build(tenant, layer, dim)
+
+    def _bound_dim(self) -> int | None:
+        info = self._store.embedding_info()
+        return None if info is None else info.dim
+
+    def _grown(self, tenant: str, layer: Layer, added: int) -> bool:
+        """Whether the tenant has `ann_min_vectors` vectors or more and no index yet."""
+        key = (tenant, layer)
+        with self._lock:
+            count = self._counts.get(key)
+            if count is not None:
+                self._counts[key] = count = count + added
+        if count is None or count >= self.ann_min_vectors:
+            with self._store.reading() as conn:
+                count = vector_index.vector_count(conn, tenant, layer)
+                indexed = vector_index.built(conn, tenant, layer) is not None
+            with self._lock:
+                self._counts[key] = count
+            return count >= self.ann_min_vectors and not indexed
+        return False
+
+    def _start_build(self, tenant: str, layer: Layer, dim: int) -> None:
+        key = (tenant, layer)
+        with self._lock:
+            if key in self._builds:
+                return
+            thread = threading.Thread(
+                target=self._build_logged, args=(tenant, layer, dim), daemon=True,
+                name=f"vector-index-{layer.value}",
+            )  # fmt: skip
+            self._builds[key] = thread
+        thread.start()
+
+    def _build_logged(self, tenant: str, layer: Layer, dim: int) -> None:
+        try:
+            self.build(tenant, layer, dim)
+        except (psycopg.Error, OSError) as exc:  # the tenant stays on the exact search
+            _log.warning("building the vector index of a tenant failed: %s", exc)
+        finally:
+            with self._lock:
+                self._builds.pop((tenant, layer), None)
+
+    def build(self, tenant: str, layer: Layer, dim: int | None = None) -> bool:
+        """Build the tenant's index now, on a connection of its own (False: another process
+        is building it)."""
+        dim = dim or self._bound_dim()
+        if dim is None:
+            return False
+        key = (tenant, layer)
+        with psycopg.connect(self._store.url, autocommit=True) as conn:
+            with self._lock:
+                self._building[key] = conn
+            try:
+                return vector_index.build(conn, tenant, layer, dim)
+            finally:
+                with self._lock:
+                    self._building.pop(key, None)
+
+    def index_tenant(self, tenant: str, layer: Layer) -> None:
+        """Decode the tenant's vectors, and build its index now if it is large enough (a bulk
+        copy calls it: its process ends before a background build would)."""
+        dim = self._bound_dim()
+        if dim is None:
+            return
+        self.catch_up(tenant, layer, dim, build=False)
+        with self._store.reading() as conn:
+            count = vector_index.vector_count(conn, tenant, layer)
+        if count >= self.ann_min_vectors:
+            self.build(tenant, layer, dim)
+
+    def wait_for_builds(self) -> None:
+        """Return once the builds started by this process have ended."""
+        with self._lock:
+            threads = list(self._builds.values())
+        for thread in threads:
+            thread.join()
+
+    # -- searching ---------------------------------------------------------------------------
+    def search(
+        self, tenant: str, layer: Layer, vector: np.ndarray, filters: Filters, limit: int
+    ) -> list[Candidate]:
+        self.catch_up(tenant, layer, int(vector.shape[0]))
+        with self._store.reading() as conn:
+            index = vector_index.built(conn, tenant, layer)
+            if index is not None and index.dim == vector.shape[0]:
+                return vector_search.search_ann(conn, tenant, layer, vector, filters, limit, index)
+            return vector_search.search_exact(conn, tenant, layer, vector, filters, limit)
+
+    # -- forgetting --------------------------------------------------------------------------
+    def forget_all(self, conn: PgConn) -> None:
+        """Every vector row, mark and index (a new model: everything is embedded again), in
+        the caller's transaction (dropping an index there locks the table briefly)."""
+        vector_rows.forget_all(conn)
+        vector_index.forget(conn, None)
+        vector_index.drop_in_transaction(conn, vector_index.leftover(conn))
+        with self._lock:
+            self._counts.clear()
+
+    def forget_tenant(self, conn: PgConn, tenant: str) -> list[str]:
+        """Forget the tenant's indexes in the caller's transaction; drop them with
+        `drop_indexes` after it commits."""
+        with self._lock:
+            for layer in Layer:
+                self._counts.pop((tenant, layer), None)
+        return vector_index.forget(conn, tenant)
+
+    def drop_indexes(self, names: list[str]) -> None:
+        if names:
+            with psycopg.connect(self._store.url, autocommit=True) as conn:
+                vector_index.drop(conn, names)
