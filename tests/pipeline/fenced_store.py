@@ -43,11 +43,14 @@ def init(path: Path) -> None:
 
 
 def write(path: Path, ctx: ExecutionContext, phase: str) -> None:
+    """One fenced row. Its time is read inside the write transaction, so times follow the
+    order in which writes committed (a time read before `BEGIN` could predate a write that
+    committed first, and an accepted end would seem to overlap the next begin)."""
     key, token = ctx.lock_key or "-", ctx.fence_token or 0
-    row = (ctx.task.id, key, token, os.getpid(), phase, time.time())
     conn = connect(path)
     try:
         conn.execute("BEGIN IMMEDIATE")
+        row = (ctx.task.id, key, token, os.getpid(), phase, time.time())
         try:
             fence_check(conn, key, token)
         except StaleFencingToken:
@@ -114,6 +117,20 @@ def refused_count(path: Path) -> int:
     (n,) = conn.execute("SELECT COUNT(*) FROM refused").fetchone()
     conn.close()
     return int(n)
+
+
+def running(path: Path, pid: int, ignore: set[str]) -> list[Execution]:
+    """The executions `pid` has begun and not ended (but those of tasks in `ignore`)."""
+    return [e for e in executions(path) if e.pid == pid and e.end is None
+            and e.task_id not in ignore]  # fmt: skip
+
+
+def taken_over(path: Path, pid: int, ignore: set[str]) -> bool:
+    """Whether every execution `pid` has begun and not ended (but those of `ignore`) was taken
+    over: another execution began on its key under a newer token, so its next write is refused."""
+    runs = executions(path)
+    return all(any(o.key == e.key and o.token > e.token for o in runs)
+               for e in running(path, pid, ignore))  # fmt: skip
 
 
 def running_pids(path: Path, ignore: set[str]) -> set[int]:

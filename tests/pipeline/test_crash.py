@@ -181,17 +181,8 @@ def test_workers_survive_kill_and_pause(cluster: Cluster) -> None:
     killed.send_signal(signal.SIGKILL)
     killed.wait()
     cluster.spawn()
-    paused = wait_until(
-        "a busy worker to pause", busy_worker(cluster, {killed.pid}, {t.id for t in poison})
-    )
-    assert isinstance(paused, subprocess.Popen)
-    paused.send_signal(signal.SIGSTOP)
-    pause_end = time.monotonic() + 2.5 * LOCK_TTL_S  # the fault itself: a pause past the TTL
-    while time.monotonic() < pause_end:
-        timers.sample()
-        time.sleep(0.02)
-    paused.send_signal(signal.SIGCONT)
-
+    poison_ids = {t.id for t in poison}
+    paused, also_paused = pause_past_takeover(cluster, {killed.pid}, poison_ids, timers)
     def all_done() -> bool:
         timers.sample()
         done = {e.task_id for e in fenced_store.executions(cluster.fenced) if e.end is not None}
@@ -205,13 +196,49 @@ def test_workers_survive_kill_and_pause(cluster: Cluster) -> None:
     for proc in cluster.procs:
         proc.wait(timeout=30)
 
-    faulted = {killed.pid, paused.pid}
+    faulted = {killed.pid, paused.pid, *also_paused}
     # The paused worker woke up without its lock: its execution was cancelled by the keeper or
     # its next write was refused by the fence; either way it was aborted, not acknowledged.
     assert cluster.final_counters(paused)["aborted"] >= 1
     check_outcomes(cluster, tasks, poison, faulted)
     check_no_overlap(cluster)
     timers.check()
+
+
+def pause_past_takeover(
+    cluster: Cluster, exclude: set[int], poison: set[str], timers: TimerSampler
+) -> tuple[subprocess.Popen[bytes], set[int]]:
+    """The fault itself: pause a worker mid-task past the lock TTL, until another worker began
+    on the paused execution's key under a newer token, then resume it. Returns it, and the pids
+    of earlier tries (faults too).
+
+    A fixed pause was flaky on a loaded machine: the task could end between the pick and the
+    SIGSTOP (nothing to abort), or nobody had taken over yet when it woke (it finished unrefused).
+    A try whose pause sees no takeover in time (the paused process may hold a database's write
+    lock that the others wait for) resumes it and picks again."""
+    tried: set[int] = set()
+    for _ in range(5):
+        victim = wait_until("a busy worker to pause", busy_worker(cluster, exclude | tried, poison))
+        assert isinstance(victim, subprocess.Popen)
+        victim.send_signal(signal.SIGSTOP)
+        pause_end = time.monotonic() + 2.5 * LOCK_TTL_S
+
+        def past(pid: int = victim.pid, pause_end: float = pause_end) -> bool:
+            timers.sample()
+            return time.monotonic() >= pause_end and fenced_store.taken_over(
+                cluster.fenced, pid, poison
+            )
+
+        try:
+            if fenced_store.running(cluster.fenced, victim.pid, poison):
+                wait_until("another worker to take over", past, deadline_s=15, poll_s=0.02)
+                victim.send_signal(signal.SIGCONT)
+                return victim, tried
+        except AssertionError:
+            pass
+        victim.send_signal(signal.SIGCONT)
+        tried.add(victim.pid)
+    raise AssertionError("no pause of a busy worker was taken over")
 
 
 def check_outcomes(

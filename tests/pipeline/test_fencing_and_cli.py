@@ -6,6 +6,7 @@ import asyncio
 import json
 import sqlite3
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -13,10 +14,16 @@ import pytest
 from click.testing import CliRunner
 
 from stratamem.cli.main import cli
+from stratamem.clock import ManualClock
+from stratamem.config import Settings
+from stratamem.domain import Scope
 from stratamem.errors import StaleFencingToken
 from stratamem.pipeline.fencing import ensure_fences, fence_check
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Task, TaskType
+from stratamem.store.executions import ExecutionStart
+from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.opening import open_store
 
 
 def test_fence_refuses_older_token_in_the_same_transaction(tmp_path: Path) -> None:
@@ -111,6 +118,26 @@ def test_cli_reconcile_reports_and_changes_nothing(tmp_path: Path) -> None:
     status = json.loads(run_cli(tmp_path, "pipeline", "status", "--json"))
     assert status["depth"]["in_flight"] == 1
     assert "signed with key rk_" in run_cli(tmp_path, "pipeline", "rotate-receipt-key")
+
+
+def test_cli_executions_lists_the_log(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, embedder="none")
+    store = open_store(settings)
+    try:
+        layers, clock = SqlLayerStore(store), ManualClock(100.0)
+        start = ExecutionStart("t1", "L1", "s", "session/acme/s", 0, 1, 3, "w0")
+        first = layers.start_execution(Scope("acme"), start, clock)
+        clock.advance(2)
+        layers.start_execution(Scope("acme"), replace(start, delivery=2, token=4, worker="w1"),
+                               clock)  # fmt: skip
+    finally:
+        store.close()
+    rows = json.loads(run_cli(tmp_path, "pipeline", "executions", "--tenant", "acme", "--json"))
+    assert [(r["attempt"]["worker"], r["fenced_at"]) for r in rows] == [("w0", 102.0),
+                                                                        ("w1", None)]  # fmt: skip
+    assert rows[0]["attempt"] == first.to_json()
+    text = run_cli(tmp_path, "pipeline", "executions", "--tenant", "acme", "--task", "t1")
+    assert "by w0: 100.000 -> - open, fenced at 102.000" in text
 
 
 def test_cli_worker_refuses_bad_executors(tmp_path: Path) -> None:

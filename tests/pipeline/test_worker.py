@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
+from stratamem.domain import Scope
 from stratamem.errors import ConfigError, StaleFencingToken
 from stratamem.llm import LLMCircuitOpen, LLMRateLimited
 from stratamem.pipeline.backend import retry_timer_key
@@ -21,6 +23,9 @@ from stratamem.pipeline.timers import (
     lock_key_for,
 )
 from stratamem.pipeline.worker import Outcome, Worker
+from stratamem.store.executions import ExecutionStart, ThreadedExecutionLog
+from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.opening import open_url
 
 from .conftest import Harness
 
@@ -421,3 +426,33 @@ async def test_a_crashed_consumer_stops_the_worker_and_surfaces(harness: Harness
     await harness.backend.enqueue(Task(TaskType.L1, "t", "s"), now=harness.clock.now())
     with pytest.raises(RuntimeError, match="injected sleep broke"):
         await asyncio.wait_for(worker.run(), timeout=10)
+
+
+async def test_the_execution_log_records_every_execution_and_refuses_stale_ones(
+    harness: Harness, tmp_path: Path
+) -> None:
+    store = open_url(f"sqlite:{tmp_path / 'store.db'}", tmp_path / "store.db")
+    layers, scope = SqlLayerStore(store), Scope("t")
+    try:
+        worker, _ = make_worker(harness, ok)
+        worker.executors.executions = ThreadedExecutionLog(layers)
+        done = Task(TaskType.L1, "t", "s")
+        assert await worker.handle(await deliver(harness, done)) is Outcome.COMPLETED
+        worker.executors.register(TaskType.L1, boom)
+        failed = Task(TaskType.L1, "t", "s")
+        assert await worker.handle(await deliver(harness, failed)) is Outcome.RETRIED
+        ran = layers.executions(scope)
+        assert [(r.attempt.task_id, r.outcome) for r in ran] == [(done.id, "completed"),
+                                                                (failed.id, "failed")]  # fmt: skip
+        assert all(r.end is not None and r.lock_key == "session/t/s" for r in ran)
+        assert ran[0].attempt.token is not None and ran[1].attempt.token is not None
+        assert ran[0].attempt.token < ran[1].attempt.token
+
+        # a newer holder of the lock started since this worker was granted it: it does not run
+        newer = ExecutionStart("x", "L1", "s", "session/t/s", 0, 1, 10**9, "other")
+        layers.start_execution(scope, newer, harness.clock)
+        stale = Task(TaskType.L1, "t", "s")
+        assert await worker.handle(await deliver(harness, stale)) is Outcome.ABORTED
+        assert [r.attempt.task_id for r in layers.executions(scope)][-1] == "x"
+    finally:
+        store.close()

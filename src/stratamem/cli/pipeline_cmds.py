@@ -183,6 +183,41 @@ def reconcile_cmd(ctx: click.Context, backend: str | None, limit: int, as_json: 
         )
 
 
+@pipeline.command("executions")
+@click.option("--tenant", required=True, help="The tenant whose executions to list.")
+@click.option("--task", "task_id", default=None, help="Only the executions of this task id.")
+@click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def executions_cmd(
+    ctx: click.Context, tenant: str, task_id: str | None, limit: int, as_json: bool
+) -> None:
+    """The execution log of a tenant's tasks, in the order they started: attempt, delivery,
+    fencing token, worker, start, commit, end, outcome, and when a later execution fenced it."""
+    store = open_store(Settings(data_dir=_data_dir(ctx)))
+    try:
+        runs = SqlLayerStore(store).executions(Scope(tenant), task_id, limit)
+    except StratamemError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps([r.to_json() for r in runs], sort_keys=True))
+        return
+    for r in runs:
+        a = r.attempt
+        fenced = "" if r.fenced_at is None else f", fenced at {r.fenced_at:.3f}"
+        click.echo(
+            f"{r.type} {a.task_id} attempt {a.attempt} delivery {a.delivery} token {a.token}"
+            f" by {a.worker}: {a.started_at:.3f} -> {_at(r.ended_at)} {r.outcome or 'open'}"
+            + fenced
+        )
+
+
+def _at(when: float | None) -> str:
+    return "-" if when is None else f"{when:.3f}"
+
+
 @pipeline.command("rotate-receipt-key")
 @click.option(
     "--retire-old",

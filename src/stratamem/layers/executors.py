@@ -26,6 +26,7 @@ from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.pipeline.timers import l2_timer_key, lock_key_for
 from stratamem.store.base import Fence
+from stratamem.store.executions import ThreadedExecutionLog
 from stratamem.store.receipts import Receipt, ReceiptDraft
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,7 @@ class LayerExecutors:
         if self.service.llm is not None:
             registry.add_usage_source(self.service.llm.usage.snapshot)
         registry.receipts = self.receipt
+        registry.executions = ThreadedExecutionLog(self.service.layers)
         registry.register(TaskType.L1, self.l1)
         registry.register(TaskType.L2, self.l2)
         registry.register(TaskType.L3, self.l3)

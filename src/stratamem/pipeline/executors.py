@@ -15,6 +15,8 @@ an `ExecutorRegistry`. The worker calls it once per delivery, with:
 - `ctx.attempt`: this execution (task id, attempt, delivery count, fencing token, worker, start
   time). An executor that writes commits a completion receipt carrying it with its effects
   (`stratamem.store.receipts`), so a recovering worker can tell finished work from lost work.
+  With an execution log (`ExecutorRegistry.executions`), the worker records the execution's
+  start before it calls the executor and its end when it returns (`stratamem.store.executions`).
 
 To choose the retry time itself (a rate limit's Retry-After), the executor raises
 `stratamem.pipeline.errors.RetryLater(delay_s)`; it still counts against the retry limit.
@@ -37,6 +39,7 @@ from stratamem.clock import Clock
 from stratamem.pipeline.errors import UnknownTaskType
 from stratamem.pipeline.scheduler import Source
 from stratamem.pipeline.task import Task, TaskType
+from stratamem.store.executions import ExecutionStart
 from stratamem.store.receipts import Attempt, Receipt
 
 
@@ -65,6 +68,17 @@ class Executor(Protocol):
     async def __call__(self, ctx: ExecutionContext, /) -> ExecResult: ...
 
 
+class ExecutionLog(Protocol):
+    """Where the worker records each execution (`stratamem.store.executions`)."""
+
+    async def started(self, tenant: str, start: ExecutionStart, clock: Clock) -> Attempt:
+        """Record the start (time read from `clock` when recorded): the execution's `Attempt`;
+        `StaleFencingToken` if a newer token of its lock started (then it must not run)."""
+
+    async def ended(self, tenant: str, attempt: Attempt, outcome: str, clock: Clock) -> None:
+        """Record the end of `attempt`'s execution with `outcome`."""
+
+
 UsageSource = Callable[[], Mapping[str, Mapping[str, int]]]
 #: Reads the receipt of a task id in a tenant (None: no receipt). Raises when it cannot tell.
 ReceiptReader = Callable[[str, str], Awaitable[Receipt | None]]
@@ -81,6 +95,9 @@ class ExecutorRegistry:
         #: Reads completion receipts from the store the executors write to (set by whoever
         #: registers them); the worker's reclaim path acknowledges finished work with it.
         self.receipts: ReceiptReader | None = None
+        #: Records each execution's start and end in the same store (set with `receipts`);
+        #: without one, executions are stamped on the delivery only.
+        self.executions: ExecutionLog | None = None
         self._backlog: list[BacklogFactory] = []
         for task_type, executor in executors:
             self.register(task_type, executor)

@@ -8,12 +8,16 @@ One delivery goes through `Worker.handle`:
    (200 ms, times 3, capped at 5 s) until one lock TTL has passed, then drop and ack the task
    (offload-l2 is skipped at once); its work is still owed in the store, where the backlog
    scheduler finds it again (`pipeline.scheduler`);
-2. stamp the delivery with this execution (`Attempt`: attempt, delivery count, fencing token,
-   worker, start time; `PipelineBackend.stamp`, which also checks the delivery is still ours),
-   then run the executor while a keeper renews the lock and heartbeats the delivery every quarter of
-   the TTL; if renewal fails or errors, the executor is cancelled at once and the task is neither
+2. record the execution's start in the execution log, when the registry has one
+   (`stratamem.store.executions`: it records the lock's token as a fence, fences the open
+   executions of the task and lock, and refuses a start under a stale token), stamp the
+   delivery with it (`Attempt`: attempt, delivery count, fencing token, worker, start time;
+   `PipelineBackend.stamp`, which also checks the delivery is still ours), then run the
+   executor while a keeper renews the lock and heartbeats the delivery every quarter of the
+   TTL; if renewal fails or errors, the executor is cancelled at once and the task is neither
    acknowledged nor cascaded (another worker will take it over);
-3. on success: cascade (still under the lock), release, enqueue what the executor asked for
+3. record the execution's end in the log (before the lock is released); on success: cascade
+   (still under the lock), release, enqueue what the executor asked for
    after release, ack; on failure: release, then retry with backoff 5 s · 3^attempt up to the
    retry limit, then a dead letter with the error and the session's timers cleared. A failure
    that is `Postponed` (a service known down, e.g. an LLM endpoint's open circuit breaker) puts
@@ -53,13 +57,14 @@ from stratamem.pipeline.metrics import RunningTask, WorkerMetrics
 from stratamem.pipeline.reconcile import matches
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import RUNNING, STOPPED, WORKERS_SCOPE, expired
-from stratamem.pipeline.task import Delivery, LockGrant, TaskType
+from stratamem.pipeline.task import Delivery, LockGrant, Task, TaskType
 from stratamem.pipeline.timers import (
     TimerPump,
     cascade,
     clear_session_timers,
     lock_key_for,
 )
+from stratamem.store.executions import ExecutionStart
 from stratamem.store.receipts import Attempt
 
 log = logging.getLogger(__name__)
@@ -92,6 +97,19 @@ async def _cancel_and_wait(task: asyncio.Future[Any]) -> None:
     error = None if task.cancelled() else task.exception()
     if error is not None:
         raise error
+
+
+#: The outcome the execution log records for an execution cut short by shutdown.
+CANCELLED = "cancelled"
+
+
+def _log_outcome(result: ExecResult | Exception) -> str:
+    """What the execution log records when the executor returned `result`."""
+    if isinstance(result, LockLost | StaleFencingToken):
+        return Outcome.ABORTED
+    if isinstance(result, Exception):
+        return "failed"
+    return Outcome.SKIPPED if result.skipped else Outcome.COMPLETED
 
 
 class Worker:
@@ -132,11 +150,17 @@ class Worker:
             grant = await self._acquire(delivery, lock_key)
             if grant is None:
                 return await self._on_conflict(delivery)
-        now = self.clock.now()
-        attempt = Attempt(task.id, task.attempt, delivery.deliveries,
-                          None if grant is None else grant.token, self.name, now)  # fmt: skip
+        try:
+            attempt = await self._start(delivery, lock_key, grant)
+        except StaleFencingToken as exc:
+            return await self._on_stale(delivery, grant, str(exc))
+        except Exception as exc:  # noqa: BLE001 - the store's error: the task fails, as an executor's
+            await self._release(grant)
+            return await self._fail(delivery, exc)
+        now = attempt.started_at
         if not await self.backend.stamp(delivery, attempt, now=now):
-            return await self._on_stale(delivery, grant)
+            await self._ended(task, attempt, Outcome.ABORTED)
+            return await self._on_stale(delivery, grant, "it was reclaimed before it started")
         executed = self.metrics.executed
         executed[task.type.value] = executed.get(task.type.value, 0) + 1
         self.metrics.running[task.id] = RunningTask(
@@ -146,6 +170,31 @@ class Worker:
             return await self._execute(delivery, lock_key, grant, attempt)
         finally:
             self.metrics.running.pop(task.id, None)
+
+    async def _start(
+        self, delivery: Delivery, lock_key: str | None, grant: LockGrant | None
+    ) -> Attempt:
+        """This execution, recorded in the execution log if there is one (which sets its start
+        time, and refuses it when a newer token of its lock started)."""
+        task, token = delivery.task, None if grant is None else grant.token
+        executions = self.executors.executions
+        if executions is None:
+            return Attempt(task.id, task.attempt, delivery.deliveries, token, self.name,
+                           self.clock.now())  # fmt: skip
+        start = ExecutionStart(task.id, task.type.value, task.session, lock_key, task.attempt,
+                               delivery.deliveries, token, self.name)  # fmt: skip
+        return await executions.started(task.tenant, start, self.clock)
+
+    async def _ended(self, task: Task, attempt: Attempt, outcome: str) -> None:
+        """Record the end of the execution (before its lock is released, so the next holder's
+        start comes after it). A failure to record it is logged: the work is done either way."""
+        executions = self.executors.executions
+        if executions is None:
+            return
+        try:
+            await executions.ended(task.tenant, attempt, outcome, self.clock)
+        except Exception:  # the store's error, whatever its type: the outcome stands
+            log.exception("could not record the end of %s %s", task.type, task.id)
 
     async def _finished_before(self, delivery: Delivery) -> bool:
         """Whether the execution a previous hand-over started committed (its authentic receipt,
@@ -193,11 +242,11 @@ class Worker:
         log.warning("dropped %s %s: its lock stayed busy", delivery.task.type, delivery.task.id)
         return Outcome.DROPPED
 
-    async def _on_stale(self, delivery: Delivery, grant: LockGrant | None) -> Outcome:
-        """The delivery was reclaimed by another consumer while we waited: leave it to them."""
+    async def _on_stale(self, delivery: Delivery, grant: LockGrant | None, why: str) -> Outcome:
+        """The delivery was reclaimed, or its lock taken over, while we waited: leave it."""
         await self._release(grant)
         self.metrics.aborted += 1
-        log.warning("%s %s was reclaimed before it started", delivery.task.type, delivery.task.id)
+        log.warning("%s %s did not start: %s", delivery.task.type, delivery.task.id, why)
         return Outcome.ABORTED
 
     async def _execute(
@@ -219,8 +268,10 @@ class Worker:
         except LockLost as exc:
             result = exc
         except asyncio.CancelledError:
+            await self._ended(ctx.task, attempt, CANCELLED)
             await self._release(grant)
             raise
+        await self._ended(ctx.task, attempt, _log_outcome(result))
         if isinstance(result, LockLost | StaleFencingToken):
             self.metrics.aborted += 1
             log.warning("aborted %s %s: %s", ctx.task.type, ctx.task.id, result)

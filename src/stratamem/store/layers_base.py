@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from stratamem.clock import Clock
 from stratamem.domain import MemoryRecord, Profile, Scene, Scope
 from stratamem.store.base import Fence
+from stratamem.store.executions import Execution, ExecutionStart
 from stratamem.store.failures import Failure, FailureQuery
 from stratamem.store.receipts import Attempt, Receipt, ReceiptDraft
 
@@ -160,6 +162,20 @@ class LayerStore(Protocol):
     def rotate_receipt_key(self, now: float, retire_old: bool = False) -> str:
         """Add a new key that signs receipts from now on; the older keys still verify until
         retired (`retire_old`: retire them now, and their receipts stop verifying)."""
+
+    # -- the execution log (`stratamem.store.executions`) ------------------------------------
+    def start_execution(self, scope: Scope, start: ExecutionStart, clock: Clock) -> Attempt:
+        """Record an execution starting now (`clock`, read in the transaction), fencing the open
+        ones of its task and lock key; `StaleFencingToken` if a newer token of its lock was
+        seen. Returns its `Attempt`."""
+
+    def end_execution(self, scope: Scope, attempt: Attempt, outcome: str, clock: Clock) -> None:
+        """Record that the execution `attempt` ended now with `outcome`."""
+
+    def executions(
+        self, scope: Scope, task_id: str | None = None, limit: int = 1000
+    ) -> list[Execution]:
+        """The tenant's executions (of one task), in the order they started."""
 
     # -- owed work (the backlog scheduler's queries; any tenant, paged by key) ---------------
     # Each returns up to `limit` rows whose key is greater than `after` (None: from the start),

@@ -9,11 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from stratamem.clock import Clock
 from stratamem.domain import MemoryRecord, Profile, Scene, Scope
 from stratamem.errors import LayerConflict, NotFound
 from stratamem.store import backlog_sql as backlog
+from stratamem.store import executions as execution_rows
 from stratamem.store import failure_rows, receipt_rows
 from stratamem.store.base import Fence
+from stratamem.store.executions import Execution, ExecutionStart
 from stratamem.store.failures import Failure, FailureQuery
 from stratamem.store.layer_rows import (
     PROFILE_COLUMNS,
@@ -36,7 +39,7 @@ from stratamem.store.layers_base import (
     TenantOwed,
     TenantState,
 )
-from stratamem.store.receipts import COMPLETED, SKIPPED, ReceiptDraft
+from stratamem.store.receipts import COMPLETED, SKIPPED, Attempt, ReceiptDraft
 from stratamem.store.rows import (
     MEMORY_COLUMNS,
     MEMORY_WRITE_COLUMNS,
@@ -133,6 +136,23 @@ class SqlLayerStore:
     def rotate_receipt_key(self, now: float, retire_old: bool = False) -> str:
         with self._store.writing() as conn:
             return receipt_rows.rotate_key(conn, now, retire_old)
+
+    def start_execution(self, scope: Scope, start: ExecutionStart, clock: Clock) -> Attempt:
+        fence = None
+        if start.lock_key is not None and start.token is not None:
+            fence = Fence(start.lock_key, start.token)
+        with self._store.writing(fence, key=scope.tenant) as conn:
+            return execution_rows.start(conn, scope.tenant, start, clock.now())
+
+    def end_execution(self, scope: Scope, attempt: Attempt, outcome: str, clock: Clock) -> None:
+        with self._store.writing(key=scope.tenant) as conn:
+            execution_rows.end(conn, scope.tenant, attempt, outcome, clock)
+
+    def executions(
+        self, scope: Scope, task_id: str | None = None, limit: int = 1000
+    ) -> list[Execution]:
+        with self._store.reading() as conn:
+            return execution_rows.listing(conn, scope.tenant, task_id, limit)
 
     # -- L1 ----------------------------------------------------------------------------------
     def commit_l1(self, scope: Scope, commit: L1Commit, fence: Fence | None = None) -> None:

@@ -8,13 +8,17 @@ import secrets
 import uuid
 
 from stratamem.errors import LayerConflict
+from stratamem.store import executions
 from stratamem.store.receipts import Attempt, Receipt, ReceiptDraft, mac, verifies
 from stratamem.store.sql import DUPLICATE, SqlConn
 
 
 def write_receipt(conn: SqlConn, tenant: str, draft: ReceiptDraft) -> None:
     """Sign and insert `draft` (inside the caller's write transaction); `LayerConflict` if the
-    task id has a receipt already."""
+    task id has a receipt already, `StaleFencingToken` if its execution was fenced meanwhile
+    (`store.executions`: a later execution of the task or its lock started)."""
+    if draft.attempt is not None:
+        executions.committed(conn, tenant, draft.attempt, draft.finished_at)
     key_id, secret = _signing_key(conn, draft.finished_at)
     attempt = None if draft.attempt is None else json.dumps(draft.attempt.to_json())
     try:

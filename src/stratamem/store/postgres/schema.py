@@ -328,6 +328,30 @@ CREATE TABLE receipt_keys (
 );
 """
 
+# The execution log of pipeline tasks (as SQLite's migration 17, `sqlite/layer_schema.py`).
+M017_EXECUTIONS = """
+CREATE TABLE executions (
+    rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+    tenant TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    delivery INTEGER NOT NULL,
+    token BIGINT,
+    worker TEXT NOT NULL,
+    started_at DOUBLE PRECISION NOT NULL,
+    type TEXT NOT NULL,
+    session TEXT,
+    lock_key TEXT,
+    committed_at DOUBLE PRECISION,
+    ended_at DOUBLE PRECISION,
+    outcome TEXT,
+    fenced_at DOUBLE PRECISION
+);
+CREATE INDEX executions_by_task ON executions (tenant, task_id);
+CREATE INDEX executions_open ON executions (tenant, lock_key)
+    WHERE ended_at IS NULL AND fenced_at IS NULL;
+"""
+
 # The backlog scheduler's tables (as SQLite's migration 13, `sqlite/backlog_schema.py`).
 M013_BACKLOG = """
 CREATE TABLE session_heads (
@@ -397,6 +421,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "layer state, receipts, scenes, profile, failure records", M010_LAYERS),
     Migration(13, "backlog: session heads, flush requests, tenants with memories", M013_BACKLOG),
     Migration(15, "authenticated receipts of every task type, and their keys", M015_RECEIPTS),
+    Migration(17, "the execution log of pipeline tasks", M017_EXECUTIONS),
     Migration(20, "context offload: tool pairs, entries, refs, boundaries, tasks", M020_OFFLOAD),
     Migration(21, "backlog: indexes of owed offload work", M021_OFFLOAD_BACKLOG),
     Migration(30, "service tenants and hashed API keys", M030_TENANTS),

@@ -38,7 +38,7 @@ TENANT_TABLES = (
 )
 
 #: Bookkeeping keyed by (tenant, session) that holds no content: erased, not counted.
-BOOKKEEPING_TABLES = ("session_heads", "layer_flush_requests")
+BOOKKEEPING_TABLES = ("session_heads", "layer_flush_requests", "executions")
 
 _DRAWN_FROM_SESSION = """
 DELETE FROM memories WHERE tenant = :tenant AND (

@@ -120,10 +120,35 @@ CREATE TABLE receipt_keys (
 );
 """
 
+# The execution log of pipeline tasks (`store/executions.py`): one row per execution, its window
+# and what ended it; the open rows of a task or lock key are found by the start of the next.
+M017_EXECUTIONS = """
+CREATE TABLE executions (
+    tenant TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    delivery INTEGER NOT NULL,
+    token INTEGER,
+    worker TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    type TEXT NOT NULL,
+    session TEXT,
+    lock_key TEXT,
+    committed_at REAL,
+    ended_at REAL,
+    outcome TEXT,
+    fenced_at REAL
+);
+CREATE INDEX executions_by_task ON executions (tenant, task_id);
+CREATE INDEX executions_open ON executions (tenant, lock_key)
+    WHERE ended_at IS NULL AND fenced_at IS NULL;
+"""
+
 LAYER_MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "layer state, receipts and failures", M010_LAYER_STATE),
     Migration(11, "scene and profile versions", M011_SCENES_PROFILE),
     Migration(12, "failure records of every LLM stage: quarantines, splits, drops", M012_FAILURES),
     BACKLOG_LAYER_MIGRATION,
     Migration(15, "authenticated receipts of every task type, and their keys", M015_RECEIPTS),
+    Migration(17, "the execution log of pipeline tasks", M017_EXECUTIONS),
 )
