@@ -5,12 +5,15 @@
   spread over 99 tenants), on each store. Vectors are random unit vectors of the local model's
   dimension (embedding a million texts would take hours here; it does not change a search's
   cost). Words are a Zipf-distributed vocabulary, as bench/store.py.
-- capture: turns stored per second by 8 concurrent writers (each its own session), in one
-  process (8 threads) and in two (4 threads each), on each store.
+- capture: turns stored per second by 8 concurrent writers (each its own session, one tenant),
+  in one process (8 threads) and in two (4 threads each), on each store; each process opens one
+  store, as an API process does, before the clock starts. With the CPU seconds of the writing
+  processes and of the PostgreSQL server against the wall clock, and the load average (the
+  machine may be shared: read the ratios).
 - recall: with `--locomo PATH`, `stratamem eval locomo` on each store (same embedder): R@10.
 
     python bench/postgres.py [--tenant-rows 100000] [--total-rows 1000000] [--queries 200]
-                             [--captures 400] [--locomo locomo_dev.json]
+                             [--captures 400] [--locomo locomo_dev.json] [--no-search]
 """
 
 from __future__ import annotations
@@ -112,37 +115,73 @@ def search_figures(store: RecordStore, args: argparse.Namespace) -> dict[str, An
     }
 
 
-def _writer(url: str, path: str, name: str, count: int) -> None:
+def _writer(store: RecordStore, name: str, count: int) -> None:
+    for i in range(count):
+        text = f"message number {i} about the weather " * 3
+        at = 1.7e9 + i
+        store.add_turns(SCOPE, [Turn(f"{name}-{i}", SCOPE.tenant, name, Role.USER, text, at)])
+
+
+def _process(url: str, path: str, names: list[str], count: int, ready: Any, cpu: Any) -> None:
+    """One API process: one store, shared by its writer threads, opened before the clock."""
     store = open_url(url, Path(path))
     try:
-        for i in range(count):
-            store.add_turns(SCOPE, [Turn(f"{name}-{i}", SCOPE.tenant, name, Role.USER,
-                                         f"message number {i} about the weather " * 3,
-                                         1.7e9 + i)])  # fmt: skip
+        ready.wait()
+        before = os.times()
+        threads = [threading.Thread(target=_writer, args=(store, n, count)) for n in names]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        after = os.times()
+        cpu.put(after.user + after.system - before.user - before.system)
     finally:
         store.close()
 
 
-def _process(url: str, path: str, names: list[str], count: int) -> None:
-    threads = [threading.Thread(target=_writer, args=(url, path, n, count)) for n in names]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-
-def capture_figures(url: str, path: Path, processes: int, count: int) -> float:
-    """Turns stored per second by 8 writers in `processes` processes."""
+def capture_figures(
+    url: str, path: Path, processes: int, count: int, server: Path | None
+) -> dict[str, float]:
+    """Turns stored per second by 8 writers in `processes` processes, and where the time went:
+    the CPU seconds of the writing processes and of the database server (`server`: a
+    PostgreSQL data directory) against the wall-clock seconds."""
     names = [f"w{processes}-{i}" for i in range(8)]
     groups = [names[i::processes] for i in range(processes)]
-    started = time.perf_counter()
-    procs = [multiprocessing.Process(target=_process, args=(url, str(path), g, count))
+    ready, cpu = multiprocessing.Barrier(processes + 1), multiprocessing.Queue()
+    procs = [multiprocessing.Process(target=_process, args=(url, str(path), g, count, ready, cpu))
              for g in groups]  # fmt: skip
     for proc in procs:
         proc.start()
+    ready.wait()
+    started, server_before = time.perf_counter(), server_cpu_s(server)
+    client = sum(cpu.get() for _ in procs)
+    wall = time.perf_counter() - started
     for proc in procs:
         proc.join()
-    return round(8 * count / (time.perf_counter() - started), 1)
+    return {"per_s": round(8 * count / wall, 1), "wall_s": round(wall, 2),
+            "client_cpu_s": round(client, 2),
+            "server_cpu_s": round(server_cpu_s(server) - server_before, 2),
+            "load_1min": os.getloadavg()[0]}  # fmt: skip
+
+
+def server_cpu_s(data_dir: Path | None) -> float:
+    """CPU seconds used so far by a PostgreSQL server's processes (0 without one)."""
+    if data_dir is None:
+        return 0.0
+    postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+    ticks = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(entry.name) == postmaster:  # with its children's that ended (backends)
+            ticks += sum(int(f) for f in fields[11:15])
+        elif int(fields[1]) == postmaster:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def recall(url: str | None, data: Path, cache: Path) -> float:
@@ -177,6 +216,29 @@ def _recall_at_10(report: Any) -> float:
     raise LookupError("no recall_at_k in the report")
 
 
+def searched(url: str | None, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    store = open_url(url, root / "search.db")
+    try:
+        return search_figures(store, args)
+    finally:
+        store.close()
+
+
+def ratios(figures: dict[str, Any]) -> dict[str, float]:
+    pg, lite = figures["postgres"], figures["sqlite"]
+    found = {
+        "capture_2_process_postgres_over_sqlite": pg["capture_2_process"]["per_s"]
+        / lite["capture_2_process"]["per_s"],
+        "capture_postgres_2_over_1_process": pg["capture_2_process"]["per_s"]
+        / pg["capture_1_process"]["per_s"],
+    }
+    if "search" in pg:
+        found["hybrid_p95_postgres_over_sqlite"] = (
+            pg["search"]["hybrid"]["p95_ms"] / lite["search"]["hybrid"]["p95_ms"]
+        )
+    return {name: round(value, 2) for name, value in found.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tenant-rows", type=int, default=100_000)
@@ -184,6 +246,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--captures", type=int, default=400, help="turns per writer")
     parser.add_argument("--locomo", type=Path, default=None)
+    parser.add_argument("--no-search", action="store_true", help="capture (and recall) only")
     args = parser.parse_args()
     import pgserver  # noqa: PLC0415 - the postgres extra
 
@@ -193,16 +256,13 @@ def main() -> None:
         pg_url = str(server.get_uri())
         figures: dict[str, Any] = {"tenant_rows": args.tenant_rows, "total_rows": args.total_rows}
         for kind, url in (("sqlite", None), ("postgres", pg_url)):
-            store = open_url(url, root / "search.db")
-            try:
-                figures[kind] = {"search": search_figures(store, args)}
-            finally:
-                store.close()
+            figures[kind] = {} if args.no_search else {"search": searched(url, root, args)}
             for processes in (1, 2):
                 capture_url = url or f"sqlite:{root / f'capture{processes}.db'}"
-                figures[kind][f"capture_per_s_{processes}_process"] = capture_figures(
-                    capture_url, root / "unused.db", processes, args.captures
-                )
+                figures[kind][f"capture_{processes}_process"] = capture_figures(
+                    capture_url, root / "unused.db", processes, args.captures,
+                    None if url is None else root / "pg",
+                )  # fmt: skip
             if args.locomo is not None:
                 eval_url = None
                 if url is not None:
@@ -211,12 +271,7 @@ def main() -> None:
                 figures[kind]["locomo_recall_at_10"] = recall(
                     eval_url, args.locomo, root / "embed.cache"
                 )
-        figures["ratios_postgres_over_sqlite"] = {
-            "hybrid_p95": round(figures["postgres"]["search"]["hybrid"]["p95_ms"]
-                                / figures["sqlite"]["search"]["hybrid"]["p95_ms"], 2),
-            "capture_2_process": round(figures["postgres"]["capture_per_s_2_process"]
-                                       / figures["sqlite"]["capture_per_s_2_process"], 2),
-        }  # fmt: skip
+        figures["ratios"] = ratios(figures)
         print(json.dumps(figures, indent=2))
     finally:
         server.cleanup()

@@ -86,6 +86,11 @@ class SqlCoreStore(ABC):
     def _insert_turn(self, conn: Any, tenant: str, turn: Turn, seq: int) -> bool:
         """Write one turn unless the tenant has its id already; whether it was written."""
 
+    def _turn_writing(self, tenant: str, sessions: Sequence[str]) -> AbstractContextManager[Any]:
+        """The transaction that captures turns of `sessions`: it must keep each session's
+        sequence numbers in order (the tenant's lock does)."""
+        return self.writing(key=tenant)
+
     def _turns_added(  # noqa: B027 - a hook: nothing to do unless a backend says so
         self, conn: Any, tenant: str, stored: Sequence[Turn]
     ) -> None:
@@ -181,7 +186,7 @@ class SqlCoreStore(ABC):
     # -- L0 turns ----------------------------------------------------------------------------
     def add_turns(self, scope: Scope, turns: Sequence[Turn]) -> list[Turn]:
         stored: list[Turn] = []
-        with self.writing(key=scope.tenant) as conn:
+        with self._turn_writing(scope.tenant, [t.session for t in turns]) as conn:
             next_seq: dict[str, int] = {}
             for turn in turns:
                 seq = next_seq.get(turn.session) or _max_seq(conn, scope.tenant, turn.session) + 1

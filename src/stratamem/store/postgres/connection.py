@@ -176,10 +176,30 @@ class PgPool:
             yield PgConn(conn)
 
     @contextmanager
-    def writing(self, lock_keys: Sequence[str] = ()) -> Iterator[PgConn]:
-        """One transaction, holding an advisory lock per key until it ends."""
+    def writing(
+        self, lock_keys: Sequence[str] = (), shared_keys: Sequence[str] = ()
+    ) -> Iterator[PgConn]:
+        """One transaction, holding an advisory lock per key until it ends: shared for
+        `shared_keys` (taken first), exclusive for `lock_keys`."""
+        shared, exclusive = sorted(set(shared_keys)), sorted(set(lock_keys))
         with translated_errors(), self.pool.connection() as conn, conn.transaction():
-            for key in sorted(set(lock_keys)):  # one order, so two writers never deadlock
-                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
+            if shared or exclusive:
+                conn.execute(_locking_sql(len(shared), len(exclusive)), [*shared, *exclusive])
             yield PgConn(conn)
+
+
+def _locking_sql(shared: int, exclusive: int) -> bytes:
+    """One statement taking the locks in one order (the shared keys, then the exclusive ones,
+    each sorted), so two writers never deadlock."""
+    calls = [f"pg_advisory_xact_lock_shared({_KEY})"] * shared
+    calls += [f"pg_advisory_xact_lock({_KEY})"] * exclusive
+    return f"SELECT {', '.join(calls)}".encode()
+
+
+_KEY = "hashtextextended(%s, 0)"
+
+
+def session_key(tenant: str, session: str) -> str:
+    """The lock key of a tenant's session (a key shared by chance only serialises more)."""
+    return f"{tenant}\x1f{session}"
 

@@ -95,6 +95,14 @@ CREATE TABLE fences (key TEXT PRIMARY KEY, token BIGINT NOT NULL);
 CREATE SEQUENCE emb_seq;
 """
 
+# A tenant's text totals in shards (`text_index.TOTAL_SHARDS`), so that captures of different
+# sessions, each indexing its turns in its own transaction, do not queue for one row.
+M009_TOTAL_SHARDS = """
+ALTER TABLE text_totals ADD COLUMN shard SMALLINT NOT NULL DEFAULT 0;
+ALTER TABLE text_totals DROP CONSTRAINT text_totals_pkey;
+ALTER TABLE text_totals ADD PRIMARY KEY (tenant, layer, shard);
+"""
+
 M010_LAYERS = """
 CREATE TABLE layer_sessions (
     tenant TEXT NOT NULL,
@@ -418,6 +426,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "pending embeddings by tenant, for a fair share", M006_PENDING_BY_TENANT),
     Migration(7, "pgvector: vectors per piece, catch-up marks, per-tenant ANN indexes",
               M007_VECTORS),
+    Migration(9, "text totals in shards, for concurrent captures", M009_TOTAL_SHARDS),
     Migration(10, "layer state, receipts, scenes, profile, failure records", M010_LAYERS),
     Migration(13, "backlog: session heads, flush requests, tenants with memories", M013_BACKLOG),
     Migration(15, "authenticated receipts of every task type, and their keys", M015_RECEIPTS),

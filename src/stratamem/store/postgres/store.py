@@ -2,18 +2,23 @@
 
 Many processes may open the same database: every write is one transaction, and the writes of
 one tenant are serialised by an advisory lock on the tenant (so a cursor check, a fence check or
-a sequence number read inside a write holds until it commits). What it shares with the SQLite
-store is `store/core_sql.py`; here are the pool, the text index that follows each write and
-BM25 from the tenant's own text statistics (`text_index.py`, `text_search.py`), vectors sequenced
-by a database sequence and searched on pgvector, exact within the tenant or through the tenant's
-own HNSW index (`vectors.py`), and erasing (which also lowers the text statistics).
+a sequence number read inside a write holds until it commits), except captures: those of one
+session are serialised by the session's lock, and hold the tenant's lock shared, so captures of
+a tenant's sessions run side by side but never beside another write of the tenant.
+
+What it shares with the SQLite store is `store/core_sql.py`; here are the pool, the text index
+that follows each write and BM25 from the tenant's own text statistics (`text_index.py`,
+`text_search.py`), vectors sequenced by a database sequence and searched on pgvector, exact
+within the tenant or through the tenant's own HNSW index (`vectors.py`), and erasing (which also
+lowers the text statistics).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +28,7 @@ from stratamem.store.base import Candidate, Fence, Filters, TurnFieldWeights
 from stratamem.store.core_sql import EMBEDDING_KEY, TABLES, SqlCoreStore
 from stratamem.store.pieces import vector_blobs
 from stratamem.store.postgres import erase, text_index, text_search
-from stratamem.store.postgres.connection import PgConn, PgPool
+from stratamem.store.postgres.connection import PgConn, PgPool, session_key
 from stratamem.store.postgres.migrations import migrate
 from stratamem.store.postgres.tokens import Tokenizer
 from stratamem.store.postgres.vectors import PgVectors
@@ -106,15 +111,24 @@ class PostgresStore(SqlCoreStore):
         )  # fmt: skip
         return cursor.rowcount > 0
 
+    def _turn_writing(self, tenant: str, sessions: Sequence[str]) -> AbstractContextManager[Any]:
+        """Captures of one session are serialised by its lock; those of other sessions of the
+        tenant run alongside (under the tenant's lock, shared), but never alongside a write
+        that takes the tenant's lock (a layer commit, an erase, the text index's catch-up)."""
+        return self._pool.writing([session_key(tenant, s) for s in sessions], [tenant])
+
     def _turns_added(self, conn: PgConn, tenant: str, stored: Sequence[Turn]) -> None:
-        """A new turn is its predecessor's next neighbour: that one is indexed again."""
-        conn.executemany(
-            "UPDATE turns SET fts_dirty = TRUE WHERE tenant = ? AND session = ? AND seq = ?",
-            [(tenant, turn.session, (turn.seq or 0) - 1) for turn in stored],
-        )
+        """Index the new turns and the turn before them (their next neighbour is new), in the
+        capture's transaction: a capture is one transaction, and leaves nothing to catch up."""
+        first: dict[str, int] = {}
+        for turn in stored:
+            first[turn.session] = min(first.get(turn.session, turn.seq), turn.seq)
+        for session, seq in first.items():
+            text_index.index_session_tail(conn, self._tokenizer, tenant, session, seq - 1)
 
     def _after_write(self, tenant: str, layer: Layer) -> None:
-        self._catch_up(tenant, layer)
+        if layer is Layer.L1:
+            self._catch_up(tenant, layer)
 
     def index_text(self, tenant: str, layer: Layer) -> None:
         """Index the tenant's rows of `layer` written since its text index last looked (done

@@ -10,14 +10,17 @@ next one (`around`), its date in words (`dated`), as `store/sqlite/turn_context.
 one field, its content. A row's length counts every field plus its scope tokens (one for a
 turn, two for a memory), as the SQLite index counts its scope column.
 
-Rows are indexed after they are written: a write marks them (`fts_dirty`), and `catch_up` indexes
-a tenant's marked rows (after each capture, and before each search), so any writer of the
-tables (the shared layer records included) keeps the index right.
+A capture indexes its turns (and the turn before them) in its own transaction
+(`index_session_tail`). Other writes mark rows (`fts_dirty`), and the store's catch-up indexes a
+tenant's marked rows (after a write of memories, and before each search), so any writer of the
+tables (the shared layer records included) keeps the index right. The tenant's totals are kept
+in `TOTAL_SHARDS` rows that a reader sums (`text_search.totals`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import zlib
 from collections import Counter
 from collections.abc import Sequence
 from itertools import pairwise
@@ -35,16 +38,18 @@ _MONTHS = (
     "January", "February", "March", "April", "May", "June", "July", "August", "September",
     "October", "November", "December",
 )  # fmt: skip
+#: Shards of a tenant's totals: concurrent captures (of different sessions) each add to their
+#: own row instead of queueing for one; a reader sums them.
+TOTAL_SHARDS = 64
 _TURN_FIELDS = (
     "SELECT t.rid, t.fts_len, t.text, t.speaker, p1.text, p2.text, n1.text, t.ts FROM turns t"
     " LEFT JOIN turns p1 ON p1.tenant = t.tenant AND p1.session = t.session AND p1.seq = t.seq - 1"
     " LEFT JOIN turns p2 ON p2.tenant = t.tenant AND p2.session = t.session AND p2.seq = t.seq - 2"
     " LEFT JOIN turns n1 ON n1.tenant = t.tenant AND n1.session = t.session AND n1.seq = t.seq + 1"
-    " WHERE t.tenant = ? AND t.fts_dirty ORDER BY t.rid LIMIT ?"
 )
-_MEMORY_FIELDS = (
-    "SELECT rid, fts_len, content FROM memories WHERE tenant = ? AND fts_dirty ORDER BY rid LIMIT ?"
-)
+_MEMORY_FIELDS = "SELECT t.rid, t.fts_len, t.content FROM memories t"
+_DIRTY = " WHERE t.tenant = ? AND t.fts_dirty ORDER BY t.rid LIMIT ?"
+_SESSION_TAIL = " WHERE t.tenant = ? AND t.session = ? AND t.seq >= ? ORDER BY t.rid"
 
 
 def date_words(ts: float) -> str | None:
@@ -67,25 +72,56 @@ def has_dirty(conn: PgConn, tenant: str, layer: Layer) -> bool:
 
 def index_batch(conn: PgConn, tokenizer: Tokenizer, tenant: str, layer: Layer) -> int:
     """Index up to `BATCH_ROWS` marked rows of the tenant (inside the caller's transaction,
-    which holds the tenant's index lock); returns how many."""
-    sql = _TURN_FIELDS if layer is Layer.L0 else _MEMORY_FIELDS
+    which holds the tenant's lock); returns how many."""
+    sql = (_TURN_FIELDS if layer is Layer.L0 else _MEMORY_FIELDS) + _DIRTY
     rows = conn.execute(sql, (tenant, BATCH_ROWS)).fetchall()
+    _index_rows(conn, tokenizer, tenant, layer, rows, shard=0)
+    return len(rows)
+
+
+def index_session_tail(
+    conn: PgConn, tokenizer: Tokenizer, tenant: str, session: str, from_seq: int
+) -> None:
+    """Index a session's turns from `from_seq` on: the turns a capture just wrote and the one
+    before them (whose next neighbour they are), inside the capture's transaction, which holds
+    the session's lock (so no other writer touches these rows meanwhile)."""
+    rows = conn.execute(_TURN_FIELDS + _SESSION_TAIL, (tenant, session, from_seq)).fetchall()
+    _index_rows(conn, tokenizer, tenant, Layer.L0, rows, zlib.crc32(session.encode()))
+
+
+def _index_rows(
+    conn: PgConn, tokenizer: Tokenizer, tenant: str, layer: Layer, rows: Sequence[Any], shard: int
+) -> None:
     if not rows:
-        return 0
+        return
     docs = [_fields(tenant, layer, row) for row in rows]
     tokens = tokenizer.tokens(docs)
     table = TERM_TABLES[layer]
     rids = [int(row[0]) for row in rows]
-    conn.execute(f"DELETE FROM {table} WHERE rid = ANY(?)", (rids,))
-    postings = [
-        (tenant, term, rid, counts)
-        for rid, columns in zip(rids, tokens, strict=True)
-        for term, counts in _terms(columns).items()
-    ]
-    conn.executemany(f"INSERT INTO {table} (tenant, term, rid, tf) VALUES (?, ?, ?, ?)", postings)
+    if any(row[1] is not None for row in rows):  # indexed before: its old terms go
+        conn.execute(f"DELETE FROM {table} WHERE rid = ANY(?)", (rids,))
+    conn.execute(
+        f"INSERT INTO {table} (tenant, term, rid, tf) SELECT ?, u.term, u.rid, u.tf::real[]"
+        " FROM unnest(?::text[], ?::bigint[], ?::text[]) AS u(term, rid, tf)",
+        (tenant, *_postings(rids, tokens)),
+    )
     lengths = [sum(len(c) for c in columns) + SCOPE_TOKENS[layer] for columns in tokens]
-    _write_lengths(conn, tenant, layer, rows, lengths)
-    return len(rows)
+    _write_lengths(conn, tenant, layer, rows, lengths, shard % TOTAL_SHARDS)
+
+
+def _postings(
+    rids: Sequence[int], tokens: Sequence[Sequence[Sequence[str]]]
+) -> tuple[list[str], list[int], list[str]]:
+    """The rows' terms, as three columns: term, row id, counts per field (an array literal)."""
+    terms: list[str] = []
+    term_rids: list[int] = []
+    counts: list[str] = []
+    for rid, columns in zip(rids, tokens, strict=True):
+        for term, per_field in _terms(columns).items():
+            terms.append(term)
+            term_rids.append(rid)
+            counts.append("{" + ",".join(repr(c) for c in per_field) + "}")
+    return terms, term_rids, counts
 
 
 def _fields(tenant: str, layer: Layer, row: Any) -> list[str | None]:
@@ -114,29 +150,35 @@ def _terms(columns: Sequence[Sequence[str]]) -> dict[str, list[float]]:
 
 
 def _write_lengths(
-    conn: PgConn, tenant: str, layer: Layer, rows: Sequence[Any], lengths: Sequence[int]
+    conn: PgConn,
+    tenant: str,
+    layer: Layer,
+    rows: Sequence[Any],
+    lengths: Sequence[int],
+    shard: int,
 ) -> None:
+    """Each row's indexed length, and the tenant's totals raised by the change (one statement)."""
     table = "turns" if layer is Layer.L0 else "memories"
-    conn.executemany(
-        f"UPDATE {table} SET fts_len = ?, fts_dirty = FALSE WHERE rid = ?",
-        [(length, int(row[0])) for row, length in zip(rows, lengths, strict=True)],
-    )
     new_rows = sum(1 for row in rows if row[1] is None)
     delta = sum(lengths) - sum(int(row[1] or 0) for row in rows)
     conn.execute(
-        "INSERT INTO text_totals (tenant, layer, rows, tokens) VALUES (?, ?, ?, ?)"
-        " ON CONFLICT (tenant, layer) DO UPDATE SET rows = text_totals.rows + excluded.rows,"
-        " tokens = text_totals.tokens + excluded.tokens",
-        (tenant, layer.value, new_rows, delta),
+        f"WITH written AS (UPDATE {table} r SET fts_len = u.len, fts_dirty = FALSE"
+        "  FROM unnest(?::bigint[], ?::integer[]) AS u(rid, len) WHERE r.rid = u.rid)"
+        + _ADD_TO_TOTALS,
+        ([int(row[0]) for row in rows], list(lengths), tenant, layer.value, shard, new_rows, delta),
     )
 
 
+_ADD_TO_TOTALS = (
+    " INSERT INTO text_totals (tenant, layer, shard, rows, tokens) VALUES (?, ?, ?, ?, ?)"
+    " ON CONFLICT (tenant, layer, shard) DO UPDATE SET"
+    " rows = text_totals.rows + excluded.rows, tokens = text_totals.tokens + excluded.tokens"
+)
+
+
 def forget_rows(conn: PgConn, tenant: str, layer: Layer, lengths: Sequence[int | None]) -> None:
-    """Take deleted rows (their indexed lengths) out of the tenant's totals."""
+    """Take deleted rows (their indexed lengths) out of the tenant's totals (from shard 0:
+    only the sum over the shards counts)."""
     indexed = [n for n in lengths if n is not None]
     if indexed:
-        conn.execute(
-            "UPDATE text_totals SET rows = rows - ?, tokens = tokens - ?"
-            " WHERE tenant = ? AND layer = ?",
-            (len(indexed), sum(indexed), tenant, layer.value),
-        )
+        conn.execute(_ADD_TO_TOTALS, (tenant, layer.value, 0, -len(indexed), -sum(indexed)))

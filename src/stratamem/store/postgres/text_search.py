@@ -35,10 +35,10 @@ def query_keys(tokenizer: Tokenizer, tenant: str, query: str, phrases: bool) -> 
 
 def totals(conn: PgConn, tenant: str, layer: Layer) -> tuple[int, float]:
     row = conn.execute(
-        "SELECT rows, tokens FROM text_totals WHERE tenant = ? AND layer = ?",
+        "SELECT sum(rows), sum(tokens) FROM text_totals WHERE tenant = ? AND layer = ?",
         (tenant, layer.value),
     ).fetchone()
-    return (0, 0.0) if row is None else (int(row[0]), float(row[1]))
+    return (0, 0.0) if row[0] is None else (int(row[0]), float(row[1]))
 
 
 def discriminative(conn: PgConn, tenant: str, layer: Layer, keys: list[str], cap: int) -> list[str]:
