@@ -9,11 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import psycopg
 import pytest
 
 from stratamem.domain import Layer, Scope
 from stratamem.store.base import EmbeddingInfo, Filters
 from stratamem.store.postgres import vector_search
+from stratamem.store.postgres.connection import translate
 from stratamem.store.postgres.store import PostgresStore
 from stratamem.store.postgres.vector_index import index_name
 from tests.store.helpers import memory
@@ -42,14 +44,14 @@ def indexes(store: PostgresStore) -> set[str]:
 
 
 def plan(store: PostgresStore, scope: Scope, layer: Layer, query: np.ndarray) -> str:
-    """The plan of the index search's query, as the store sends it."""
+    """The plan of the index scan, as the store sends it."""
+    text = vector_search.vector_text(query)
     with store.reading() as conn:
-        raw = conn.raw
-        with raw.transaction():
-            vector_search.set_index_scan(raw, 100)
-            text = vector_search.vector_text(query)
-            sql = vector_search.neighbours_sql(scope.tenant, layer, DIM)
-            rows = raw.execute(b"EXPLAIN " + sql.as_bytes(raw), (text, text, 100)).fetchall()
+        cursor = psycopg.ClientCursor(conn.raw)
+        with conn.raw.transaction():
+            cursor.execute(translate(vector_search.INDEX_SCAN_SETTINGS), ["100"])
+            explain = "EXPLAIN " + vector_search.neighbours_sql(layer, DIM)
+            rows = cursor.execute(translate(explain), [text, scope.tenant, text, 100]).fetchall()
     return "\n".join(str(row[0]) for row in rows)
 
 

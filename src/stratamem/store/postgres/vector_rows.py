@@ -28,14 +28,29 @@ def vector_text(vector: np.ndarray) -> str:
     return "[" + ",".join(map(repr, vector.astype(np.float32).tolist())) + "]"
 
 
+_BEHIND = (
+    "COALESCE((SELECT max(emb_seq) FROM {records} WHERE tenant = ?), 0)"
+    " > COALESCE((SELECT seq FROM vector_marks WHERE tenant = ? AND layer = ?), 0)"
+)
+
+
 def behind(conn: PgConn, tenant: str, layer: Layer) -> bool:
     """Whether the tenant has vectors written since its rows were last decoded."""
     row = conn.execute(
-        f"SELECT COALESCE((SELECT max(emb_seq) FROM {RECORD_TABLES[layer]} WHERE tenant = ?), 0)"
-        " > COALESCE((SELECT seq FROM vector_marks WHERE tenant = ? AND layer = ?), 0)",
-        (tenant, tenant, layer.value),
+        "SELECT " + _BEHIND.format(records=RECORD_TABLES[layer]), (tenant, tenant, layer.value)
     ).fetchone()
     return bool(row[0])
+
+
+def search_state(conn: PgConn, tenant: str, layer: Layer) -> tuple[bool, int | None, float]:
+    """In one query: `behind`, and the dimension and pieces per record of the tenant's index
+    (None, 0 without one)."""
+    row = conn.execute(
+        f"SELECT {_BEHIND.format(records=RECORD_TABLES[layer])}, i.dim, i.pieces_per_record"
+        " FROM (SELECT 1) one LEFT JOIN vector_indexes i ON i.tenant = ? AND i.layer = ?",
+        (tenant, tenant, layer.value, tenant, layer.value),
+    ).fetchone()
+    return bool(row[0]), None if row[1] is None else int(row[1]), float(row[2] or 0.0)
 
 
 def catch_up_batch(conn: PgConn, tenant: str, layer: Layer, dim: int) -> int:

@@ -18,12 +18,11 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from psycopg import sql
 
 from stratamem.domain import Layer
 from stratamem.store.base import Candidate, Filters
 from stratamem.store.filters_sql import filter_sql
-from stratamem.store.postgres.connection import PgConn
+from stratamem.store.postgres.connection import PgConn, translate, translated_errors
 from stratamem.store.postgres.vector_rows import RECORD_TABLES, VECTOR_TABLES, vector_text
 
 #: Index neighbours fetched per wanted record (times the tenant's pieces per record): first
@@ -74,62 +73,62 @@ def search_ann(
         return []
     for factor in OVERFETCH:
         fetched = int(limit * max(1.0, index.pieces_per_record) * factor)
-        nearest = _neighbours(conn, tenant, layer, vector, fetched, index.dim)
-        best: dict[int, tuple[int, float]] = {}
-        for rid, seq, score in nearest:
-            best.setdefault(int(rid), (int(seq), float(score)))
-        kept = _filtered(conn, tenant, layer, filters, best)
-        if len(kept) >= limit or len(nearest) < fetched:
-            return kept[:limit]
+        rows = _neighbours(conn, tenant, layer, vector, filters, fetched, index.dim)
+        kept: dict[str, float] = {}
+        for _, score, record_id in rows:
+            if record_id is not None:
+                kept.setdefault(str(record_id), float(score))
+        if len(kept) >= limit or len(rows) < fetched:
+            return [Candidate(id=i, score=score) for i, score in kept.items()][:limit]
     return search_exact(conn, tenant, layer, vector, filters, limit)
 
 
-def neighbours_sql(tenant: str, layer: Layer, dim: int) -> sql.Composed:
-    """The index search's query (parameters: the query vector twice, the count). The tenant is
-    a literal in its text: the planner uses a partial index only for a query whose predicate it
-    can prove implies the index's, which it cannot for a parameter of a generic plan."""
-    return sql.SQL(
-        "SELECT v.rid, v.seq, -(v.embedding::vector({dim}) <#> %s::vector({dim})) AS score"
-        " FROM {table} v WHERE v.tenant = {tenant}"
-        " ORDER BY v.embedding::vector({dim}) <#> %s::vector({dim}) LIMIT %s"
-    ).format(
-        dim=sql.Literal(dim), table=sql.Identifier(VECTOR_TABLES[layer]),
-        tenant=sql.Literal(tenant),
-    )  # fmt: skip
-
-
-def _neighbours(
-    conn: PgConn, tenant: str, layer: Layer, vector: np.ndarray, count: int, dim: int
-) -> list[Any]:
-    """The `count` nearest pieces by the tenant's index, best first (an HNSW scan yields at
-    most `hnsw.ef_search` rows: it is raised to `count`)."""
-    text = vector_text(vector)
-    with conn.raw.transaction():
-        set_index_scan(conn.raw, count)
-        return conn.raw.execute(neighbours_sql(tenant, layer, dim), (text, text, count)).fetchall()
-
-
-def set_index_scan(raw: psycopg.Connection[Any], count: int) -> None:
-    """For the transaction: HNSW scans yield `count` rows, and no plan sorts the tenant's rows
-    instead of scanning its index (the tenant is large, whatever stale statistics say)."""
-    raw.execute(
-        "SELECT set_config('hnsw.ef_search', %s, true), set_config('enable_sort', 'off', true)",
-        (str(max(EF_SEARCH_MIN, count)),),
+def neighbours_sql(layer: Layer, dim: int) -> str:
+    """The index scan (parameters: the query vector, the tenant, the vector again, the count).
+    It is sent with the parameters bound in its text: the planner uses a partial index only for
+    a query whose predicate it can prove implies the index's, as a literal tenant does."""
+    distance = f"v.embedding::vector({dim}) <#> ?::vector({dim})"
+    return (
+        f"SELECT v.rid, v.seq, -({distance}) AS score FROM {VECTOR_TABLES[layer]} v"
+        f" WHERE v.tenant = ? ORDER BY {distance} LIMIT ?"
     )
 
 
-def _filtered(
-    conn: PgConn, tenant: str, layer: Layer, filters: Filters, best: dict[int, tuple[int, float]]
-) -> list[Candidate]:
-    """The neighbours whose record passes the filters and still has the vector found."""
-    if not best:
-        return []
+#: For the transaction: an HNSW scan yields up to `hnsw.ef_search` rows (raised to the rows
+#: wanted), and no plan sorts the tenant's rows instead of scanning its index (the tenant is
+#: large, whatever stale statistics say).
+INDEX_SCAN_SETTINGS = (
+    "SELECT set_config('hnsw.ef_search', ?, true), set_config('enable_sort', 'off', true)"
+)
+
+
+def _neighbours(
+    conn: PgConn,
+    tenant: str,
+    layer: Layer,
+    vector: np.ndarray,
+    filters: Filters,
+    count: int,
+    dim: int,
+) -> list[Any]:
+    """The `count` nearest pieces by the tenant's index, best first, each with its record's id
+    when the record passes the filters and still has that vector (else None). One round trip:
+    the settings, the scan and the check are one script, bound on the client."""
     tail, params = filter_sql(layer, filters, "r")
-    rows = conn.execute(
-        f"SELECT r.rid, r.id, r.emb_seq FROM {RECORD_TABLES[layer]} r"
-        f" WHERE r.tenant = ? AND r.rid = ANY(?){tail}",
-        [tenant, list(best), *params],
-    ).fetchall()
-    ids = {int(row[0]): row[1] for row in rows if row[2] == best[int(row[0])][0]}
-    ranked = sorted(best.items(), key=lambda item: (-item[1][1], item[0]))
-    return [Candidate(id=ids[rid], score=score) for rid, (_, score) in ranked if rid in ids]
+    script = translate(
+        f"BEGIN; {INDEX_SCAN_SETTINGS}; SELECT n.rid, n.score, r.id FROM"
+        f" ({neighbours_sql(layer, dim)}) n LEFT JOIN {RECORD_TABLES[layer]} r"
+        f" ON r.rid = n.rid AND r.emb_seq = n.seq AND r.tenant = ?{tail}"
+        " ORDER BY n.score DESC, n.rid; COMMIT"
+    )
+    text = vector_text(vector)
+    bound = [str(max(EF_SEARCH_MIN, count)), text, tenant, text, count, tenant, *params]
+    cursor = psycopg.ClientCursor(conn.raw)
+    with translated_errors():
+        cursor.execute(script, bound)
+        rows: list[Any] = []
+        while True:
+            if cursor.description is not None and len(cursor.description) == 3:
+                rows = cursor.fetchall()
+            if not cursor.nextset():
+                return rows

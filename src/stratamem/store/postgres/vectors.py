@@ -145,12 +145,25 @@ class PgVectors:
     def search(
         self, tenant: str, layer: Layer, vector: np.ndarray, filters: Filters, limit: int
     ) -> list[Candidate]:
-        self.catch_up(tenant, layer, int(vector.shape[0]))
+        dim = int(vector.shape[0])
         with self._store.reading() as conn:
-            index = vector_index.built(conn, tenant, layer)
-            if index is not None and index.dim == vector.shape[0]:
-                return vector_search.search_ann(conn, tenant, layer, vector, filters, limit, index)
-            return vector_search.search_exact(conn, tenant, layer, vector, filters, limit)
+            behind, index_dim, pieces = vector_rows.search_state(conn, tenant, layer)
+            if not behind:
+                return self._search(conn, tenant, layer, vector, filters, limit, index_dim, pieces)
+        self.catch_up(tenant, layer, dim)
+        with self._store.reading() as conn:
+            _, index_dim, pieces = vector_rows.search_state(conn, tenant, layer)
+            return self._search(conn, tenant, layer, vector, filters, limit, index_dim, pieces)
+
+    @staticmethod
+    def _search(
+        conn: PgConn, tenant: str, layer: Layer, vector: np.ndarray, filters: Filters,
+        limit: int, index_dim: int | None, pieces: float,
+    ) -> list[Candidate]:  # fmt: skip
+        if index_dim is not None and index_dim == vector.shape[0]:
+            index = vector_search.AnnIndex(index_dim, pieces)
+            return vector_search.search_ann(conn, tenant, layer, vector, filters, limit, index)
+        return vector_search.search_exact(conn, tenant, layer, vector, filters, limit)
 
     # -- forgetting --------------------------------------------------------------------------
     def forget_all(self, conn: PgConn) -> None:
