@@ -1,10 +1,11 @@
 """BM25 in SQL over the PostgreSQL text index, scored as SQLite's FTS5 `bm25()` scores.
 
 For each query phrase i found in a row: idf_i = ln((N - n_i + 0.5) / (n_i + 0.5)) (1e-6 when not
-positive), f_i = the phrase's count in each field times the field's weight, summed, and the row
-scores sum_i idf_i * f_i * (k1 + 1) / (f_i + k1 * (1 - b + b * D / avgdl)), k1 = 1.2, b = 0.75,
-D the row's length. N, n_i and avgdl are the tenant's own (FTS5 counts N and avgdl over the
-whole index, so one tenant alone in a store ranks the same on both; `test_ranking_parity.py`).
+positive, also when rows committed after N was read make n_i > N), f_i = the phrase's count in
+each field times the field's weight, summed, and the row scores
+sum_i idf_i * f_i * (k1 + 1) / (f_i + k1 * (1 - b + b * D / avgdl)), k1 = 1.2, b = 0.75, D the
+row's length. N, n_i and avgdl are the tenant's own (FTS5 counts N and avgdl over the whole
+index, so one tenant alone in a store ranks the same on both; `test_ranking_parity.py`).
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def ranked(
         "WITH q AS (SELECT term FROM unnest(?::text[]) AS q(term)),"
         f" df AS (SELECT p.term, count(*)::float8 AS n FROM {terms} p"
         "  WHERE p.tenant = ? AND p.term IN (SELECT term FROM q) GROUP BY p.term),"
-        " idf AS (SELECT q.term, GREATEST(ln((? - df.n + 0.5) / (df.n + 0.5)), 1e-6) AS w"
+        " idf AS (SELECT q.term,"
+        "  GREATEST(ln(GREATEST((? - df.n + 0.5) / (df.n + 0.5), 1)), 1e-6) AS w"
         "  FROM q JOIN df ON df.term = q.term)"
         f" SELECT r.id, sum(idf.w * f.f * {K1 + 1!r} / (f.f + {K1!r} * ({1 - B!r}"
         f"  + {B!r} * r.fts_len / ?))) AS score"
