@@ -14,12 +14,14 @@ import pytest
 from click.testing import CliRunner
 
 from stratamem.cli.main import cli
+from tests.stores import fresh_pg_url
 
 NOBODY = 65534
 
 
-def run(data_dir: Path, *args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, ["--data-dir", str(data_dir), "--embedder", "none", *args])
+def run(data_dir: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    arguments = ["--data-dir", str(data_dir), "--embedder", "none", *args]
+    result = CliRunner().invoke(cli, arguments, env=env)
     return result.exit_code, result.stdout, result.stderr
 
 
@@ -78,3 +80,23 @@ def test_reading_commands_refuse_a_directory_without_a_store(
     assert code == 5, (out, err)
     assert "no store in" in err and str(mistyped) in err
     assert not mistyped.exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "command",
+    [["stats"], ["search", "--tenant", "t1", "x"], ["memories", "list", "--tenant", "t1"],
+     ["profile", "show", "--tenant", "t1"]],
+)  # fmt: skip
+def test_reading_commands_read_the_store_a_url_names(
+    request: pytest.FixtureRequest, tmp_path: Path, command: list[str]
+) -> None:
+    """With `STRATAMEM_STORE_URL` naming a PostgreSQL store, no SQLite file is looked for (a
+    deployment's operator runs them on a machine without one)."""
+    url = fresh_pg_url(request.getfixturevalue("pg_server"))
+    data = tmp_path / "data"
+    assert run(data, "capture", "--tenant", "t1", "--session", "s1", "--text", "x",
+               env={"STRATAMEM_STORE_URL": url})[0] == 0  # fmt: skip
+    code, out, err = run(data, *command, env={"STRATAMEM_STORE_URL": url})
+    assert code == 0, (out, err)
+    assert not (data / "stratamem.db").exists()

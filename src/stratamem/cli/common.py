@@ -21,6 +21,7 @@ from stratamem.errors import (
     StoreError,
     StratamemError,
 )
+from stratamem.store.opening import SQLITE_SCHEME
 from stratamem.sync import Memory
 
 P = ParamSpec("P")
@@ -72,12 +73,22 @@ def data_dir(ctx: click.Context) -> Path:
     return settings_from(ctx).data_dir
 
 
+def sqlite_file(settings: Settings) -> Path | None:
+    """The SQLite file of the store `settings` name; None for a database server's."""
+    url = settings.store_url
+    if url is None:
+        return settings.store_path
+    return Path(url.removeprefix(SQLITE_SCHEME)) if url.startswith(SQLITE_SCHEME) else None
+
+
 def existing_store(settings: Settings) -> Settings:
-    """`settings` when their data directory holds a store; else `ConfigError`, so that a
-    command that only reads never creates an empty store in a mistyped directory."""
-    if not settings.store_path.is_file():
+    """`settings` when their data directory holds a store (or they name a database server's);
+    else `ConfigError`, so that a command that only reads never creates an empty store in a
+    mistyped directory."""
+    path = sqlite_file(settings)
+    if path is not None and not path.is_file():
         raise ConfigError(
-            f"no store in {settings.data_dir} (no {settings.store_path.name}): check --data-dir"
+            f"no store in {path.parent} (no {path.name}): check --data-dir"
             " or STRATAMEM_DATA_DIR; `stratamem capture` or `stratamem import` creates one"
         )
     return settings

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
+from stratamem.cli.common import sqlite_file
 from stratamem.config import Settings
 from stratamem.domain import Scope
 from stratamem.errors import StratamemError
@@ -143,7 +144,8 @@ def status(ctx: click.Context, backend: str | None, as_json: bool) -> None:
 def _receipts(ctx: click.Context) -> Iterator[ReceiptReader | None]:
     """A reader of the store's receipts; None when the data directory has no store."""
     settings = Settings(data_dir=_data_dir(ctx))
-    if not settings.store_path.exists():
+    path = sqlite_file(settings)
+    if path is not None and not path.exists():
         yield None
         return
     store = open_store(settings)
