@@ -31,6 +31,7 @@ from stratamem.pipeline.task import Delivery, Task, TaskType
 from stratamem.pipeline.timers import l2_timer_key, lock_key_for
 from stratamem.pipeline.worker import Outcome, Worker
 from stratamem.store.base import Fence
+from stratamem.store.executions import Execution
 from stratamem.store.failures import FailureKind, FailureQuery
 from stratamem.store.receipts import Attempt, Receipt, ReceiptDraft
 from stratamem.store.sqlite import SqliteStore
@@ -519,6 +520,15 @@ async def test_the_reconciler_reports_authority_and_findings_and_changes_nothing
         ("s3", "current", "no execution expected", False),
     ]
     assert summary(await reconcile(b, None, settings, now=now))[0][2] == "receipt unavailable"
+
+    async def log(tenant: str, task_id: str) -> list[Execution]:
+        return layers.executions(Scope(tenant), task_id)
+
+    reports = await reconcile(b, read, settings, now=now, executions=log)
+    assert [None if r.logged is None else (r.logged.outcome, r.logged.committed_at is not None)
+            for r in reports] == [("cancelled", True), ("cancelled", True), None]  # fmt: skip
+    stamp = reports[0].stamp
+    assert stamp is not None and reports[0].to_json()["logged"]["attempt"] == stamp.to_json()
     later = now + settings.reclaim_idle_ms / 1000
     assert summary(await reconcile(b, read, settings, now=later)) == [
         ("s1", "delivery lease expired", "completion observed", True),

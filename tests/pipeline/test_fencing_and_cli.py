@@ -114,6 +114,7 @@ def test_cli_reconcile_reports_and_changes_nothing(tmp_path: Path) -> None:
     [report] = json.loads(run_cli(tmp_path, "pipeline", "reconcile", "--json"))
     assert (report["authority"], report["finding"]) == ("current", "no execution expected")
     assert report["may_submit_completion"] is False and report["task"]["type"] == "L2"
+    assert report["logged"] is None  # no execution started, none logged
     assert "L2" in run_cli(tmp_path, "pipeline", "reconcile")
     status = json.loads(run_cli(tmp_path, "pipeline", "status", "--json"))
     assert status["depth"]["in_flight"] == 1
@@ -138,6 +139,10 @@ def test_cli_executions_lists_the_log(tmp_path: Path) -> None:
     assert rows[0]["attempt"] == first.to_json()
     text = run_cli(tmp_path, "pipeline", "executions", "--tenant", "acme", "--task", "t1")
     assert "by w0: 100.000 -> - open, fenced at 102.000" in text
+    empty = tmp_path / "elsewhere"
+    refused = CliRunner().invoke(cli, ["--data-dir", str(empty), "pipeline", "executions",
+                                       "--tenant", "acme"])  # fmt: skip
+    assert refused.exit_code == 1 and "no store" in refused.output and not empty.exists()
 
 
 def test_cli_worker_refuses_bad_executors(tmp_path: Path) -> None:

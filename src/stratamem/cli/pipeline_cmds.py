@@ -15,17 +15,18 @@ from typing import Any, TypeVar
 
 import click
 
-from stratamem.cli.common import sqlite_file
+from stratamem.cli.common import existing_store, sqlite_file
 from stratamem.config import Settings
 from stratamem.domain import Scope
 from stratamem.errors import StratamemError
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ReceiptReader
-from stratamem.pipeline.reconcile import reconcile
+from stratamem.pipeline.reconcile import ExecutionReader, Report, reconcile
 from stratamem.pipeline.runner import load_registry, open_backend, serve
 from stratamem.pipeline.scheduler import SNAPSHOT_COUNTERS, read_snapshot
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import worker_statuses
+from stratamem.store.executions import Execution
 from stratamem.store.layers_sql import SqlLayerStore
 from stratamem.store.opening import open_store
 from stratamem.store.receipts import Receipt
@@ -141,21 +142,25 @@ def status(ctx: click.Context, backend: str | None, as_json: bool) -> None:
 
 
 @contextmanager
-def _receipts(ctx: click.Context) -> Iterator[ReceiptReader | None]:
-    """A reader of the store's receipts; None when the data directory has no store."""
+def _evidence(ctx: click.Context) -> Iterator[tuple[ReceiptReader | None, ExecutionReader | None]]:
+    """Readers of the store's receipts and execution log; None when the data directory has no
+    store."""
     settings = Settings(data_dir=_data_dir(ctx))
     path = sqlite_file(settings)
     if path is not None and not path.exists():
-        yield None
+        yield None, None
         return
     store = open_store(settings)
     layers = SqlLayerStore(store)
 
-    async def read(tenant: str, task_id: str) -> Receipt | None:
+    async def receipt(tenant: str, task_id: str) -> Receipt | None:
         return await asyncio.to_thread(layers.receipt, Scope(tenant), task_id)
 
+    async def executions(tenant: str, task_id: str) -> list[Execution]:
+        return await asyncio.to_thread(layers.executions, Scope(tenant), task_id)
+
     try:
-        yield read
+        yield receipt, executions
     finally:
         store.close()
 
@@ -167,13 +172,16 @@ def _receipts(ctx: click.Context) -> Iterator[ReceiptReader | None]:
 @click.pass_context
 def reconcile_cmd(ctx: click.Context, backend: str | None, limit: int, as_json: bool) -> None:
     """For each delivery in flight or pending reclaim: who has authority over it, what the
-    evidence says (completion receipt, execution stamp) and whether its completion may be
-    submitted. Evidence only: changes nothing."""
+    evidence says (completion receipt, execution stamp, execution log) and whether its
+    completion may be submitted. Evidence only: changes nothing."""
     settings = _settings(backend=backend)
-    with _receipts(ctx) as reader:
-        reports = _with_backend(
-            ctx, settings, lambda b: reconcile(b, reader, settings, now=time.time(), limit=limit)
-        )
+    with _evidence(ctx) as (receipts, executions):
+
+        def judge(b: PipelineBackend) -> Awaitable[list[Report]]:
+            return reconcile(b, receipts, settings, now=time.time(), limit=limit,
+                             executions=executions)  # fmt: skip
+
+        reports = _with_backend(ctx, settings, judge)
     if as_json:
         click.echo(json.dumps([r.to_json() for r in reports], sort_keys=True))
         return
@@ -196,13 +204,14 @@ def executions_cmd(
 ) -> None:
     """The execution log of a tenant's tasks, in the order they started: attempt, delivery,
     fencing token, worker, start, commit, end, outcome, and when a later execution fenced it."""
-    store = open_store(Settings(data_dir=_data_dir(ctx)))
     try:
-        runs = SqlLayerStore(store).executions(Scope(tenant), task_id, limit)
+        store = open_store(existing_store(Settings(data_dir=_data_dir(ctx))))
+        try:
+            runs = SqlLayerStore(store).executions(Scope(tenant), task_id, limit)
+        finally:
+            store.close()
     except StratamemError as exc:
         raise click.ClickException(str(exc)) from exc
-    finally:
-        store.close()
     if as_json:
         click.echo(json.dumps([r.to_json() for r in runs], sort_keys=True))
         return

@@ -23,11 +23,16 @@ current), `exited without receipt` (no receipt, authority lost).
 
 Completion may be submitted (the task acknowledged without running it again) only when the
 completion was observed and the execution has lost its authority (a current one acks itself).
+
+With an `ExecutionReader`, each report also carries the execution log's row of the stamped
+execution (`logged`: its commit, end, outcome, and when a later execution fenced it;
+`stratamem.store.executions`): what that execution did, even when it wrote no receipt.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -36,9 +41,13 @@ from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ReceiptReader
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import RUNNING, UNRESPONSIVE, worker_statuses
-from stratamem.pipeline.task import InFlight, Task
+from stratamem.pipeline.task import Delivery, InFlight, Task
 from stratamem.pipeline.timers import lock_key_for
+from stratamem.store.executions import Execution
 from stratamem.store.receipts import Attempt, Receipt
+
+#: Reads the execution log of a task id in a tenant (oldest first). Raises when it cannot.
+ExecutionReader = Callable[[str, str], Awaitable[list[Execution]]]
 
 
 class Authority(StrEnum):
@@ -68,6 +77,7 @@ class Report:
     authority: Authority
     finding: Finding
     receipt: Receipt | None = None
+    logged: Execution | None = None
 
     @property
     def may_submit_completion(self) -> bool:
@@ -85,6 +95,7 @@ class Report:
             "authority": self.authority.value,
             "finding": self.finding.value,
             "may_submit_completion": self.may_submit_completion,
+            "logged": None if self.logged is None else self.logged.to_json(),
         }  # fmt: skip
 
 
@@ -109,14 +120,27 @@ async def reconcile(
     *,
     now: float,
     limit: int = 1000,
+    executions: ExecutionReader | None = None,
 ) -> list[Report]:
     """One evidence-only pass over up to `limit` deliveries in flight (see the module doc)."""
     statuses = {s["name"]: s["state"] for s in await worker_statuses(backend, now, settings)}
     reports = []
     for item in await backend.in_flight(limit=limit, now=now):
         authority = await _authority(backend, settings, item, statuses)
-        reports.append(await _report(item, authority, receipts))
+        report = await _report(item, authority, receipts)
+        reports.append(replace(report, logged=await _logged(item.delivery, executions)))
     return reports
+
+
+async def _logged(delivery: Delivery, executions: ExecutionReader | None) -> Execution | None:
+    """The log's row of the delivery's stamped execution (None: none, or no log to read)."""
+    if executions is None or delivery.stamp is None:
+        return None
+    try:
+        rows = await executions(delivery.task.tenant, delivery.task.id)
+    except StratamemError:
+        return None
+    return next((row for row in rows if row.attempt == delivery.stamp), None)
 
 
 async def _authority(
