@@ -82,9 +82,9 @@ class SqlCoreStore(ABC):
     ) -> AbstractContextManager[SqlConn]:
         """One write transaction (see `sql.SqlStore.writing`)."""
 
-    @abstractmethod
-    def _insert_turn(self, conn: Any, tenant: str, turn: Turn, seq: int) -> bool:
-        """Write one turn unless the tenant has its id already; whether it was written."""
+    def _turn_extra(self, tenant: str) -> dict[str, Any]:
+        """A backend's own columns of a turn row, with their values."""
+        return {}
 
     def _turn_writing(self, tenant: str, sessions: Sequence[str]) -> AbstractContextManager[Any]:
         """The transaction that captures turns of `sessions`: it must keep each session's
@@ -189,8 +189,9 @@ class SqlCoreStore(ABC):
         with self._turn_writing(scope.tenant, [t.session for t in turns]) as conn:
             next_seq: dict[str, int] = {}
             for turn in turns:
-                seq = next_seq.get(turn.session) or _max_seq(conn, scope.tenant, turn.session) + 1
-                if not self._insert_turn(conn, scope.tenant, turn, seq):
+                extra = self._turn_extra(scope.tenant)
+                seq = _insert_turn(conn, scope.tenant, turn, next_seq.get(turn.session), extra)
+                if seq is None:
                     continue
                 next_seq[turn.session] = seq + 1
                 stored.append(replace(turn, tenant=scope.tenant, seq=seq))
@@ -359,11 +360,29 @@ def _marks(values: Sequence[Any]) -> str:
     return ", ".join("?" for _ in values)
 
 
-def _max_seq(conn: SqlConn, tenant: str, session: str) -> int:
-    row = conn.execute(
-        "SELECT MAX(seq) FROM turns WHERE tenant = ? AND session = ?", (tenant, session)
-    ).fetchone()
-    return int(row[0] or 0)
+_TURN_COLUMNS = "tenant, id, session, seq, role, speaker, text, ts, metadata, created_at"
+#: The session's next sequence number, unless the caller knows it (the first turn of a batch).
+_NEXT_SEQ = (
+    "COALESCE(CAST(? AS INTEGER),"
+    " (SELECT MAX(seq) FROM turns WHERE tenant = ? AND session = ?) + 1, 1)"
+)
+
+
+def _insert_turn(
+    conn: SqlConn, tenant: str, turn: Turn, seq: int | None, extra: dict[str, Any]
+) -> int | None:
+    """Write one turn (one statement) unless the tenant has its id already; its sequence number
+    (None when it was there already)."""
+    marks = "".join(", ?" for _ in extra)
+    rows = conn.execute(
+        f"INSERT INTO turns ({_TURN_COLUMNS}{''.join(f', {c}' for c in extra)})"
+        f" VALUES (?, ?, ?, {_NEXT_SEQ}, ?, ?, ?, ?, ?, ?{marks})"
+        " ON CONFLICT (tenant, id) DO NOTHING RETURNING seq",
+        (tenant, turn.id, turn.session, seq, tenant, turn.session, turn.role.value, turn.speaker,
+         turn.text, turn.timestamp, json.dumps(turn.metadata, ensure_ascii=False),
+         turn.timestamp, *extra.values()),
+    ).fetchall()  # fmt: skip
+    return int(rows[0][0]) if rows else None
 
 
 def _check_current(conn: SqlConn, tenant: str, memory_ids: Sequence[str]) -> None:

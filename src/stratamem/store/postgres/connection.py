@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import psycopg
@@ -177,12 +177,23 @@ class PgPool:
 
     @contextmanager
     def writing(
-        self, lock_keys: Sequence[str] = (), shared_keys: Sequence[str] = ()
+        self,
+        lock_keys: Sequence[str] = (),
+        shared_keys: Sequence[str] = (),
+        pipelined: bool = False,
     ) -> Iterator[PgConn]:
         """One transaction, holding an advisory lock per key until it ends: shared for
-        `shared_keys` (taken first), exclusive for `lock_keys`."""
+        `shared_keys` (taken first), exclusive for `lock_keys`. `pipelined`: statements whose
+        results are not read go out without waiting for the server (psycopg's pipeline mode),
+        so the transaction costs a round trip per result read, not one per statement; for
+        callers that read what they need through `fetchone` / `fetchall` only (not `rowcount`)."""
         shared, exclusive = sorted(set(shared_keys)), sorted(set(lock_keys))
-        with translated_errors(), self.pool.connection() as conn, conn.transaction():
+        with (
+            translated_errors(),
+            self.pool.connection() as conn,
+            conn.pipeline() if pipelined else nullcontext(),
+            conn.transaction(),
+        ):
             if shared or exclusive:
                 conn.execute(_locking_sql(len(shared), len(exclusive)), [*shared, *exclusive])
             yield PgConn(conn)

@@ -15,7 +15,6 @@ lowers the text statistics).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -101,21 +100,12 @@ class PostgresStore(SqlCoreStore):
         return self.vectors.search(scope.tenant, layer, vector, filters, limit)
 
     # -- turns and the text index ------------------------------------------------------------
-    def _insert_turn(self, conn: PgConn, tenant: str, turn: Turn, seq: int) -> bool:
-        cursor = conn.execute(
-            "INSERT INTO turns (tenant, id, session, seq, role, speaker, text, ts, metadata,"
-            " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (tenant, id) DO NOTHING",
-            (tenant, turn.id, turn.session, seq, turn.role.value, turn.speaker, turn.text,
-             turn.timestamp, json.dumps(turn.metadata, ensure_ascii=False), turn.timestamp),
-        )  # fmt: skip
-        return cursor.rowcount > 0
-
     def _turn_writing(self, tenant: str, sessions: Sequence[str]) -> AbstractContextManager[Any]:
         """Captures of one session are serialised by its lock; those of other sessions of the
         tenant run alongside (under the tenant's lock, shared), but never alongside a write
         that takes the tenant's lock (a layer commit, an erase, the text index's catch-up)."""
-        return self._pool.writing([session_key(tenant, s) for s in sessions], [tenant])
+        keys = [session_key(tenant, s) for s in sessions]
+        return self._pool.writing(keys, [tenant], pipelined=True)
 
     def _turns_added(self, conn: PgConn, tenant: str, stored: Sequence[Turn]) -> None:
         """Index the new turns and the turn before them (their next neighbour is new), in the

@@ -49,7 +49,13 @@ _TURN_FIELDS = (
 )
 _MEMORY_FIELDS = "SELECT t.rid, t.fts_len, t.content FROM memories t"
 _DIRTY = " WHERE t.tenant = ? AND t.fts_dirty ORDER BY t.rid LIMIT ?"
-_SESSION_TAIL = " WHERE t.tenant = ? AND t.session = ? AND t.seq >= ? ORDER BY t.rid"
+_TAIL = "tenant = ? AND session = ? AND seq >= ?"
+#: A session's turns from a sequence number on, their old terms deleted in the same statement.
+_SESSION_TAIL = (
+    f"WITH cleared AS (DELETE FROM turn_terms WHERE rid IN (SELECT rid FROM turns WHERE {_TAIL}))"
+    + _TURN_FIELDS
+    + " WHERE t.tenant = ? AND t.session = ? AND t.seq >= ? ORDER BY t.rid"
+)
 
 
 def date_words(ts: float) -> str | None:
@@ -85,20 +91,29 @@ def index_session_tail(
     """Index a session's turns from `from_seq` on: the turns a capture just wrote and the one
     before them (whose next neighbour they are), inside the capture's transaction, which holds
     the session's lock (so no other writer touches these rows meanwhile)."""
-    rows = conn.execute(_TURN_FIELDS + _SESSION_TAIL, (tenant, session, from_seq)).fetchall()
-    _index_rows(conn, tokenizer, tenant, Layer.L0, rows, zlib.crc32(session.encode()))
+    tail = (tenant, session, from_seq)
+    rows = conn.execute(_SESSION_TAIL, tail + tail).fetchall()
+    _index_rows(conn, tokenizer, tenant, Layer.L0, rows, zlib.crc32(session.encode()), False)
 
 
 def _index_rows(
-    conn: PgConn, tokenizer: Tokenizer, tenant: str, layer: Layer, rows: Sequence[Any], shard: int
+    conn: PgConn,
+    tokenizer: Tokenizer,
+    tenant: str,
+    layer: Layer,
+    rows: Sequence[Any],
+    shard: int,
+    clear: bool = True,
 ) -> None:
+    """Index `rows` (read by `_TURN_FIELDS` or `_MEMORY_FIELDS`); `clear`: delete their old
+    terms first (unless the caller did)."""
     if not rows:
         return
     docs = [_fields(tenant, layer, row) for row in rows]
     tokens = tokenizer.tokens(docs)
     table = TERM_TABLES[layer]
     rids = [int(row[0]) for row in rows]
-    if any(row[1] is not None for row in rows):  # indexed before: its old terms go
+    if clear and any(row[1] is not None for row in rows):  # indexed before: old terms go
         conn.execute(f"DELETE FROM {table} WHERE rid = ANY(?)", (rids,))
     conn.execute(
         f"INSERT INTO {table} (tenant, term, rid, tf) SELECT ?, u.term, u.rid, u.tf::real[]"

@@ -8,17 +8,17 @@ scope token (the full-text triggers index it), vectors sequenced by a counter, a
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from stratamem.domain import Layer, Scope, Turn
+from stratamem.domain import Layer, Scope
 from stratamem.errors import StoreError
 from stratamem.store import fencing_sql as fencing
 from stratamem.store.base import Candidate, Fence, Filters, TurnFieldWeights
@@ -81,16 +81,8 @@ class SqliteStore(SqlCoreStore):
                 [(blobs[i], start + i, t, rec_id) for i, (t, rec_id) in enumerate(items)],
             )
 
-    def _insert_turn(self, conn: sqlite3.Connection, tenant: str, turn: Turn, seq: int) -> bool:
-        cursor = conn.execute(
-            "INSERT INTO turns (tenant, id, session, seq, role, speaker, text, ts, metadata,"
-            " created_at, scope_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (tenant, id) DO NOTHING",
-            (tenant, turn.id, turn.session, seq, turn.role.value, turn.speaker, turn.text,
-             turn.timestamp, json.dumps(turn.metadata, ensure_ascii=False), turn.timestamp,
-             tenant_token(tenant)),
-        )  # fmt: skip
-        return cursor.rowcount > 0
+    def _turn_extra(self, tenant: str) -> dict[str, Any]:
+        return {"scope_token": tenant_token(tenant)}  # the full-text triggers index it
 
     # -- retrieval ---------------------------------------------------------------------------
     def search_text(
