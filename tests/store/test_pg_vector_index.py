@@ -70,6 +70,8 @@ def test_large_tenants_indexes_never_take_a_small_tenants_hits(
     through_index = pg.search_vector(LARGE[0], layer, query, Filters(), 10)
     assert not {c.id for c in through_index} - {f"r{i}" for i in range(150)}
     assert len(through_index) == 10
+    wide = pg.search_vector(LARGE[0], layer, query, Filters(), 120)  # past the default ef_search
+    assert len(wide) == 120
 
 
 def test_the_index_finds_what_the_exact_search_finds(pg: PostgresStore) -> None:
