@@ -227,12 +227,12 @@ def index_figures(store: PostgresStore, args: argparse.Namespace) -> dict[str, A
 
     def exact(n: int) -> None:
         with store.reading() as conn:
-            vector_search.search_exact(conn, BIG.tenant, Layer.L1, vectors[n], Filters(), 50)
+            vector_search.search(conn, BIG.tenant, Layer.L1, vectors[n], Filters(), 50)
 
     for query in vectors:
         found = store.search_vector(BIG, Layer.L1, query, Filters(), 10)
         with store.reading() as conn:
-            truth = vector_search.search_exact(conn, BIG.tenant, Layer.L1, query, Filters(), 10)
+            truth = vector_search.search(conn, BIG.tenant, Layer.L1, query, Filters(), 10)
         overlap.append(len({c.id for c in found} & {c.id for c in truth}) / 10)
     runs = max(20, args.queries // 10)
     return {"exact_vector": timed(exact, runs), "recall_at_10_vs_exact": round(

@@ -85,9 +85,25 @@ def test_the_index_finds_what_the_exact_search_finds(pg: PostgresStore) -> None:
     for query in queries:
         ann = pg.search_vector(SMALL, Layer.L1, query, Filters(), 10)
         with pg.reading() as conn:
-            exact = vector_search.search_exact(conn, SMALL.tenant, Layer.L1, query, Filters(), 10)
+            exact = vector_search.search(conn, SMALL.tenant, Layer.L1, query, Filters(), 10)
         overlap.append(len({c.id for c in ann} & {c.id for c in exact}) / 10)
     assert np.mean(overlap) >= 0.95
+
+
+@pytest.mark.parametrize("layer", [Layer.L0, Layer.L1])
+def test_the_nearest_pieces_first_rank_as_every_vector_scored(
+    pg: PostgresStore, layer: Layer
+) -> None:
+    """Without an index, the exact search takes the nearest pieces, then checks their records:
+    the same records in the same order as scoring every vector of the tenant."""
+    vectors = near(np.ones(DIM, dtype=np.float32), 300, 30.0, seed=7)
+    fill(pg, SMALL, layer, vectors)
+    for query in near(np.ones(DIM, dtype=np.float32), 10, 30.0, seed=8):
+        for filters in (Filters(), Filters(sessions=("s1",)), Filters(sessions=("none",))):
+            with pg.reading() as conn:
+                first = vector_search.search(conn, SMALL.tenant, layer, query, filters, 20)
+                every = vector_search.search_all(conn, SMALL.tenant, layer, query, filters, 20)
+            assert [c.id for c in first] == [c.id for c in every]
 
 
 def test_filters_that_leave_few_neighbours_fall_back_to_the_exact_search(

@@ -1,12 +1,17 @@
 """Vector search on pgvector, exact within the tenant whatever else the table holds.
 
-A tenant's vectors are searched exactly (every vector of the tenant, through the index on
-`tenant`, scored in SQL) until the tenant has its own HNSW index (`vector_index.py`): a partial
-index holding only that tenant's vectors, so an approximate scan never spends its candidates on
-another tenant's vectors (a global index filtered by tenant would: pgvector 0.6 has no iterative
-index scan, an HNSW scan yields at most `hnsw.ef_search` rows, then the filter drops them). The
-index's neighbours are over-fetched, grouped by record (best piece), checked against the filters
-and the records' current vectors, and an exact search runs instead when too few survive.
+Both ways take the nearest vectors (pieces) of the tenant first, then keep each record's best
+piece among them when the record passes the filters and still has that vector; when that leaves
+too few records and more pieces were there, they take more, then every vector of the tenant
+joined to its record (`search_all`):
+
+- exactly, for a tenant without an index of its own: its vectors found through the index on
+  `tenant`, scored in SQL, the nearest kept by a top-N sort. The pieces taken first are exactly
+  the nearest, so the records kept are exactly the best that pass.
+- through the tenant's own HNSW index (`vector_index.py`): a partial index holding only that
+  tenant's vectors, so the approximate scan never spends its candidates on another tenant's
+  vectors (a global index filtered by tenant would: pgvector 0.6 has no iterative index scan, an
+  HNSW scan yields at most `hnsw.ef_search` rows, then the filter drops them).
 
 Scores are inner products (the embeddings are unit vectors: cosine), as the SQLite store's scan.
 """
@@ -25,9 +30,11 @@ from stratamem.store.filters_sql import filter_sql
 from stratamem.store.postgres.connection import PgConn, translate, translated_errors
 from stratamem.store.postgres.vector_rows import RECORD_TABLES, VECTOR_TABLES, vector_text
 
-#: Index neighbours fetched per wanted record (times the tenant's pieces per record): first
-#: the few that usually suffice, then more when the filters left too few, then the exact search.
+#: Pieces taken per wanted record (times the pieces per record): first the few that usually
+#: suffice, then more when the filters left too few, then every vector of the tenant.
 OVERFETCH = (2, 8)
+#: Pieces per record assumed for a tenant without an index (an index records its own).
+PIECES_PER_RECORD = {Layer.L0: 3.0, Layer.L1: 1.0}
 #: The least `hnsw.ef_search` (pgvector's default is 40); it is raised to the rows fetched,
 #: since a scan returns at most that many.
 EF_SEARCH_MIN = 100
@@ -41,56 +48,65 @@ class AnnIndex:
     pieces_per_record: float
 
 
-def search_exact(
-    conn: PgConn, tenant: str, layer: Layer, vector: np.ndarray, filters: Filters, limit: int
-) -> list[Candidate]:
-    """The `limit` records of the tenant whose best vector is nearest, passing the filters."""
-    if limit <= 0:
-        return []
-    tail, params = filter_sql(layer, filters, "r")
-    found = conn.execute(
-        "SELECT r.id, max(-(v.embedding <#> ?::vector)) AS score"
-        f" FROM {VECTOR_TABLES[layer]} v JOIN {RECORD_TABLES[layer]} r"
-        "  ON r.rid = v.rid AND r.emb_seq = v.seq"
-        f" WHERE v.tenant = ? AND vector_dims(v.embedding) = ? AND r.tenant = ?{tail}"
-        " GROUP BY r.rid, r.id ORDER BY score DESC, r.rid LIMIT ?",
-        [vector_text(vector), tenant, int(vector.shape[0]), tenant, *params, limit],
-    ).fetchall()
-    return [Candidate(id=row[0], score=float(row[1])) for row in found]
-
-
-def search_ann(
+def search(
     conn: PgConn,
     tenant: str,
     layer: Layer,
     vector: np.ndarray,
     filters: Filters,
     limit: int,
-    index: AnnIndex,
+    index: AnnIndex | None = None,
 ) -> list[Candidate]:
-    """Through the tenant's HNSW index; exact when the index's neighbours leave too few."""
+    """The `limit` records of the tenant whose best vector is nearest, passing the filters;
+    through `index` when given."""
     if limit <= 0:
         return []
+    pieces = index.pieces_per_record if index is not None else PIECES_PER_RECORD[layer]
     for factor in OVERFETCH:
-        fetched = int(limit * max(1.0, index.pieces_per_record) * factor)
-        rows = _neighbours(conn, tenant, layer, vector, filters, fetched, index.dim)
+        fetched = int(limit * max(1.0, pieces) * factor)
+        rows = _nearest(conn, tenant, layer, vector, filters, fetched, index)
         kept: dict[str, float] = {}
         for _, score, record_id in rows:
             if record_id is not None:
                 kept.setdefault(str(record_id), float(score))
         if len(kept) >= limit or len(rows) < fetched:
             return [Candidate(id=i, score=score) for i, score in kept.items()][:limit]
-    return search_exact(conn, tenant, layer, vector, filters, limit)
+    return search_all(conn, tenant, layer, vector, filters, limit)
 
 
-def neighbours_sql(layer: Layer, dim: int) -> str:
-    """The index scan (parameters: the query vector, the tenant, the vector again, the count).
-    It is sent with the parameters bound in its text: the planner uses a partial index only for
-    a query whose predicate it can prove implies the index's, as a literal tenant does."""
-    distance = f"v.embedding::vector({dim}) <#> ?::vector({dim})"
+def search_all(
+    conn: PgConn, tenant: str, layer: Layer, vector: np.ndarray, filters: Filters, limit: int
+) -> list[Candidate]:
+    """Every vector of the tenant scored and joined to its record (the filters rule out most
+    of them: the nearest pieces alone left too few)."""
+    tail, params = filter_sql(layer, filters, "r")
+    # Scores first, in a materialised step: the rows grouped afterwards are narrow (left to
+    # itself, the planner sorts the vectors themselves by record, spilling to disk).
+    found = conn.execute(
+        "WITH d AS MATERIALIZED (SELECT v.rid, v.seq, -(v.embedding <#> ?::vector) AS score"
+        f" FROM {VECTOR_TABLES[layer]} v WHERE v.tenant = ? AND vector_dims(v.embedding) = ?)"
+        f" SELECT r.id, max(d.score) AS score FROM d JOIN {RECORD_TABLES[layer]} r"
+        f" ON r.rid = d.rid AND r.emb_seq = d.seq WHERE r.tenant = ?{tail}"
+        " GROUP BY r.rid, r.id ORDER BY score DESC, r.rid LIMIT ?",
+        [vector_text(vector), tenant, int(vector.shape[0]), tenant, *params, limit],
+    ).fetchall()
+    return [Candidate(id=row[0], score=float(row[1])) for row in found]
+
+
+def neighbours_sql(layer: Layer, dim: int, indexed: bool = True) -> str:
+    """The scan of the tenant's nearest pieces (parameters: the query vector, the tenant, the
+    vector again, the count). Through the tenant's index it casts to the index's dimension and
+    is sent with the parameters bound in its text: the planner uses a partial index only for a
+    query whose predicate it can prove implies the index's, as a literal tenant does."""
+    if indexed:
+        distance = f"v.embedding::vector({dim}) <#> ?::vector({dim})"
+        where = "v.tenant = ?"
+    else:
+        distance = "v.embedding <#> ?::vector"
+        where = f"v.tenant = ? AND vector_dims(v.embedding) = {int(dim)}"
     return (
         f"SELECT v.rid, v.seq, -({distance}) AS score FROM {VECTOR_TABLES[layer]} v"
-        f" WHERE v.tenant = ? ORDER BY {distance} LIMIT ?"
+        f" WHERE {where} ORDER BY {distance} LIMIT ?"
     )
 
 
@@ -102,30 +118,34 @@ INDEX_SCAN_SETTINGS = (
 )
 
 
-def _neighbours(
+def _nearest(
     conn: PgConn,
     tenant: str,
     layer: Layer,
     vector: np.ndarray,
     filters: Filters,
     count: int,
-    dim: int,
+    index: AnnIndex | None,
 ) -> list[Any]:
-    """The `count` nearest pieces by the tenant's index, best first, each with its record's id
-    when the record passes the filters and still has that vector (else None). One round trip:
-    the settings, the scan and the check are one script, bound on the client."""
+    """The tenant's `count` nearest pieces, best first, each with its record's id when the
+    record passes the filters and still has that vector (else None). One round trip: the
+    settings, the scan and the check are one script, bound on the client."""
+    dim = int(vector.shape[0])
     tail, params = filter_sql(layer, filters, "r")
-    script = translate(
-        f"BEGIN; {INDEX_SCAN_SETTINGS}; SELECT n.rid, n.score, r.id FROM"
-        f" ({neighbours_sql(layer, dim)}) n LEFT JOIN {RECORD_TABLES[layer]} r"
+    select = (
+        f"SELECT n.rid, n.score, r.id FROM ({neighbours_sql(layer, dim, index is not None)}) n"
+        f" LEFT JOIN {RECORD_TABLES[layer]} r"
         f" ON r.rid = n.rid AND r.emb_seq = n.seq AND r.tenant = ?{tail}"
-        " ORDER BY n.score DESC, n.rid; COMMIT"
+        " ORDER BY n.score DESC, n.rid"
     )
     text = vector_text(vector)
-    bound = [str(max(EF_SEARCH_MIN, count)), text, tenant, text, count, tenant, *params]
+    bound: list[Any] = [text, tenant, text, count, tenant, *params]
+    if index is not None:
+        select = f"BEGIN; {INDEX_SCAN_SETTINGS}; {select}; COMMIT"
+        bound.insert(0, str(max(EF_SEARCH_MIN, count)))
     cursor = psycopg.ClientCursor(conn.raw)
     with translated_errors():
-        cursor.execute(script, bound)
+        cursor.execute(translate(select), bound)
         rows: list[Any] = []
         while True:
             if cursor.description is not None and len(cursor.description) == 3:

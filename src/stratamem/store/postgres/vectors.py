@@ -160,10 +160,10 @@ class PgVectors:
         conn: PgConn, tenant: str, layer: Layer, vector: np.ndarray, filters: Filters,
         limit: int, index_dim: int | None, pieces: float,
     ) -> list[Candidate]:  # fmt: skip
+        index = None
         if index_dim is not None and index_dim == vector.shape[0]:
             index = vector_search.AnnIndex(index_dim, pieces)
-            return vector_search.search_ann(conn, tenant, layer, vector, filters, limit, index)
-        return vector_search.search_exact(conn, tenant, layer, vector, filters, limit)
+        return vector_search.search(conn, tenant, layer, vector, filters, limit, index)
 
     # -- forgetting --------------------------------------------------------------------------
     def forget_all(self, conn: PgConn) -> None:
