@@ -5,11 +5,13 @@ failed and retried); now it takes its turn under the same locks and answers 200.
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import httpx
 
 from stratamem.api import Services
 from stratamem.api.background import Background
+from stratamem.domain import Scope
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.pipeline.worker import Outcome
@@ -44,6 +46,14 @@ async def test_a_waited_flush_takes_its_turn_with_the_background_work(
     assert (metrics.failed, metrics.retried, metrics.dropped) == (0, 0, 0)
     status = (await client.get("/v1/pipeline", headers=alice.headers)).json()
     assert status["pending_turns"] == 0
+    # the execution log shows the flush's stages taking turns with the tasks under each lock
+    runs = services.memory.layer_service().layers.executions(Scope("alice"))
+    assert {r.type for r in runs if r.attempt.worker.startswith("api-flush")} >= {"L1", "L2"}
+    for lock in {r.lock_key for r in runs}:
+        held = [r for r in runs if r.lock_key == lock]
+        assert all(r.end is not None for r in held)
+        for before, after in itertools.pairwise(held):
+            assert before.end is not None and before.end <= after.attempt.started_at, lock
 
 
 async def test_a_flush_without_wait_is_queued_and_kept_owed(

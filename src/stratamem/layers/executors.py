@@ -9,8 +9,10 @@ ids) and the lock's fencing token (`Fence(lock_key, token)`), and maps the stage
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
+from collections.abc import AsyncIterator
 
 from stratamem.clock import Clock
 from stratamem.domain import Scope
@@ -26,8 +28,8 @@ from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.pipeline.timers import l2_timer_key, lock_key_for
 from stratamem.store.base import Fence
-from stratamem.store.executions import ThreadedExecutionLog
-from stratamem.store.receipts import Receipt, ReceiptDraft
+from stratamem.store.executions import ExecutionStart, ThreadedExecutionLog
+from stratamem.store.receipts import Attempt, Receipt, ReceiptDraft
 
 log = logging.getLogger(__name__)
 
@@ -178,13 +180,16 @@ async def flush_in_turn(
         return found
 
     async def run(task_type: TaskType, of_session: str | None) -> list[StageResult]:
-        lock = key(task_type, of_session)
+        lock, task_id = key(task_type, of_session), f"{base}.{task_type.value}"
         async with holding(backend, lock, owner, settings, clock) as grant:
-            fence = Fence(lock, grant.token)
-            if task_type is TaskType.L1:
-                return await _l1_until_caught_up(service, Run(tenant, f"{base}.L1", session, fence))
-            stage = service.run_l2 if task_type is TaskType.L2 else service.run_l3
-            return [await stage(Run(tenant, f"{base}.{task_type.value}", of_session, fence))]
+            start = ExecutionStart(task_id, task_type.value, of_session, lock, 0, 0, grant.token,
+                                   owner)  # fmt: skip
+            async with _logged(service, tenant, start, clock) as attempt:
+                run = Run(tenant, task_id, of_session, Fence(lock, grant.token), attempt)
+                if task_type is TaskType.L1:
+                    return await _l1_until_caught_up(service, run)
+                stage = service.run_l2 if task_type is TaskType.L2 else service.run_l3
+                return [await stage(run)]
 
     l1 = await run(TaskType.L1, session)
     [l2] = await run(TaskType.L2, session)
@@ -195,11 +200,27 @@ async def flush_in_turn(
     return FlushResult(l1, l2, l3)
 
 
+@contextlib.asynccontextmanager
+async def _logged(
+    service: LayerService, tenant: str, start: ExecutionStart, clock: Clock
+) -> AsyncIterator[Attempt]:
+    """A stage of a waited flush as an execution of the log (`store.executions`), as a worker
+    records its tasks: it takes its turn in the log with the tasks of the same lock."""
+    layers, scope = service.layers, Scope(tenant)
+    attempt = await asyncio.to_thread(layers.start_execution, scope, start, clock)
+    outcome = "failed"
+    try:
+        yield attempt
+        outcome = "completed"
+    finally:
+        await asyncio.to_thread(layers.end_execution, scope, attempt, outcome, clock)
+
+
 async def _l1_until_caught_up(service: LayerService, run: Run) -> list[StageResult]:
     results: list[StageResult] = []
     for i in range(MAX_FLUSH_BATCHES):
         result = await service.run_l1(Run(run.tenant, f"{run.task_id}.{i}", run.session,
-                                          run.fence))  # fmt: skip
+                                          run.fence, run.attempt))  # fmt: skip
         results.append(result)
         if result.skipped:
             break

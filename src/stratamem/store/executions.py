@@ -2,10 +2,11 @@
 
 A worker records an execution when it starts (after taking the task's lock, before the executor
 runs) and again when the executor returns, whatever the result; a killed worker leaves its row
-open. A row carries the `Attempt` (task id, attempt number, delivery count, fencing token,
-worker, start time), the task's type, session and lock key, and:
+open. A waited flush records each of its stages the same way (`layers.executors.flush_in_turn`).
+A row carries the `Attempt` (task id, attempt number, delivery count, fencing token, worker,
+start time), the task's type, session and lock key, and:
 - `committed_at`: when the execution last committed effects (its receipt, `receipt_rows`);
-- `ended_at` and `outcome` (completed, skipped, failed, aborted, cancelled, stale);
+- `ended_at` and `outcome` (completed, skipped, failed, aborted, cancelled);
 - `fenced_at`: when a later execution of the same task, or under a newer token of the same
   lock, started while this one was still open; from then on its writes are refused.
 
@@ -34,9 +35,6 @@ from stratamem.domain import Scope
 from stratamem.errors import StaleFencingToken
 from stratamem.store.receipts import Attempt
 from stratamem.store.sql import SqlConn
-
-#: An execution refused at its start: a newer token of its lock had started already.
-STALE = "stale"
 
 _COLUMNS = (
     "task_id, attempt, delivery, token, worker, started_at, type, session, lock_key,"
