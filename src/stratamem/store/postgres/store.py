@@ -26,7 +26,7 @@ from stratamem.store import fencing_sql
 from stratamem.store.base import Candidate, Fence, Filters, TurnFieldWeights
 from stratamem.store.core_sql import EMBEDDING_KEY, TABLES, SqlCoreStore
 from stratamem.store.pieces import vector_blobs
-from stratamem.store.postgres import erase, text_index, text_search
+from stratamem.store.postgres import capture_index, erase, text_index, text_search
 from stratamem.store.postgres.connection import PgConn, PgPool, session_key
 from stratamem.store.postgres.migrations import migrate
 from stratamem.store.postgres.tokens import Tokenizer
@@ -114,7 +114,7 @@ class PostgresStore(SqlCoreStore):
         for turn in stored:
             first[turn.session] = min(first.get(turn.session, turn.seq), turn.seq)
         for session, seq in first.items():
-            text_index.index_session_tail(conn, self._tokenizer, tenant, session, seq - 1)
+            capture_index.index_captured(conn, self._tokenizer, tenant, session, seq)
 
     def _after_write(self, tenant: str, layer: Layer) -> None:
         if layer is Layer.L1:

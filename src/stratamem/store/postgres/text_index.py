@@ -20,7 +20,6 @@ in `TOTAL_SHARDS` rows that a reader sums (`text_search.totals`).
 from __future__ import annotations
 
 import datetime as dt
-import zlib
 from collections import Counter
 from collections.abc import Sequence
 from itertools import pairwise
@@ -41,7 +40,7 @@ _MONTHS = (
 #: Shards of a tenant's totals: concurrent captures (of different sessions) each add to their
 #: own row instead of queueing for one; a reader sums them.
 TOTAL_SHARDS = 64
-_TURN_FIELDS = (
+TURN_FIELDS = (
     "SELECT t.rid, t.fts_len, t.text, t.speaker, p1.text, p2.text, n1.text, t.ts FROM turns t"
     " LEFT JOIN turns p1 ON p1.tenant = t.tenant AND p1.session = t.session AND p1.seq = t.seq - 1"
     " LEFT JOIN turns p2 ON p2.tenant = t.tenant AND p2.session = t.session AND p2.seq = t.seq - 2"
@@ -49,13 +48,6 @@ _TURN_FIELDS = (
 )
 _MEMORY_FIELDS = "SELECT t.rid, t.fts_len, t.content FROM memories t"
 _DIRTY = " WHERE t.tenant = ? AND t.fts_dirty ORDER BY t.rid LIMIT ?"
-_TAIL = "tenant = ? AND session = ? AND seq >= ?"
-#: A session's turns from a sequence number on, their old terms deleted in the same statement.
-_SESSION_TAIL = (
-    f"WITH cleared AS (DELETE FROM turn_terms WHERE rid IN (SELECT rid FROM turns WHERE {_TAIL}))"
-    + _TURN_FIELDS
-    + " WHERE t.tenant = ? AND t.session = ? AND t.seq >= ? ORDER BY t.rid"
-)
 
 
 def date_words(ts: float) -> str | None:
@@ -79,41 +71,29 @@ def has_dirty(conn: PgConn, tenant: str, layer: Layer) -> bool:
 def index_batch(conn: PgConn, tokenizer: Tokenizer, tenant: str, layer: Layer) -> int:
     """Index up to `BATCH_ROWS` marked rows of the tenant (inside the caller's transaction,
     which holds the tenant's lock); returns how many."""
-    sql = (_TURN_FIELDS if layer is Layer.L0 else _MEMORY_FIELDS) + _DIRTY
+    sql = (TURN_FIELDS if layer is Layer.L0 else _MEMORY_FIELDS) + _DIRTY
     rows = conn.execute(sql, (tenant, BATCH_ROWS)).fetchall()
-    _index_rows(conn, tokenizer, tenant, layer, rows, shard=0)
+    index_rows(conn, tokenizer, tenant, layer, rows, shard=0)
     return len(rows)
 
 
-def index_session_tail(
-    conn: PgConn, tokenizer: Tokenizer, tenant: str, session: str, from_seq: int
-) -> None:
-    """Index a session's turns from `from_seq` on: the turns a capture just wrote and the one
-    before them (whose next neighbour they are), inside the capture's transaction, which holds
-    the session's lock (so no other writer touches these rows meanwhile)."""
-    tail = (tenant, session, from_seq)
-    rows = conn.execute(_SESSION_TAIL, tail + tail).fetchall()
-    _index_rows(conn, tokenizer, tenant, Layer.L0, rows, zlib.crc32(session.encode()), False)
-
-
-def _index_rows(
+def index_rows(
     conn: PgConn,
     tokenizer: Tokenizer,
     tenant: str,
     layer: Layer,
     rows: Sequence[Any],
     shard: int,
-    clear: bool = True,
 ) -> None:
-    """Index `rows` (read by `_TURN_FIELDS` or `_MEMORY_FIELDS`); `clear`: delete their old
-    terms first (unless the caller did)."""
+    """Index `rows` (read by `TURN_FIELDS` or `_MEMORY_FIELDS`), their old terms replaced; the
+    totals change in shard `shard` (of `TOTAL_SHARDS`)."""
     if not rows:
         return
     docs = [_fields(tenant, layer, row) for row in rows]
     tokens = tokenizer.tokens(docs)
     table = TERM_TABLES[layer]
     rids = [int(row[0]) for row in rows]
-    if clear and any(row[1] is not None for row in rows):  # indexed before: old terms go
+    if any(row[1] is not None for row in rows):  # indexed before: its old terms go
         conn.execute(f"DELETE FROM {table} WHERE rid = ANY(?)", (rids,))
     conn.execute(
         f"INSERT INTO {table} (tenant, term, rid, tf) SELECT ?, u.term, u.rid, u.tf::real[]"
@@ -128,32 +108,40 @@ def _postings(
     rids: Sequence[int], tokens: Sequence[Sequence[Sequence[str]]]
 ) -> tuple[list[str], list[int], list[str]]:
     """The rows' terms, as three columns: term, row id, counts per field (an array literal)."""
-    terms: list[str] = []
+    names: list[str] = []
     term_rids: list[int] = []
     counts: list[str] = []
     for rid, columns in zip(rids, tokens, strict=True):
-        for term, per_field in _terms(columns).items():
-            terms.append(term)
+        for term, per_field in terms(columns).items():
+            names.append(term)
             term_rids.append(rid)
-            counts.append("{" + ",".join(repr(c) for c in per_field) + "}")
-    return terms, term_rids, counts
+            counts.append(array_literal(per_field))
+    return names, term_rids, counts
+
+
+def array_literal(values: Sequence[float]) -> str:
+    return "{" + ",".join(repr(v) for v in values) + "}"
 
 
 def _fields(tenant: str, layer: Layer, row: Any) -> list[str | None]:
     if layer is Layer.L1:
         return [tenant_words(tenant, row[2])]
     text, speaker, before, earlier, after, ts = row[2:8]
-    around = f"{earlier or ''} {after or ''}".strip()
     return [
         tenant_words(tenant, text),
         tenant_words(tenant, speaker),
         tenant_words(tenant, before or ""),
-        tenant_words(tenant, around),
+        tenant_words(tenant, around(earlier, after)),
         tenant_words(tenant, date_words(float(ts))),
     ]
 
 
-def _terms(columns: Sequence[Sequence[str]]) -> dict[str, list[float]]:
+def around(earlier: str | None, after: str | None) -> str:
+    """A turn's `around` field: the turn before its previous one, and the next one."""
+    return f"{earlier or ''} {after or ''}".strip()
+
+
+def terms(columns: Sequence[Sequence[str]]) -> dict[str, list[float]]:
     """Each term (token, or two adjacent tokens) with its count in each column."""
     counts: dict[str, list[float]] = {}
     for index, tokens in enumerate(columns):
@@ -179,12 +167,12 @@ def _write_lengths(
     conn.execute(
         f"WITH written AS (UPDATE {table} r SET fts_len = u.len, fts_dirty = FALSE"
         "  FROM unnest(?::bigint[], ?::integer[]) AS u(rid, len) WHERE r.rid = u.rid)"
-        + _ADD_TO_TOTALS,
+        + ADD_TO_TOTALS,
         ([int(row[0]) for row in rows], list(lengths), tenant, layer.value, shard, new_rows, delta),
     )
 
 
-_ADD_TO_TOTALS = (
+ADD_TO_TOTALS = (
     " INSERT INTO text_totals (tenant, layer, shard, rows, tokens) VALUES (?, ?, ?, ?, ?)"
     " ON CONFLICT (tenant, layer, shard) DO UPDATE SET"
     " rows = text_totals.rows + excluded.rows, tokens = text_totals.tokens + excluded.tokens"
@@ -196,4 +184,4 @@ def forget_rows(conn: PgConn, tenant: str, layer: Layer, lengths: Sequence[int |
     only the sum over the shards counts)."""
     indexed = [n for n in lengths if n is not None]
     if indexed:
-        conn.execute(_ADD_TO_TOTALS, (tenant, layer.value, 0, -len(indexed), -sum(indexed)))
+        conn.execute(ADD_TO_TOTALS, (tenant, layer.value, 0, -len(indexed), -sum(indexed)))
