@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 from tests.api.process import ServeProcess, env_for_checkout, running
 from tests.scheduler.test_chaos import ENV as CHAOS_ENV
@@ -28,6 +29,7 @@ TIMINGS = {
     **CHAOS_ENV,
     "STRATAMEM_BACKGROUND_EMBEDDING": "true",
     "STRATAMEM_OFFLOAD_L1_LEASE_S": "3",
+    "STRATAMEM_PIPELINE_LOCK_TTL_MS": "3000",
 }
 
 
@@ -62,6 +64,7 @@ class Topology:
         self.workers: list[subprocess.Popen[bytes]] = []
         self._stack = ExitStack()
         self._started = 0
+        self._names: dict[int, str] = {}
 
     def start(self, apis: int, workers: int) -> None:
         """Workers first (they need no answer), then the API processes, each until ready."""
@@ -77,6 +80,12 @@ class Topology:
     def kill_worker(self, slot: int) -> None:
         self.workers[slot].send_signal(signal.SIGKILL)
         self.workers[slot].wait(timeout=30)
+
+    def busy_workers(self, statuses: list[dict[str, Any]]) -> list[int]:
+        """The slots of live workers whose last published status shows running tasks."""
+        busy = {s["name"] for s in statuses if s["running"]}
+        return [n for n, proc in enumerate(self.workers)
+                if proc.poll() is None and self._names[proc.pid] in busy]  # fmt: skip
 
     def restart_api(self, slot: int) -> None:
         self.apis[slot] = self._start_api()
@@ -119,10 +128,12 @@ class Topology:
     def _spawn_worker(self) -> subprocess.Popen[bytes]:
         path = self._log("worker")
         with path.open("wb") as log:
-            return subprocess.Popen(
+            proc = subprocess.Popen(
                 [*CLI, "worker", "--name", path.stem], env=self.env, stdout=log,
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
+        self._names[proc.pid] = path.stem
+        return proc
 
 
 @contextlib.contextmanager

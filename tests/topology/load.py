@@ -19,6 +19,9 @@ import httpx
 MARKERS = {"acme": "quokka", "globex": "narwhal", "initech": "axolotl"}
 """A word only the tenant's texts carry: another tenant's word in a hit is a cross-tenant hit."""
 RESEND_DEADLINE_S = 60.0
+FLUSH_REFUSALS = {(503, "busy"), (409, "conflict")}
+"""A waited flush's documented refusals: a lock stayed held by other work past the lock wait,
+or a lock it held lapsed (a pause past the lock TTL) and the store refused its fenced write."""
 ROUNDS = 10
 
 
@@ -139,8 +142,8 @@ class SessionLoad:
     def flush(self, wait: bool) -> None:
         path = f"/v1/sessions/{self.session}/flush" + ("?wait=true" if wait else "")
         sent = self.balancer.send("POST", path, self.token)
-        if not (wait and sent.status_code == 503 and sent.json()["error"]["type"] == "busy"):
-            self._ok(sent)  # busy: the session's lock stayed held (documented), not a failure
+        if not (wait and (sent.status_code, _kind(sent)) in FLUSH_REFUSALS):
+            self._ok(sent)
 
     def check_own(self, text: str, where: str) -> None:
         foreign = [m for t, m in MARKERS.items() if t != self.tenant and m in text]
@@ -154,3 +157,9 @@ class SessionLoad:
         self.ledger.note("refused", f"{response.request.url.path}: {response.status_code}"
                          f" {response.text[:200]}")  # fmt: skip
         return None
+
+
+def _kind(response: httpx.Response) -> str | None:
+    if response.is_success:
+        return None
+    return str(response.json()["error"]["type"])

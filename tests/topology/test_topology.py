@@ -2,10 +2,11 @@
 --workers 0`), 2 pipeline workers (`stratamem worker`), Redis for the pipeline and PostgreSQL
 for the store, all on this machine, every process with the same environment; the LLM is the
 scripted server. Three tenants, each with its own key, run a bounded load of captures, recalls,
-tool results and flushes spread over both API processes; midway one worker and one API process
-are killed with SIGKILL and started again. At the end: every acknowledged capture and tool
-result is stored, exactly, once; every session's L1 caught up (every user turn became one
-memory) and nothing else is owed; no dead letter; no tenant ever saw another tenant's word.
+tool results and flushes spread over both API processes; midway one worker (while it runs a
+task) and one API process are killed with SIGKILL and started again. At the end: every
+acknowledged capture and tool result is stored, exactly, once; every session's L1 caught up
+(every user turn became one memory) and nothing else is owed; no dead letter; no tenant ever
+saw another tenant's word.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -27,6 +28,7 @@ import pytest
 
 from stratamem.domain import Scope
 from stratamem.pipeline.redis_backend import RedisBackend
+from stratamem.pipeline.status import WORKERS_SCOPE
 from stratamem.store.layers_sql import SqlLayerStore
 from stratamem.store.offload_sql import SqlOffloadStore
 from stratamem.store.opening import RecordStore, open_url
@@ -111,8 +113,8 @@ def _new_tenant(url: str, tenant: str) -> str:
 
 
 def _run_load(topo: Topology, tokens: dict[str, str]) -> Ledger:
-    """Every session's client in a thread; once half the turns are acknowledged, a worker and
-    an API process are killed and started again while the clients go on."""
+    """Every session's client in a thread; once half the turns are acknowledged, a worker that
+    runs a task and an API process are killed and started again while the clients go on."""
     ledger = Ledger()
     balancers = [Balancer(topo.urls, ledger) for _ in SESSIONS]
     loads = [SessionLoad(t, s, tokens[t], b, ledger)
@@ -121,9 +123,13 @@ def _run_load(topo: Topology, tokens: dict[str, str]) -> Ledger:
         running = [pool.submit(load.run) for load in loads]
         wait_until("half the turns acknowledged", lambda: ledger.acked_turns() >= TURNS // 2,
                    deadline_s=DEADLINE_S, poll_s=0.05)  # fmt: skip
-        topo.kill_worker(0)
+        busy = wait_until("a worker running a task",
+                          lambda: topo.busy_workers(_statuses(topo.env)), deadline_s=DEADLINE_S,
+                          poll_s=0.05)  # fmt: skip
+        victim = cast(list[int], busy)[0]
+        topo.kill_worker(victim)
         topo.kill_api(0)
-        topo.restart_worker(0)
+        topo.restart_worker(victim)
         topo.restart_api(0)
         for future in running:
             future.result(timeout=DEADLINE_S)
@@ -133,12 +139,26 @@ def _run_load(topo: Topology, tokens: dict[str, str]) -> Ledger:
     return ledger
 
 
+def _statuses(env: dict[str, str]) -> list[dict[str, Any]]:
+    """What every worker last published on the pipeline."""
+    backend = RedisBackend(REDIS_URL, prefix=env["STRATAMEM_PIPELINE_REDIS_PREFIX"])
+
+    async def read() -> list[dict[str, Any]]:
+        try:
+            raw = await backend.state_get(WORKERS_SCOPE)
+        finally:
+            await backend.close()
+        return [json.loads(status) for status in raw.values()]
+
+    return asyncio.run(read())
+
+
 def _caught_up(topo: Topology, store: RecordStore, tokens: dict[str, str]) -> bool:
     """Nothing owed in the store (the scheduler's own queries), nothing pending or dead in any
     tenant's pipeline, every record embedded."""
     layers, offload = SqlLayerStore(store), SqlOffloadStore(store)
     owed = [layers.sessions_owing_l1(None, 100), layers.tenants_owing_l2(None, 100),
-            layers.tenants_owing_l3(None, 10**9, 100),
+            layers.tenants_owing_l3(None, 10**9, 100), layers.flush_requests(None, 100),
             offload.sessions_owing(None, time.time(), 100)]  # fmt: skip
     claimed = [offload.pending_pairs(Scope(t), s) for t, s in SESSIONS]  # a live claim's too
     if any(owed) or any(claimed):
