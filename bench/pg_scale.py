@@ -35,8 +35,10 @@ from stratamem.domain import Layer, MemoryRecord, MemoryType, Mode, Scope
 from stratamem.store.base import EmbeddingInfo, Filters
 from stratamem.store.opening import RecordStore, open_url
 from stratamem.store.postgres import text_index, vector_search
+from stratamem.store.postgres.connection import translate
 from stratamem.store.postgres.store import PostgresStore
 from stratamem.store.postgres.tokens import Tokenizer
+from stratamem.store.postgres.vector_index import index_name
 from stratamem.store.scope_tokens import memory_fts_scope
 from stratamem.store.sqlite.tenant_words import tenant_words
 
@@ -239,6 +241,26 @@ def index_figures(store: PostgresStore, args: argparse.Namespace) -> dict[str, A
         float(np.mean(overlap)), 4)}  # fmt: skip
 
 
+def sizes(url: str) -> dict[str, Any]:
+    """What the vectors cost on disk, and whether the large tenant's scan uses its index."""
+    name = index_name(BIG.tenant, Layer.L1)
+    with psycopg.connect(url, autocommit=True) as conn:
+        mb = conn.execute(
+            "SELECT pg_total_relation_size('memories') / 1e6, pg_total_relation_size("
+            "'memory_vectors') / 1e6, pg_relation_size(%s) / 1e6", (name,),
+        ).fetchone()  # fmt: skip
+        query = unit_vectors(np.random.default_rng(9), 1)[0]
+        cursor = psycopg.ClientCursor(conn)
+        with conn.transaction():
+            cursor.execute(translate(vector_search.INDEX_SCAN_SETTINGS), ["100"])
+            explain = "EXPLAIN " + vector_search.neighbours_sql(Layer.L1, DIM)
+            text = vector_search.vector_text(query)
+            plan = cursor.execute(translate(explain), [text, BIG.tenant, text, 100]).fetchall()
+    return {"memories_mb": round(float(mb[0])), "memory_vectors_mb": round(float(mb[1])),
+            "large_tenant_index_mb": round(float(mb[2] or 0)),
+            "index_scan_used": any(name in str(row[0]) for row in plan)}  # fmt: skip
+
+
 def ready_postgres(url: str, args: argparse.Namespace) -> dict[str, Any]:
     """Fill (unless an earlier run did) and index the large tenant; what it took."""
     took: dict[str, Any] = {}
@@ -280,6 +302,7 @@ def main() -> None:
     try:
         url = str(server.get_uri())
         figures["postgres_ready"] = ready_postgres(url, args)
+        figures["postgres_sizes"] = sizes(url)
         small = Scope("other0")
         for kind, store_url in (("sqlite", f"sqlite:{lite}"), ("postgres", url)):
             store = open_url(store_url, lite)

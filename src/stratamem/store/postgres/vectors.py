@@ -35,6 +35,7 @@ class PgVectors:
         self._background = background_builds
         self._lock = threading.Lock()
         self._counts: dict[tuple[str, Layer], int] = {}
+        self._indexed: set[tuple[str, Layer]] = set()
         self._builds: dict[tuple[str, Layer], threading.Thread] = {}
         self._building: dict[tuple[str, Layer], psycopg.Connection[Any]] = {}
 
@@ -70,20 +71,25 @@ class PgVectors:
         return None if info is None else info.dim
 
     def _grown(self, tenant: str, layer: Layer, added: int) -> bool:
-        """Whether the tenant has `ann_min_vectors` vectors or more and no index yet."""
+        """Whether the tenant has `ann_min_vectors` vectors or more and no index yet (counted
+        in the database once, then by what this process adds, until it is large)."""
         key = (tenant, layer)
         with self._lock:
+            if key in self._indexed:
+                return False
             count = self._counts.get(key)
             if count is not None:
                 self._counts[key] = count = count + added
-        if count is None or count >= self.ann_min_vectors:
-            with self._store.reading() as conn:
-                count = vector_index.vector_count(conn, tenant, layer)
-                indexed = vector_index.built(conn, tenant, layer) is not None
-            with self._lock:
-                self._counts[key] = count
-            return count >= self.ann_min_vectors and not indexed
-        return False
+                if count < self.ann_min_vectors:
+                    return False
+        with self._store.reading() as conn:
+            count = vector_index.vector_count(conn, tenant, layer)
+            indexed = vector_index.built(conn, tenant, layer) is not None
+        with self._lock:
+            self._counts[key] = count
+            if indexed:
+                self._indexed.add(key)
+        return count >= self.ann_min_vectors and not indexed
 
     def _start_build(self, tenant: str, layer: Layer, dim: int) -> None:
         key = (tenant, layer)
@@ -174,6 +180,7 @@ class PgVectors:
         vector_index.drop_in_transaction(conn, vector_index.leftover(conn))
         with self._lock:
             self._counts.clear()
+            self._indexed.clear()
 
     def forget_tenant(self, conn: PgConn, tenant: str) -> list[str]:
         """Forget the tenant's indexes in the caller's transaction; drop them with
@@ -181,6 +188,7 @@ class PgVectors:
         with self._lock:
             for layer in Layer:
                 self._counts.pop((tenant, layer), None)
+                self._indexed.discard((tenant, layer))
         return vector_index.forget(conn, tenant)
 
     def drop_indexes(self, names: list[str]) -> None:
