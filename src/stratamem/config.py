@@ -56,6 +56,12 @@ class Settings(BaseSettings):
     stable_budget_chars: int = Field(
         2000, ge=0, description="Character budget of the stable (profile, scenes) block."
     )
+    pg_vector_index_min: int = Field(
+        20_000,
+        ge=1,
+        description="PostgreSQL: vectors a tenant has in a layer (turns or memories) from which"
+        " it gets an HNSW index of its own; below it its vector searches are exact.",
+    )
     sqlite_synchronous: Literal["normal", "full"] = Field(
         "normal",
         description="SQLite `synchronous` level of the store: `normal` loses nothing when the"

@@ -14,6 +14,7 @@ import pytest
 
 from stratamem.domain import Layer, Scope
 from stratamem.store.base import EmbeddingInfo, Filters
+from stratamem.store.opening import open_url
 from stratamem.store.postgres import vector_search
 from stratamem.store.postgres.connection import translate
 from stratamem.store.postgres.store import PostgresStore
@@ -136,6 +137,14 @@ def test_a_tenant_crossing_the_threshold_gets_its_index_in_the_background(
         assert index_name(SMALL.tenant, Layer.L1) in indexes(store)
         found = store.search_vector(SMALL, Layer.L1, vectors[7], Filters(), 1)
         assert [c.id for c in found] == ["x7"]
+    finally:
+        store.close()
+
+
+def test_the_setting_reaches_the_store(pg_server: str, tmp_path: Path) -> None:
+    store = open_url(fresh_pg_url(pg_server), tmp_path, vector_index_min=5)
+    try:
+        assert isinstance(store, PostgresStore) and store.vectors.ann_min_vectors == 5
     finally:
         store.close()
 
