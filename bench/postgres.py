@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -141,10 +142,12 @@ def _process(url: str, path: str, names: list[str], count: int, ready: Any, cpu:
 
 def capture_figures(
     url: str, path: Path, processes: int, count: int, server: Path | None
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Turns stored per second by 8 writers in `processes` processes, and where the time went:
     the CPU seconds of the writing processes and of the database server (`server`: a
-    PostgreSQL data directory) against the wall-clock seconds."""
+    PostgreSQL data directory) against the wall-clock seconds, and the share of samples in which
+    the server's backends were running, waiting for a lock, flushing WAL or waiting for the
+    writers."""
     names = [f"w{processes}-{i}" for i in range(8)]
     groups = [names[i::processes] for i in range(processes)]
     ready, cpu = multiprocessing.Barrier(processes + 1), multiprocessing.Queue()
@@ -152,16 +155,66 @@ def capture_figures(
              for g in groups]  # fmt: skip
     for proc in procs:
         proc.start()
+    waits: Counter[str] = Counter()
+    stop = threading.Event()
+    sampler = threading.Thread(target=sample_waits, args=(url, stop, waits))
+    if server is not None:
+        sampler.start()
     ready.wait()
     started, server_before = time.perf_counter(), server_cpu_s(server)
     client = sum(cpu.get() for _ in procs)
     wall = time.perf_counter() - started
+    stop.set()
     for proc in procs:
         proc.join()
+    if server is not None:
+        sampler.join()
     return {"per_s": round(8 * count / wall, 1), "wall_s": round(wall, 2),
             "client_cpu_s": round(client, 2),
             "server_cpu_s": round(server_cpu_s(server) - server_before, 2),
-            "load_1min": os.getloadavg()[0]}  # fmt: skip
+            "load_1min": os.getloadavg()[0],
+            **({"server_backends": shares(waits)} if waits else {})}  # fmt: skip
+
+
+#: What a PostgreSQL backend serving a writer is doing, from `pg_stat_activity`.
+_BETWEEN = "idle: between transactions (the writer's side)"
+_CLIENT = "idle in transaction: waiting for the writer's next statement"
+_PIPELINE = "in a statement: waiting for the rest of the writer's pipeline"
+_LOCK = "waiting for a lock"
+_WAL = "writing or flushing WAL (commit)"
+_RUNNING = "running (CPU)"
+
+
+def sample_waits(url: str, stop: threading.Event, found: Counter[str]) -> None:
+    """Every 10 ms until `stop`, what each backend of the writers is doing."""
+    import psycopg  # noqa: PLC0415 - the postgres extra
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        while not stop.wait(0.01):
+            rows = conn.execute(
+                "SELECT state, wait_event_type, wait_event FROM pg_stat_activity"
+                " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            ).fetchall()
+            found.update(_doing(*row) for row in rows)
+
+
+def _doing(state: str | None, kind: str | None, event: str | None) -> str:
+    if state == "idle":
+        return _BETWEEN
+    if state == "idle in transaction":
+        return _CLIENT
+    if kind == "Lock":
+        return _LOCK
+    if event == "ClientRead":
+        return _PIPELINE
+    if kind == "IO" or (event or "").startswith("WAL"):
+        return _WAL
+    return _RUNNING if kind is None else f"{kind}: {event}"
+
+
+def shares(found: Counter[str]) -> dict[str, float]:
+    total = sum(found.values())
+    return {doing: round(n / total, 3) for doing, n in found.most_common()}
 
 
 def server_cpu_s(data_dir: Path | None) -> float:

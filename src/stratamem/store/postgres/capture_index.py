@@ -25,6 +25,7 @@ from stratamem.store.postgres.text_index import (
     array_literal,
     index_rows,
     terms,
+    text_array,
 )
 from stratamem.store.postgres.tokens import Tokenizer
 from stratamem.store.sqlite.tenant_words import tenant_words
@@ -75,9 +76,8 @@ def _extended(conn: PgConn, tokenizer: Tokenizer, tenant: str, row: Any, shard: 
     grown = _grown(terms(before), terms(now))
     if grown is None:
         return False
-    conn.execute(
-        _GROW_TERMS, (tenant, int(row[0]), list(grown), [_only_around(n) for n in grown.values()])
-    )
+    counts = text_array([_only_around(n) for n in grown.values()])
+    conn.execute(_GROW_TERMS, (tenant, int(row[0]), text_array(list(grown)), counts))
     added = len(now[0]) - len(before[0])
     conn.execute(
         _GROW_LENGTH + ADD_TO_TOTALS,

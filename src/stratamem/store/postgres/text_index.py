@@ -104,23 +104,30 @@ def index_rows(
     _write_lengths(conn, tenant, layer, rows, lengths, shard % TOTAL_SHARDS)
 
 
-def _postings(
-    rids: Sequence[int], tokens: Sequence[Sequence[Sequence[str]]]
-) -> tuple[list[str], list[int], list[str]]:
-    """The rows' terms, as three columns: term, row id, counts per field (an array literal)."""
+def _postings(rids: Sequence[int], tokens: Sequence[Sequence[Sequence[str]]]) -> tuple[str, ...]:
+    """The rows' terms, as three array literals (for `unnest`): term, row id, counts per field
+    (one literal of an array each). Built here, in one string each: psycopg would adapt a
+    list element by element, which costs a capture more than the rest of its indexing."""
     names: list[str] = []
-    term_rids: list[int] = []
+    term_rids: list[str] = []
     counts: list[str] = []
     for rid, columns in zip(rids, tokens, strict=True):
         for term, per_field in terms(columns).items():
             names.append(term)
-            term_rids.append(rid)
+            term_rids.append(str(rid))
             counts.append(array_literal(per_field))
-    return names, term_rids, counts
+    return text_array(names), "{" + ",".join(term_rids) + "}", text_array(counts)
 
 
-def array_literal(values: Sequence[float]) -> str:
-    return "{" + ",".join(repr(v) for v in values) + "}"
+def array_literal(counts: Sequence[float]) -> str:
+    """The literal of an array of counts (whole numbers)."""
+    return "{" + ",".join(str(int(c)) for c in counts) + "}"
+
+
+def text_array(values: Sequence[str]) -> str:
+    """A PostgreSQL `text[]` literal of `values`."""
+    quoted = (v.replace("\\", "\\\\").replace('"', '\\"') for v in values)
+    return "{" + ",".join(f'"{v}"' for v in quoted) + "}"
 
 
 def _fields(tenant: str, layer: Layer, row: Any) -> list[str | None]:
