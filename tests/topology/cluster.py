@@ -5,9 +5,11 @@ environment, over one PostgreSQL database and one Redis key prefix."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -15,11 +17,15 @@ from typing import Any
 
 from tests.api.process import ServeProcess, env_for_checkout, running
 from tests.scheduler.test_chaos import ENV as CHAOS_ENV
+from tests.topology.entry import DUMPED
 
 ADMIN_KEY = "topology-admin-key-0123456789abcdefghij"
 REDIS_URL = "redis://127.0.0.1:6379/0"
 CLI = [sys.executable, "-m", "stratamem.cli.main"]
+ENTRY = [sys.executable, "-m", "tests.topology.entry"]
+ROOT = Path(__file__).resolve().parents[2]
 STOP_TIMEOUT_S = 30.0
+DUMP_TIMEOUT_S = 5.0
 
 # The chaos test's short locks, leases, reclaim thresholds, batches and delays, so what a killed
 # process held is taken over within about a second and the layers run often; captured records
@@ -39,6 +45,13 @@ def _stopped(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
     return proc.poll() is not None
 
 
+def _wait_for_text(log: Path, text: str, timeout_s: float) -> None:
+    """Until a process wrote `text` into its log, at most `timeout_s`."""
+    end = time.monotonic() + timeout_s
+    while text not in log.read_text(errors="replace") and time.monotonic() < end:
+        time.sleep(0.05)  # polling a process's output, bounded
+
+
 def topology_env(store_url: str, redis_prefix: str, llm_url: str, data: Path) -> dict[str, str]:
     """The one configuration every process of the deployment gets (docs/deployment.md)."""
     return env_for_checkout({
@@ -51,6 +64,7 @@ def topology_env(store_url: str, redis_prefix: str, llm_url: str, data: Path) ->
         "STRATAMEM_PIPELINE_REDIS_URL": REDIS_URL,
         "STRATAMEM_PIPELINE_REDIS_PREFIX": redis_prefix,
         "PYTHONFAULTHANDLER": "1",
+        "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}",
     })  # fmt: skip
 
 
@@ -65,6 +79,7 @@ class Topology:
         self._stack = ExitStack()
         self._started = 0
         self._names: dict[int, str] = {}
+        self._logs: dict[int, Path] = {}
 
     def start(self, apis: int, workers: int) -> None:
         """Workers first (they need no answer), then the API processes, each until ready."""
@@ -104,35 +119,40 @@ class Topology:
 
     def close(self) -> None:
         """SIGTERM to every process still running, then a bounded wait for each to stop
-        gracefully; one that does not is made to dump its threads' stacks (SIGABRT, with
-        PYTHONFAULTHANDLER) into its log, and the test fails with the logs."""
-        procs = [api.proc for api in self.apis] + self.workers
+        gracefully; one that does not is made to print its asyncio tasks (SIGUSR1) and its
+        threads (SIGABRT, with PYTHONFAULTHANDLER) into its log, and the test fails with it."""
+        procs = {api.proc: api.log for api in self.apis}
+        procs.update((proc, self._logs[proc.pid]) for proc in self.workers)
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         hung = [proc for proc in procs if not _stopped(proc, STOP_TIMEOUT_S)]
         for proc in hung:
+            proc.send_signal(signal.SIGUSR1)
+            _wait_for_text(procs[proc], DUMPED, DUMP_TIMEOUT_S)
             proc.send_signal(signal.SIGABRT)
             proc.wait(timeout=30)
         self._stack.close()
-        assert not hung, f"{len(hung)} process(es) ignored SIGTERM:\n{self.log_tail()}"
+        logs = "\n".join(f"--- {procs[p].name}\n{procs[p].read_text(errors='replace')[-20_000:]}"
+                         for p in hung)  # fmt: skip
+        assert not hung, f"{len(hung)} process(es) ignored SIGTERM:\n{logs}"
 
     def _log(self, kind: str) -> Path:
         self._started += 1
         return self.logs / f"{self._started:02}-{kind}.log"
 
     def _start_api(self) -> ServeProcess:
-        command = [*CLI, "serve", "--port", "0", "--workers", "0"]
+        command = [*ENTRY, "serve", "--port", "0", "--workers", "0"]
         return self._stack.enter_context(running(command, self._log("api"), self.env))
 
     def _spawn_worker(self) -> subprocess.Popen[bytes]:
         path = self._log("worker")
         with path.open("wb") as log:
             proc = subprocess.Popen(
-                [*CLI, "worker", "--name", path.stem], env=self.env, stdout=log,
+                [*ENTRY, "worker", "--name", path.stem], env=self.env, stdout=log,
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
-        self._names[proc.pid] = path.stem
+        self._names[proc.pid], self._logs[proc.pid] = path.stem, path
         return proc
 
 

@@ -100,6 +100,7 @@ def test_two_apis_and_two_workers_lose_nothing_when_one_of_each_is_killed(
             store.close()
         _check_search_isolation(topo, tokens)
         _check_pipeline_status(env)
+        assert llm.unscripted == []  # every LLM call was one of the layers' or offload's stages
         assert topo.all_running(), topo.log_tail()
 
 
