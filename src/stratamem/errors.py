@@ -37,7 +37,16 @@ class EmbeddingMismatch(StoreError):
 
 
 class StaleFencingToken(StoreError):
-    """A write was made under a fencing token older than the newest one for its key."""
+    """A write was made under a fencing token older than the newest one for its key.
+
+    `newest` is the token the store had recorded for the key when it refused (None when the
+    refusal came from elsewhere, e.g. an execution fenced by a later one): a lock grant below
+    it means the grants' counter went backwards (`PipelineBackend.raise_fence`).
+    """
+
+    def __init__(self, message: str, *, newest: int | None = None) -> None:
+        super().__init__(message)
+        self.newest = newest
 
 
 class EmbeddingError(StratamemError):

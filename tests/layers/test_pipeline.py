@@ -175,11 +175,13 @@ async def test_a_lock_taken_over_during_the_call_aborts_then_redelivery_writes_o
 ) -> None:
     store = rig.memory.store
     assert isinstance(store, SqliteStore)
-    taken = []
+    taken, loop = [], asyncio.get_running_loop()
 
     def take_over_once(request: RecordedRequest) -> Reply:
         if not taken:  # another worker got the session's lock with a newer token
             taken.append(True)
+            granted = rig.backend.raise_fence(LOCK_KEY, 10**6)  # the backend granted it
+            asyncio.run_coroutine_threadsafe(granted, loop).result()
             with store.writing(Fence(LOCK_KEY, 10**6)):
                 pass
         return l1_reply(request)

@@ -183,6 +183,25 @@ async def test_fence_tokens_are_per_key(harness: Harness) -> None:
     assert a is not None and c is not None and (a.token, c.token) == (1, 1)
 
 
+async def test_a_raised_fence_puts_every_later_grant_above_it_and_never_lowers(
+    harness: Harness,
+) -> None:
+    """A counter lost with the backend's state is raised to the token the store accepted."""
+    b, now = harness.backend, harness.clock.now()
+    assert await b.raise_fence("k", 20) is True  # never granted: raised
+    held = await b.acquire_lock("k", "w1", ttl_ms=30_000, now=now)
+    assert held is not None and held.token == 21
+    assert await b.raise_fence("k", 20) is False  # already above: unchanged
+    assert await b.raise_fence("k", 21) is False
+    assert await b.fence_token("k") == 21
+    assert await b.renew_lock("k", "w1", ttl_ms=30_000, now=now) is True  # the lock is untouched
+    assert await b.release_lock("k", "w1") is True
+    assert await b.raise_fence("k", 30) is True
+    later = await b.acquire_lock("k", "w2", ttl_ms=30_000, now=now)
+    assert later is not None and later.token == 31
+    assert await b.fence_token("other") == 0
+
+
 # -- timers -----------------------------------------------------------------------------------
 
 

@@ -44,8 +44,9 @@ def test_fence_refuses_older_token_in_the_same_transaction(tmp_path: Path) -> No
     write(1, "first holder")
     write(2, "second holder")
     write(2, "second holder again")
-    with pytest.raises(StaleFencingToken):
+    with pytest.raises(StaleFencingToken) as refused:
         write(1, "paused first holder wakes up")
+    assert refused.value.newest == 2  # what a grant must be above
     fence_check(conn, "other-key", 1)
     rows = [r[0] for r in conn.execute("SELECT body FROM notes")]
     assert rows == ["first holder", "second holder", "second holder again"]

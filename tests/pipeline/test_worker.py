@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from stratamem.llm import LLMCircuitOpen, LLMRateLimited
 from stratamem.pipeline.backend import retry_timer_key
 from stratamem.pipeline.errors import RetryLater
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
+from stratamem.pipeline.fencing import ensure_fences, fence_check
+from stratamem.pipeline.locking import holding
 from stratamem.pipeline.settings import LockScope, PipelineSettings
 from stratamem.pipeline.task import Delivery, Task, TaskType
 from stratamem.pipeline.timers import (
@@ -319,6 +322,46 @@ async def test_stale_fencing_token_aborts(harness: Harness) -> None:
     assert await harness.backend.list_dead(limit=1) == []
 
 
+async def test_a_token_counter_behind_the_store_is_raised_and_the_task_runs_again(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """The backend lost its counters (a Redis restart) while the store kept token 20: the
+    store's refusal raises the counter past 20 and puts the task back, spending no attempt."""
+    conn = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+    ensure_fences(conn)
+    fence_check(conn, "session/t/s", 20)
+    tokens: list[int | None] = []
+
+    async def fenced(ctx: ExecutionContext) -> ExecResult:
+        tokens.append(ctx.fence_token)
+        fence_check(conn, ctx.lock_key or "", ctx.fence_token or 0)
+        return ExecResult()
+
+    worker, _ = make_worker(harness, fenced, retry_limit=0)
+    task = Task(TaskType.L1, "t", "s")
+    assert await worker.handle(await deliver(harness, task)) is Outcome.POSTPONED
+    assert await harness.backend.fence_token("session/t/s") == 20
+    await worker.pump_once()  # put back at once
+    [again] = await harness.backend.consume("c", count=1, block_ms=0, now=harness.clock.now())
+    assert again.task == task  # the same attempt
+    assert await worker.handle(again) is Outcome.COMPLETED
+    assert tokens == [1, 21]
+    assert await harness.backend.list_dead(limit=1) == []
+
+
+async def test_a_held_lock_refused_by_the_store_raises_the_counter_for_the_next_holder(
+    harness: Harness,
+) -> None:
+    """A waited flush (`locking.holding`) whose grant the store refused under a higher token."""
+    settings, key = PipelineSettings(), "session/t/s"
+    with pytest.raises(StaleFencingToken):
+        async with holding(harness.backend, key, "api", settings, harness.clock) as grant:
+            assert grant.token == 1
+            raise StaleFencingToken("refused", newest=20)
+    again = await harness.backend.acquire_lock(key, "next", ttl_ms=1000, now=harness.clock.now())
+    assert again is not None and again.token == 21
+
+
 async def test_executor_gets_token_and_enqueues_after_release(harness: Harness) -> None:
     seen: list[tuple[str | None, int | None]] = []
     follow_up = Task(TaskType.L1, "t", "s", {"next": True})
@@ -448,11 +491,14 @@ async def test_the_execution_log_records_every_execution_and_refuses_stale_ones(
         assert ran[0].attempt.token is not None and ran[1].attempt.token is not None
         assert ran[0].attempt.token < ran[1].attempt.token
 
-        # a newer holder of the lock started since this worker was granted it: it does not run
+        # the store accepted a token the backend's counter has not reached (the backend lost
+        # its counters): the start is refused, so the task does not run; it is put back, and
+        # the counter raised past the store's token for the next grant
         newer = ExecutionStart("x", "L1", "s", "session/t/s", 0, 1, 10**9, "other")
         layers.start_execution(scope, newer, harness.clock)
         stale = Task(TaskType.L1, "t", "s")
-        assert await worker.handle(await deliver(harness, stale)) is Outcome.ABORTED
+        assert await worker.handle(await deliver(harness, stale)) is Outcome.POSTPONED
         assert [r.attempt.task_id for r in layers.executions(scope)][-1] == "x"
+        assert await harness.backend.fence_token("session/t/s") == 10**9
     finally:
         store.close()

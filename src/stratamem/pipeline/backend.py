@@ -130,6 +130,12 @@ class PipelineBackend(Protocol):
     async def fence_token(self, key: str) -> int:
         """The newest fencing token granted for `key` (0 if never granted)."""
 
+    async def raise_fence(self, key: str, token: int) -> bool:
+        """Raise the token counter of `key` to `token` if it is lower (never lowers it), so every
+        later grant is above `token`. True if it was lower: the counter had gone backwards (the
+        backend lost its state: a Redis restart, the SQLite pipeline file deleted) below a
+        token the store accepted (`StaleFencingToken.newest`)."""
+
     # -- timers -----------------------------------------------------------------------------
 
     async def set_timer(self, key: str, task: Task, *, due_at: float) -> None:

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import sqlite3
 
+from stratamem.errors import StaleFencingToken
+from stratamem.pipeline.backend import PipelineBackend
+from stratamem.pipeline.task import LockGrant
 from stratamem.store.base import Fence
 from stratamem.store.fencing_sql import check_and_record
 
@@ -31,3 +34,19 @@ def fence_check(conn: sqlite3.Connection, key: str, token: int) -> None:
     (`stratamem.store.fencing_sql`); this is its form for pipeline executors.
     """
     check_and_record(conn, Fence(key, token))
+
+
+async def behind_the_store(
+    backend: PipelineBackend, grant: LockGrant | None, refused: StaleFencingToken
+) -> bool:
+    """Whether the store refused `grant` because the backend's token counter went backwards
+    (the backend lost its state while the store kept the tokens it accepted); if so, the
+    counter is raised to the store's token first, so the next grant is above it.
+
+    A refusal because a newer grant exists finds the counter at or above the store's token
+    already: False, and nothing changes. Raising the counter only ever moves it up, so no grant
+    made after it can be lower than a token the store accepted.
+    """
+    if grant is None or refused.newest is None or refused.newest <= grant.token:
+        return False
+    return await backend.raise_fence(grant.key, refused.newest)

@@ -15,8 +15,9 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from stratamem.clock import Clock
-from stratamem.errors import LockBusy, PipelineError
+from stratamem.errors import LockBusy, PipelineError, StaleFencingToken
 from stratamem.pipeline.backend import PipelineBackend
+from stratamem.pipeline.fencing import behind_the_store
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import LockGrant
 
@@ -38,6 +39,9 @@ async def holding(
     renewer = asyncio.ensure_future(_renew(backend, grant, settings, clock, sleep))
     try:
         yield grant
+    except StaleFencingToken as exc:  # the next holder's grant must be above the store's token
+        await behind_the_store(backend, grant, exc)
+        raise
     finally:
         renewer.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -11,7 +11,8 @@ Keys (all under one prefix, see `RedisKeys`):
   (`dead-seq`), so a tenant's dead letters are listed and paged without reading others';
 - `stamps` hash, `<type>/<entry id>` -> the execution stamp of a pending delivery (JSON
   `Attempt`), set when its execution starts, dropped when the delivery ends;
-- `lock:<key>` SET NX PX with Lua renew / release (owner-checked); `fence:<key>` INCR counters;
+- `lock:<key>` SET NX PX with Lua renew / release (owner-checked); `fence:<key>` INCR counters,
+  raised (never lowered) by a Lua max when the store refused a grant below its recorded token;
 - `timers` sorted set (score = due time) + `timer-data` hash (key -> task); `ZADD … LT` is
   set-if-earlier, a Lua script pops due timers and XADDs their tasks in one step;
 - `state:<scope>` hashes for per-session counters and cursors.
@@ -53,6 +54,15 @@ REQUEUE_ATTEMPTS = 5
 ACQUIRE_LUA = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return redis.call('INCR', KEYS[2])
+end
+return 0
+"""
+
+RAISE_FENCE_LUA = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+if current < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return 1
 end
 return 0
 """
@@ -225,6 +235,7 @@ class RedisBackend:
         self.keys = RedisKeys(prefix)
         self._acquire = self._redis.register_script(ACQUIRE_LUA)
         self._renew = self._redis.register_script(RENEW_LUA)
+        self._raise_fence = self._redis.register_script(RAISE_FENCE_LUA)
         self._release = self._redis.register_script(RELEASE_LUA)
         self._set_if_earlier = self._redis.register_script(SET_IF_EARLIER_LUA)
         self._pop_due = self._redis.register_script(POP_DUE_LUA)
@@ -483,6 +494,10 @@ class RedisBackend:
     async def fence_token(self, key: str) -> int:
         value = await self._redis.get(self.keys.fence(key))
         return 0 if value is None else int(value)
+
+    @_translated
+    async def raise_fence(self, key: str, token: int) -> bool:
+        return int(await self._raise_fence(keys=[self.keys.fence(key)], args=[token])) == 1
 
     # -- timers -----------------------------------------------------------------------------
 

@@ -193,6 +193,9 @@ class SqliteBackend:
     async def fence_token(self, key: str) -> int:
         return await self._call(self._core.fence_token, key)
 
+    async def raise_fence(self, key: str, token: int) -> bool:
+        return await self._call(self._core.raise_fence, key, token)
+
     async def set_timer(self, key: str, task: Task, *, due_at: float) -> None:
         await self._call(self._core.set_timer, key, task, due_at)
 

@@ -325,6 +325,12 @@ class SqliteCore:
             row = c.execute("SELECT token FROM lock_fences WHERE key = ?", (key,)).fetchone()
         return 0 if row is None else int(row[0])
 
+    def raise_fence(self, key: str, token: int) -> bool:
+        upsert = ("INSERT INTO lock_fences (key, token) VALUES (?, ?) ON CONFLICT (key) DO UPDATE"
+                  " SET token = excluded.token WHERE lock_fences.token < excluded.token")
+        with self.write() as c:
+            return c.execute(upsert, (key, token)).rowcount == 1
+
     # timers
     def set_timer(self, key: str, task: Task, due_at: float) -> None:
         with self.write() as c:

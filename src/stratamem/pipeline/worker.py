@@ -15,7 +15,10 @@ One delivery goes through `Worker.handle`:
    `PipelineBackend.stamp`, which also checks the delivery is still ours), then run the
    executor while a keeper renews the lock and heartbeats the delivery every quarter of the
    TTL; if renewal fails or errors, the executor is cancelled at once and the task is neither
-   acknowledged nor cascaded (another worker will take it over);
+   acknowledged nor cascaded (another worker will take it over); when the store refuses the
+   start or a fenced write because it holds a token above the backend's counter (the backend
+   lost its state: a Redis restart), the counter is raised to it and the task is put back at
+   once without spending an attempt (`pipeline.fencing.behind_the_store`);
 3. record the execution's end in the log (before the lock is released); on success: cascade
    (still under the lock), release, enqueue what the executor asked for
    after release, ack; on failure: release, then retry with backoff 5 s · 3^attempt up to the
@@ -53,6 +56,7 @@ from stratamem.errors import (
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.errors import RetryLater, UnknownTaskType
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
+from stratamem.pipeline.fencing import behind_the_store
 from stratamem.pipeline.metrics import RunningTask, WorkerMetrics
 from stratamem.pipeline.reconcile import matches
 from stratamem.pipeline.settings import PipelineSettings
@@ -153,7 +157,7 @@ class Worker:
         try:
             attempt = await self._start(delivery, lock_key, grant)
         except StaleFencingToken as exc:
-            return await self._on_stale(delivery, grant, str(exc))
+            return await self._refused(delivery, grant, exc)
         except Exception as exc:  # noqa: BLE001 - the store's error: the task fails, as an executor's
             await self._release(grant)
             return await self._fail(delivery, exc)
@@ -249,6 +253,29 @@ class Worker:
         log.warning("%s %s did not start: %s", delivery.task.type, delivery.task.id, why)
         return Outcome.ABORTED
 
+    async def _refused(
+        self, delivery: Delivery, grant: LockGrant | None, exc: StaleFencingToken
+    ) -> Outcome:
+        """The store refused the execution's start."""
+        if await behind_the_store(self.backend, grant, exc):
+            return await self._resync(delivery, grant, exc)
+        return await self._on_stale(delivery, grant, str(exc))
+
+    async def _resync(
+        self, delivery: Delivery, grant: LockGrant | None, exc: StaleFencingToken
+    ) -> Outcome:
+        """The store refused our grant because the backend's token counter had gone backwards
+        below a token it accepted (now raised past it): release, and run the task again at
+        once under a new grant, spending no attempt (nothing of it was written)."""
+        await self._release(grant)
+        task = delivery.task
+        if not await self.backend.retry(delivery, task, due_at=self.clock.now()):
+            return self._lost(delivery, "put back")
+        self.metrics.postponed += 1
+        log.warning("%s %s put back: its lock's token counter was behind the store (%s)",
+                    task.type, task.id, exc)  # fmt: skip
+        return Outcome.POSTPONED
+
     async def _execute(
         self, delivery: Delivery, lock_key: str | None, grant: LockGrant | None, attempt: Attempt
     ) -> Outcome:
@@ -272,6 +299,10 @@ class Worker:
             await self._release(grant)
             raise
         await self._ended(ctx.task, attempt, _log_outcome(result))
+        if isinstance(result, StaleFencingToken) and await behind_the_store(
+            self.backend, grant, result
+        ):
+            return await self._resync(delivery, grant, result)
         if isinstance(result, LockLost | StaleFencingToken):
             self.metrics.aborted += 1
             log.warning("aborted %s %s: %s", ctx.task.type, ctx.task.id, result)

@@ -21,9 +21,11 @@ def check_and_record(conn: SqlConn, fence: Fence) -> None:
         (fence.key, fence.token),
     ).fetchone()
     if recorded is None:
+        token = newest(conn, fence.key)
         raise StaleFencingToken(
             f"write under fencing token {fence.token} for {fence.key!r} refused: "
-            f"token {newest(conn, fence.key)} was granted since"
+            f"token {token} was granted since",
+            newest=token,
         )
 
 
