@@ -33,7 +33,7 @@ from stratamem.store.postgres.vector_rows import RECORD_TABLES, VECTOR_TABLES, v
 #: Pieces taken per wanted record (times the pieces per record): first the few that usually
 #: suffice, then more when the filters left too few, then every vector of the tenant.
 OVERFETCH = (2, 8)
-#: Pieces per record assumed for a tenant without an index (an index records its own).
+#: Pieces per record assumed (the least, for a tenant whose index recorded its own).
 PIECES_PER_RECORD = {Layer.L0: 3.0, Layer.L1: 1.0}
 #: The least `hnsw.ef_search` (pgvector's default is 40); it is raised to the rows fetched,
 #: since a scan returns at most that many.
@@ -61,7 +61,9 @@ def search(
     through `index` when given."""
     if limit <= 0:
         return []
-    pieces = index.pieces_per_record if index is not None else PIECES_PER_RECORD[layer]
+    pieces = PIECES_PER_RECORD[layer]
+    if index is not None:  # measured when built (from the first vectors, for a low threshold)
+        pieces = max(pieces, index.pieces_per_record)
     for factor in OVERFETCH:
         fetched = int(limit * max(1.0, pieces) * factor)
         rows = _nearest(conn, tenant, layer, vector, filters, fetched, index)
