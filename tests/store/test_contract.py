@@ -88,8 +88,9 @@ def test_list_memories_filters_by_type_and_validity(store: Store) -> None:
 
 def test_fenced_write_under_an_older_token_is_refused(store: Store) -> None:
     store.upsert_memories(ACME, [memory("m1", "v1")], fence=Fence("acme/s1", 5))
-    with pytest.raises(StaleFencingToken):
+    with pytest.raises(StaleFencingToken) as refused:
         store.upsert_memories(ACME, [memory("m1", "stale")], fence=Fence("acme/s1", 4))
+    assert refused.value.newest == 5  # a grant must be above it (`PipelineBackend.raise_fence`)
     assert store.get_memory(ACME, "m1").content == "v1"
     store.upsert_memories(ACME, [memory("m1", "v2")], fence=Fence("acme/s1", 6))
     assert store.newest_fence("acme/s1") == 6
