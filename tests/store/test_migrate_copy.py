@@ -133,3 +133,22 @@ def test_the_command_refuses_what_it_cannot_copy() -> None:
     runner = CliRunner()
     wrong = runner.invoke(cli, ["migrate", "--from", "x.db", "--to", "postgresql://h/db"])
     assert wrong.exit_code != 0 and "sqlite:PATH" in wrong.output
+
+
+def test_a_copied_large_tenant_gets_its_vector_index(pg_server: str, tmp_path: Path) -> None:
+    """The copy decodes the vectors and builds the index of every tenant over the threshold
+    (5 here); the searches through the indexes answer as SQLite's."""
+    sqlite = open_url(None, tmp_path / "s.db")
+    _fill(sqlite)
+    expected = _answers(sqlite)
+    sqlite.close()
+    target = PostgresStore(fresh_pg_url(pg_server), ann_min_vectors=5, background_builds=False)
+    try:
+        copy_store(tmp_path / "s.db", target)
+        with target.reading() as conn:
+            built = conn.execute("SELECT tenant, layer FROM vector_indexes").fetchall()
+        assert sorted(tuple(row) for row in built) == [
+            ("acme", "L0"), ("acme", "L1"), ("beta", "L0"), ("beta", "L1")]  # fmt: skip
+        assert _answers(target) == expected
+    finally:
+        target.close()
