@@ -362,6 +362,36 @@ async def test_a_held_lock_refused_by_the_store_raises_the_counter_for_the_next_
     assert again is not None and again.token == 21
 
 
+async def test_a_held_lock_is_released_when_its_renewer_loses_a_cancellation(
+    harness: Harness,
+) -> None:
+    """Python 3.11's `wait_for` / `timeout` inside a client library can lose a cancellation; the
+    renewer of a waited flush then renewed its lock forever, and the API process answering it
+    never stopped (found by tests/topology). The renewer here loses the first one."""
+    entered, lost = asyncio.Event(), []
+
+    async def losing_sleep(seconds: float) -> None:
+        entered.set()
+        try:
+            await asyncio.Event().wait()  # until cancelled
+        except asyncio.CancelledError:
+            if lost:
+                raise
+            lost.append(seconds)  # goes on as if never cancelled: renews, sleeps again
+
+    async def flush() -> None:
+        async with holding(harness.backend, "session/t/s", "api", PipelineSettings(),
+                           harness.clock, sleep=losing_sleep):  # fmt: skip
+            await entered.wait()
+
+    flushing = asyncio.ensure_future(flush())
+    done, _ = await asyncio.wait({flushing}, timeout=10)
+    flushing.cancel()  # (a renewer that runs on would keep it waiting: cut it short)
+    assert done and lost
+    now = harness.clock.now()
+    assert await harness.backend.acquire_lock("session/t/s", "next", ttl_ms=1000, now=now)
+
+
 async def test_executor_gets_token_and_enqueues_after_release(harness: Harness) -> None:
     seen: list[tuple[str | None, int | None]] = []
     follow_up = Task(TaskType.L1, "t", "s", {"next": True})

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from stratamem.clock import Clock
 from stratamem.errors import LockBusy, PipelineError, StaleFencingToken
 from stratamem.pipeline.backend import PipelineBackend
+from stratamem.pipeline.cancelling import cancel_and_wait
 from stratamem.pipeline.fencing import behind_the_store
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import LockGrant
@@ -43,9 +44,7 @@ async def holding(
         await behind_the_store(backend, grant, exc)
         raise
     finally:
-        renewer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await renewer
+        await cancel_and_wait(renewer)  # a renewer that lost the cancellation renews on forever
         await backend.release_lock(key, owner)
 
 

@@ -42,7 +42,6 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
-from typing import Any
 
 from stratamem.clock import Clock, SystemClock
 from stratamem.errors import (
@@ -54,6 +53,7 @@ from stratamem.errors import (
     Throttled,
 )
 from stratamem.pipeline.backend import PipelineBackend
+from stratamem.pipeline.cancelling import cancel_and_wait
 from stratamem.pipeline.errors import RetryLater, UnknownTaskType
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
 from stratamem.pipeline.fencing import behind_the_store
@@ -78,7 +78,6 @@ MAX_THROTTLED_DELAY_S = 3600.0
 
 Sleep = Callable[[float], Awaitable[None]]
 BACKEND_ERROR_PAUSE_S = 1.0
-CANCEL_RETRY_S = 0.5
 
 
 class Outcome(StrEnum):
@@ -90,17 +89,6 @@ class Outcome(StrEnum):
     DROPPED = "dropped"
     ABORTED = "aborted"
     RECOVERED = "recovered"  # a redelivery whose previous execution had committed: acknowledged
-
-
-async def _cancel_and_wait(task: asyncio.Future[Any]) -> None:
-    """Cancel `task` and wait for it to end. Cancels again if it swallowed the cancellation
-    (Python 3.11's `wait_for`, used inside client libraries, can lose one)."""
-    while not task.done():
-        task.cancel()
-        await asyncio.wait({task}, timeout=CANCEL_RETRY_S)
-    error = None if task.cancelled() else task.exception()
-    if error is not None:
-        raise error
 
 
 #: The outcome the execution log records for an execution cut short by shutdown.
@@ -326,7 +314,7 @@ class Worker:
             if not job.done():
                 job.cancel()
                 await asyncio.wait({job})
-            await _cancel_and_wait(keeper)
+            await cancel_and_wait(keeper)
         if lost:
             raise LockLost(f"lost the lock or lease of {ctx.task.type} {ctx.task.id}")
         error = job.exception()
@@ -487,10 +475,10 @@ class Worker:
         self.request_stop()
         for duty in [stop, *duties]:
             if duty not in done:
-                await _cancel_and_wait(duty)
+                await cancel_and_wait(duty)
         _, late = await asyncio.wait(consumers, timeout=self.settings.grace_period_s)
         for consumer in late:
-            await _cancel_and_wait(consumer)
+            await cancel_and_wait(consumer)
         await self.publish_status(stopped=True)
         for crashed in done - {stop}:
             crashed.result()
