@@ -147,14 +147,21 @@ class PostgresStore(SqlCoreStore):
         phrases: bool = True,
         fields: TurnFieldWeights | None = None,
     ) -> list[Candidate]:
-        self._catch_up(scope.tenant, layer)
         keys = text_search.query_keys(self._tokenizer, scope.tenant, query, phrases)
+        if max_share is None:  # the common case: one round trip when nothing waits to be indexed
+            with self.reading() as conn, conn.raw.pipeline():
+                dirty = text_index.dirty(conn, scope.tenant, layer)
+                found = text_search.ranked(conn, scope.tenant, layer, keys, filters, limit, fields)
+                if not bool(dirty.fetchone()[0]):
+                    return text_search.candidates(found)
+        self._catch_up(scope.tenant, layer)
         with self.reading() as conn:
             if max_share is not None:
                 rows, _ = text_search.totals(conn, scope.tenant, layer)
                 cap = max(text_search.COMMON_FLOOR_ROWS, int(rows * max_share))
                 keys = text_search.discriminative(conn, scope.tenant, layer, keys, cap)
-            return text_search.ranked(conn, scope.tenant, layer, keys, filters, limit, fields)
+            found = text_search.ranked(conn, scope.tenant, layer, keys, filters, limit, fields)
+            return text_search.candidates(found)
 
     # -- erasing -----------------------------------------------------------------------------
     def erase_session(self, scope: Scope, session: str) -> dict[str, int]:

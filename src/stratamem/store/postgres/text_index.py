@@ -26,7 +26,7 @@ from itertools import pairwise
 from typing import Any
 
 from stratamem.domain import Layer
-from stratamem.store.postgres.connection import PgConn
+from stratamem.store.postgres.connection import PgConn, PgCursor
 from stratamem.store.postgres.tokens import Tokenizer
 from stratamem.store.sqlite.tenant_words import tenant_words
 
@@ -61,11 +61,15 @@ def date_words(ts: float) -> str | None:
 
 
 def has_dirty(conn: PgConn, tenant: str, layer: Layer) -> bool:
+    return bool(dirty(conn, tenant, layer).fetchone()[0])
+
+
+def dirty(conn: PgConn, tenant: str, layer: Layer) -> PgCursor:
+    """A cursor of one row: whether the tenant has rows of `layer` waiting to be indexed."""
     table = "turns" if layer is Layer.L0 else "memories"
-    row = conn.execute(
+    return conn.execute(
         f"SELECT EXISTS (SELECT 1 FROM {table} WHERE tenant = ? AND fts_dirty)", (tenant,)
-    ).fetchone()
-    return bool(row[0])
+    )
 
 
 def index_batch(conn: PgConn, tokenizer: Tokenizer, tenant: str, layer: Layer) -> int:

@@ -14,7 +14,7 @@ from stratamem.domain import Layer
 from stratamem.retrieval.fts_query import phrase_terms, query_terms
 from stratamem.store.base import Candidate, Filters, TurnFieldWeights
 from stratamem.store.filters_sql import filter_sql
-from stratamem.store.postgres.connection import PgConn
+from stratamem.store.postgres.connection import PgConn, PgCursor
 from stratamem.store.postgres.text_index import TERM_TABLES
 from stratamem.store.postgres.tokens import Tokenizer
 from stratamem.store.sqlite.tenant_words import tenant_words
@@ -63,30 +63,37 @@ def ranked(
     filters: Filters,
     limit: int,
     fields: TurnFieldWeights | None,
-) -> list[Candidate]:
-    rows, tokens = totals(conn, tenant, layer)
-    if not keys or limit <= 0 or rows == 0:
-        return []
+) -> PgCursor | None:
+    """The best `limit` rows (a cursor of id and score; None when nothing can match): one
+    statement, the tenant's totals read in it, so that a caller can pipeline it."""
+    if not keys or limit <= 0:
+        return None
     terms, records = TERM_TABLES[layer], _RECORDS[layer]
     tail, params = filter_sql(layer, filters, "r")
     sql = (
         "WITH q AS (SELECT term FROM unnest(?::text[]) AS q(term)),"
+        " t AS MATERIALIZED (SELECT sum(rows)::float8 AS n,"
+        "  sum(tokens)::float8 / NULLIF(sum(rows), 0)::float8 AS avgdl"
+        "  FROM text_totals WHERE tenant = ? AND layer = ?),"
         f" df AS (SELECT p.term, count(*)::float8 AS n FROM {terms} p"
         "  WHERE p.tenant = ? AND p.term IN (SELECT term FROM q) GROUP BY p.term),"
         " idf AS (SELECT q.term,"
-        "  GREATEST(ln(GREATEST((? - df.n + 0.5) / (df.n + 0.5), 1)), 1e-6) AS w"
-        "  FROM q JOIN df ON df.term = q.term)"
+        "  GREATEST(ln(GREATEST((t.n - df.n + 0.5) / (df.n + 0.5), 1)), 1e-6) AS w"
+        "  FROM q JOIN df ON df.term = q.term CROSS JOIN t WHERE t.n > 0)"
         f" SELECT r.id, sum(idf.w * f.f * {K1 + 1!r} / (f.f + {K1!r} * ({1 - B!r}"
-        f"  + {B!r} * r.fts_len / ?))) AS score"
+        f"  + {B!r} * r.fts_len / (SELECT avgdl FROM t)))) AS score"
         f" FROM idf JOIN {terms} p ON p.tenant = ? AND p.term = idf.term"
         f" JOIN {records} r ON r.rid = p.rid"
         f" CROSS JOIN LATERAL (SELECT {_weighted(layer, fields)} AS f) f"
         f" WHERE r.tenant = ?{tail} GROUP BY r.rid, r.id ORDER BY score DESC, r.rid LIMIT ?"
     )
-    found = conn.execute(
-        sql, [keys, tenant, float(rows), tokens / rows, tenant, tenant, *params, limit]
-    ).fetchall()
-    return [Candidate(id=row[0], score=float(row[1])) for row in found]
+    return conn.execute(sql, [keys, tenant, layer.value, tenant, tenant, tenant, *params, limit])
+
+
+def candidates(cursor: PgCursor | None) -> list[Candidate]:
+    return (
+        [] if cursor is None else [Candidate(id=r[0], score=float(r[1])) for r in cursor.fetchall()]
+    )
 
 
 def _weighted(layer: Layer, fields: TurnFieldWeights | None) -> str:
