@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from stratamem.embed.base import Vectors
-from stratamem.embed.fair import FairEmbedder
+from stratamem.embed.fair import FairEmbedder, _QueriesFirst
 from stratamem.embed.hashing import HashingEmbedder
 from stratamem.errors import EmbeddingError
 
@@ -70,6 +70,23 @@ async def test_a_cancelled_waiter_does_not_keep_the_embedder() -> None:
     inner.gate.set()
     await running
     assert (await fair.embed_query(["later"])).shape == (1, 32)
+
+
+async def test_a_waiter_cancelled_just_before_a_release_gives_up_cleanly() -> None:
+    """The release skips the cancelled waiter before it wakes: it raises CancelledError (not a
+    ValueError from removing itself twice) and the lock is free for the next one."""
+    gate = _QueriesFirst()
+    await gate.acquire(query=False)
+    waiter = asyncio.create_task(gate.acquire(query=True))
+    while gate.queries_waiting == 0:
+        await asyncio.sleep(0)
+    waiter.cancel()
+    gate.release()  # before the waiter has run: it finds its future cancelled, skips it
+    try:
+        await waiter
+    except asyncio.CancelledError:
+        pass
+    await asyncio.wait_for(gate.acquire(query=True), timeout=1)
 
 
 async def test_queries_waiting_together_are_embedded_in_one_call() -> None:

@@ -44,7 +44,7 @@ class _QueriesFirst:
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
                 self.release()  # it was handed over just as the waiter gave up: pass it on
-            else:
+            elif future in self._waiting[query]:  # not yet skipped by a release
                 self._waiting[query].remove(future)
             raise
 
