@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
+from stratamem.cancelling import cancel_and_wait
 from stratamem.domain import Layer
 from stratamem.embed.base import Embedder
 from stratamem.errors import EmbeddingError, EmbeddingMismatch
@@ -97,7 +97,5 @@ class Backfill:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -19,6 +18,7 @@ from stratamem.api.middleware import BodyLimit, CatchAll, RequestMetrics, Shaped
 from stratamem.api.routes import admin, failures, health, layers, memory, offload, pipeline
 from stratamem.api.services import Services
 from stratamem.api.strict_query import reject_unknown_query
+from stratamem.cancelling import cancel_and_wait
 from stratamem.errors import EmbeddingError
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,4 @@ async def _load_embedder(services: Services) -> None:
 
 
 async def _cancelled(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait(task)

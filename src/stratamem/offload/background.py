@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from stratamem.cancelling import cancel_and_wait
 from stratamem.clock import Clock
 from stratamem.llm.base import LLM
 from stratamem.offload.facade import Offload
@@ -69,7 +70,5 @@ class EmbeddedOffload:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None

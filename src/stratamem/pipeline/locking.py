@@ -14,10 +14,10 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from stratamem.cancelling import cancel_and_wait
 from stratamem.clock import Clock
 from stratamem.errors import LockBusy, PipelineError, StaleFencingToken
 from stratamem.pipeline.backend import PipelineBackend
-from stratamem.pipeline.cancelling import cancel_and_wait
 from stratamem.pipeline.fencing import behind_the_store
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import LockGrant

@@ -43,6 +43,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
 
+from stratamem.cancelling import cancel_and_wait
 from stratamem.clock import Clock, SystemClock
 from stratamem.errors import (
     LockLost,
@@ -53,7 +54,6 @@ from stratamem.errors import (
     Throttled,
 )
 from stratamem.pipeline.backend import PipelineBackend
-from stratamem.pipeline.cancelling import cancel_and_wait
 from stratamem.pipeline.errors import RetryLater, UnknownTaskType
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
 from stratamem.pipeline.fencing import behind_the_store

@@ -1,4 +1,5 @@
-"""Cancelling a helper task for good (a lock's renewer, a worker's keeper or duty loop).
+"""Cancelling a background task for good (a lock's renewer, a worker's keeper or duty loop, the
+embedding catch-up, the offload runner, the service's loops at shutdown).
 
 Python 3.11's `wait_for` and `timeout`, used inside client libraries (redis-py), can lose a
 cancellation that arrives as their own timeout fires: the task goes on as if never cancelled.
