@@ -25,6 +25,7 @@ from tokenizers import Tokenizer
 from stratamem.embed import LocalEmbedder, OnnxEmbedder, make_embedder
 from stratamem.embed.bert_graph import BertShape, build_encoder
 from stratamem.embed.local import package_model_dir, prepare
+from stratamem.embed.onnx_encoder import SPINNING_ENV, spinning
 from stratamem.errors import EmbeddingError
 
 Array = npt.NDArray[Any]
@@ -258,3 +259,26 @@ def test_the_local_embedder_runs_without_torch() -> None:
                           timeout=300, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "(1, 384) False False"
+
+
+@pytest.mark.parametrize(("value", "spins"), [(None, True), ("1", True), ("0", False),
+                                              ("off", False), (" On ", True)])  # fmt: skip
+def test_spinning_is_on_unless_set_off(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, spins: bool
+) -> None:
+    if value is None:
+        monkeypatch.delenv(SPINNING_ENV, raising=False)
+    else:
+        monkeypatch.setenv(SPINNING_ENV, value)
+    assert spinning() is spins
+
+
+async def test_a_bad_spinning_setting_is_a_clear_error(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SPINNING_ENV, "fast")
+    embedder = OnnxEmbedder("tiny", partial(prepare, tiny, cache=tmp_path / "cache"))
+    with pytest.raises(EmbeddingError, match="STRATAMEM_ONNX_SPINNING must be 1 or 0"):
+        await embedder.embed(["x"])
+    monkeypatch.setenv(SPINNING_ENV, "0")
+    assert (await embedder.embed(["x"])).shape == (1, 8)

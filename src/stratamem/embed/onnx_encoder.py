@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,6 +56,16 @@ _loaded: dict[OnnxModel, _Runtime] = {}
 _loaded_lock = threading.Lock()
 
 
+SPINNING_ENV = "STRATAMEM_ONNX_SPINNING"
+"""With 1 (the default) onnxruntime's threads spin between the ~60 operators of one run instead
+of sleeping and being woken for each, and stop spinning when the run ends
+(`session.force_spinning_stop`): one warm query took 2.15 ms instead of 2.96 (p50, 2 cores, load
+1), for less CPU. On a machine whose cores are all busy, spinning threads fight the other
+processes for them: at load 7 on 2 cores a query took ~40 % more CPU and wall time with it, and
+threads left spinning between runs (onnxruntime's own default) cost 20 ms of CPU per query
+instead of 4.7 at load 15. Set 0 where the cores are oversubscribed."""
+
+
 def _runtime_errors() -> tuple[type[BaseException], ...]:
     """The exceptions ONNX Runtime raises (they derive from `Exception` only)."""
     from onnxruntime.capi import onnxruntime_pybind11_state as state  # noqa: PLC0415
@@ -82,12 +93,7 @@ def _open(model: OnnxModel) -> _Runtime:
         raise EmbeddingError(f"onnxruntime is missing; {_INSTALL_HINT}") from e
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # errors only: no warnings on a CLI's stderr
-    # Idle worker threads sleep instead of spinning: on a busy machine spinning threads fight
-    # the others for the cores (one query: 4.7 ms of CPU instead of 20, at load 15 on 2 cores).
-    # Spinning only within a run (`session.force_spinning_stop`) saves ~0.4 ms of a query on an
-    # idle machine but cost 40 % more CPU and wall time at load 7: not worth it.
-    for entry in ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"):
-        options.add_session_config_entry(entry, "0")
+    _thread_settings(options)
     try:
         session = onnxruntime.InferenceSession(
             str(model.graph), options, providers=["CPUExecutionProvider"]
@@ -103,6 +109,24 @@ def _open(model: OnnxModel) -> _Runtime:
     runtime = _Runtime(session, _tokenizer(model), feeds, threading.Lock())
     runtime.dim = int(encode(runtime, [_PROBE]).shape[1])  # also warms the session up
     return runtime
+
+
+def spinning() -> bool:
+    """Whether onnxruntime's threads spin between the operators of a run:
+    `STRATAMEM_ONNX_SPINNING` (`1`, the default, or `0`)."""
+    value = os.environ.get(SPINNING_ENV, "1").strip().lower()
+    if value not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
+        raise EmbeddingError(f"{SPINNING_ENV} must be 1 or 0, not {value!r}")
+    return value in ("1", "true", "yes", "on")
+
+
+def _thread_settings(options: Any) -> None:
+    """Spin within a run, sleep between runs (see `SPINNING_ENV`)."""
+    if spinning():
+        options.add_session_config_entry("session.force_spinning_stop", "1")
+        return
+    for entry in ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"):
+        options.add_session_config_entry(entry, "0")
 
 
 def _tokenizer(model: OnnxModel) -> Any:
