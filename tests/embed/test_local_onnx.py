@@ -261,9 +261,9 @@ def test_the_local_embedder_runs_without_torch() -> None:
     assert done.stdout.strip() == "(1, 384) False False"
 
 
-@pytest.mark.parametrize(("value", "spins"), [(None, True), ("1", True), ("0", False),
+@pytest.mark.parametrize(("value", "spins"), [(None, False), ("1", True), ("0", False),
                                               ("off", False), (" On ", True)])  # fmt: skip
-def test_spinning_is_on_unless_set_off(
+def test_spinning_is_off_unless_set_on(
     monkeypatch: pytest.MonkeyPatch, value: str | None, spins: bool
 ) -> None:
     if value is None:
@@ -280,5 +280,5 @@ async def test_a_bad_spinning_setting_is_a_clear_error(
     embedder = OnnxEmbedder("tiny", partial(prepare, tiny, cache=tmp_path / "cache"))
     with pytest.raises(EmbeddingError, match="STRATAMEM_ONNX_SPINNING must be 1 or 0"):
         await embedder.embed(["x"])
-    monkeypatch.setenv(SPINNING_ENV, "0")
+    monkeypatch.setenv(SPINNING_ENV, "1")
     assert (await embedder.embed(["x"])).shape == (1, 8)

@@ -57,13 +57,13 @@ _loaded_lock = threading.Lock()
 
 
 SPINNING_ENV = "STRATAMEM_ONNX_SPINNING"
-"""With 1 (the default) onnxruntime's threads spin between the ~60 operators of one run instead
-of sleeping and being woken for each, and stop spinning when the run ends
-(`session.force_spinning_stop`): one warm query took 2.15 ms instead of 2.96 (p50, 2 cores, load
-1), for less CPU. On a machine whose cores are all busy, spinning threads fight the other
-processes for them: at load 7 on 2 cores a query took ~40 % more CPU and wall time with it, and
-threads left spinning between runs (onnxruntime's own default) cost 20 ms of CPU per query
-instead of 4.7 at load 15. Set 0 where the cores are oversubscribed."""
+"""With 1, onnxruntime's threads spin between the ~60 operators of one run instead of sleeping
+and being woken for each, and stop spinning when the run ends (`session.force_spinning_stop`):
+one warm query alone took 2.15 ms instead of 2.96 (p50, 2 cores, load 1). It is off by default
+because the tail it gives a real search is worse: over LoCoMo's 760 questions at load 1-2, the
+query embedding took p50 4.4 / p95 13.3 ms with it and 5.0 / 6.5 ms without; at load 7 a query
+took ~40 % more CPU and wall time with it; threads left spinning between runs (onnxruntime's
+own default) cost 20 ms of CPU per query instead of 4.7 at load 15."""
 
 
 def _runtime_errors() -> tuple[type[BaseException], ...]:
@@ -113,15 +113,15 @@ def _open(model: OnnxModel) -> _Runtime:
 
 def spinning() -> bool:
     """Whether onnxruntime's threads spin between the operators of a run:
-    `STRATAMEM_ONNX_SPINNING` (`1`, the default, or `0`)."""
-    value = os.environ.get(SPINNING_ENV, "1").strip().lower()
+    `STRATAMEM_ONNX_SPINNING` (`0`, the default, or `1`)."""
+    value = os.environ.get(SPINNING_ENV, "0").strip().lower()
     if value not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
         raise EmbeddingError(f"{SPINNING_ENV} must be 1 or 0, not {value!r}")
     return value in ("1", "true", "yes", "on")
 
 
 def _thread_settings(options: Any) -> None:
-    """Spin within a run, sleep between runs (see `SPINNING_ENV`)."""
+    """Sleep between operators, or spin within a run only (see `SPINNING_ENV`)."""
     if spinning():
         options.add_session_config_entry("session.force_spinning_stop", "1")
         return

@@ -91,6 +91,10 @@ class PendingText:
 class Store(Protocol):
     """System of record for L0 turns and L1 memories, with BM25 and vector retrieval."""
 
+    #: Whether a search's full-text and vector lists gain from running at the same time (each
+    #: a query on its own connection, as on PostgreSQL); False where they share the process.
+    searches_in_parallel: bool
+
     def close(self) -> None:
         """Release connections. The store cannot be used afterwards."""
 

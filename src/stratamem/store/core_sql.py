@@ -66,6 +66,8 @@ class SqlCoreStore(ABC):
 
     #: What a backend adds to the memory upsert's `DO UPDATE SET` (its own bookkeeping columns).
     MEMORY_UPSERT_EXTRA = ""
+    #: Whether searches gain from running side by side (see `Store.searches_in_parallel`).
+    searches_in_parallel = False
 
     def __init__(self) -> None:
         self._caches: dict[tuple[str, Layer], VectorCache] = {}

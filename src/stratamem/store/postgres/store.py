@@ -36,6 +36,8 @@ from stratamem.store.postgres.vectors import PgVectors
 class PostgresStore(SqlCoreStore):
     """The `Store` contract on PostgreSQL; safe to share across threads and processes."""
 
+    searches_in_parallel = True  # each list is a query of its own connection
+
     #: A memory whose content changed is indexed again.
     MEMORY_UPSERT_EXTRA = ", fts_dirty = memories.fts_dirty OR memories.content <> excluded.content"
 
