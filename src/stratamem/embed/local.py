@@ -76,14 +76,10 @@ def prepare(
     identity = f"{BUILD_VERSION}|{_weights_identity(weights)}"
     stem = f"minilm-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
     folder = cache or cache_dir()
-    if int8:
-        graph = folder / f"{stem}-int8.onnx"
-        if not graph.is_file():
-            _write_atomically(graph, functools.partial(_quantise, source))
-    else:
-        graph = folder / f"{stem}.onnx"
-        if not graph.is_file():
-            _write_atomically(graph, functools.partial(_build, source))
+    name, write = (f"{stem}-int8.onnx", _quantise) if int8 else (f"{stem}.onnx", _build)
+    graph = folder / name
+    if not graph.is_file():
+        _write_atomically(graph, functools.partial(write, source))
     return OnnxModel(
         graph, source / "tokenizer.json", max_tokens_in(source / "sentence_bert_config.json")
     )
@@ -127,9 +123,10 @@ def _write_atomically(target: Path, write: Callable[[Path], None]) -> None:
 
 
 def _build(source: Path, target: Path) -> None:
-    import onnx  # noqa: PLC0415  (needed only to build the graph, once; checked by _encoder)
+    model = _encoder(source, fused=True)  # raises EmbeddingError when onnx is missing
+    import onnx  # noqa: PLC0415  (needed only to build the graph, once)
 
-    onnx.save_model(_encoder(source, fused=True), str(target))
+    onnx.save_model(model, str(target))
 
 
 def _encoder(source: Path, *, fused: bool) -> Any:
