@@ -1,5 +1,5 @@
-"""The local embedder on ONNX Runtime (fp32 and int8) against sentence-transformers on torch, in
-one run: every figure issue 14 asks for.
+"""The local embedder on ONNX Runtime (the default q8 graph, fp32 and int8) against
+sentence-transformers on torch, in one run: every figure issue 14 asks for.
 
 - vectors: cosine of each embedder's vectors to sentence-transformers' over the LoCoMo dev turns
   (min, mean);
@@ -35,7 +35,7 @@ from stratamem.eval.questions import select
 from stratamem.eval.runner import EvalOptions, run_stratamem
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo_dev.json"
-SPECS = ("st", "local", "local:int8")
+SPECS = ("st", "local", "local:fp32", "local:int8")
 """sentence-transformers first: the baseline every ratio is against."""
 BATCH = 32
 

@@ -28,7 +28,8 @@ class Settings(BaseSettings):
     )
     embedder: str = Field(
         "local",
-        description="`local` (all-MiniLM-L6-v2 on ONNX Runtime), `local:int8` (its int8 graph),"
+        description="`local` (all-MiniLM-L6-v2 on ONNX Runtime, 8-bit block weights), `local:fp32`"
+        " (its float32 graph), `local:int8` (its int8 graph),"
         " `onnx:DIR` (an ONNX sentence encoder in a directory), `st` (sentence-transformers and"
         " torch), `hash[:DIM]` (no model), `openai:MODEL` (an OpenAI-compatible /v1/embeddings"
         " endpoint) or `none` (BM25 only).",

@@ -32,18 +32,23 @@ def local_embedder() -> LocalEmbedder:
 
 @pytest.fixture(scope="session")
 def int8_embedder() -> LocalEmbedder:
-    return LocalEmbedder(int8=True)
+    return LocalEmbedder(precision="int8")
 
 
-@pytest.fixture(params=["local", "local-int8", "hash", "openai", "cached"])
+@pytest.fixture(scope="session")
+def fp32_embedder() -> LocalEmbedder:
+    return LocalEmbedder(precision="fp32", batch_size=4)
+
+
+@pytest.fixture(params=["local", "local-fp32", "local-int8", "hash", "openai", "cached"])
 async def embedder(
     request: pytest.FixtureRequest, local_embedder: LocalEmbedder
 ) -> AsyncIterator[Embedder]:
     if request.param == "local":
         yield local_embedder
         return
-    if request.param == "local-int8":
-        yield request.getfixturevalue("int8_embedder")
+    if request.param in ("local-int8", "local-fp32"):
+        yield request.getfixturevalue(f"{request.param.removeprefix('local-')}_embedder")
         return
     if request.param == "hash":
         made: Embedder = HashingEmbedder()

@@ -69,6 +69,7 @@ def test_hash_specs(spec: str, model: str, dim: int) -> None:
 @pytest.mark.parametrize(
     ("spec", "model"),
     [("local", "all-MiniLM-L6-v2"), ("minilm", "all-MiniLM-L6-v2"), ("Local", "all-MiniLM-L6-v2"),
+     ("local:q8", "all-MiniLM-L6-v2"), ("local:fp32", "all-MiniLM-L6-v2"),
      ("local:int8", "all-MiniLM-L6-v2-int8"), ("local:INT8", "all-MiniLM-L6-v2-int8")],
 )
 def test_local_specs(spec: str, model: str) -> None:

@@ -32,7 +32,7 @@ from stratamem.cli.pipeline_cmds import bench, pipeline, worker
 @click.option(
     "--embedder",
     default=None,
-    help="local | local:int8 | onnx:DIR | st | hash[:DIM] | openai:MODEL | none"
+    help="local | local:fp32 | local:int8 | onnx:DIR | st | hash[:DIM] | openai:MODEL | none"
     " [env STRATAMEM_EMBEDDER; default local].",
 )
 @click.pass_context

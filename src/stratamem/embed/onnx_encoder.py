@@ -43,7 +43,7 @@ class OnnxModel:
 
 
 @dataclass(slots=True)
-class _Runtime:
+class Runtime:
     session: Any
     tokenizer: Any
     feeds: frozenset[str]
@@ -52,7 +52,7 @@ class _Runtime:
     dim: int = 0
 
 
-_loaded: dict[OnnxModel, _Runtime] = {}
+_loaded: dict[OnnxModel, Runtime] = {}
 _loaded_lock = threading.Lock()
 
 
@@ -76,7 +76,7 @@ def _runtime_errors() -> tuple[type[BaseException], ...]:
     return (OSError, ValueError, RuntimeError, *found)
 
 
-def load(model: OnnxModel) -> _Runtime:
+def load(model: OnnxModel) -> Runtime:
     """The session and tokenizer of `model`, loaded on first use and kept for the process."""
     with _loaded_lock:
         runtime = _loaded.get(model)
@@ -86,7 +86,7 @@ def load(model: OnnxModel) -> _Runtime:
         return runtime
 
 
-def _open(model: OnnxModel) -> _Runtime:
+def _open(model: OnnxModel) -> Runtime:
     try:
         import onnxruntime  # noqa: PLC0415  (imported when a model is first needed)
     except ImportError as e:
@@ -106,7 +106,7 @@ def _open(model: OnnxModel) -> _Runtime:
             f"the ONNX model {model.graph} takes {sorted(feeds)}; expected input_ids and"
             " attention_mask"
         )
-    runtime = _Runtime(session, _tokenizer(model), feeds, threading.Lock())
+    runtime = Runtime(session, _tokenizer(model), feeds, threading.Lock())
     runtime.dim = int(encode(runtime, [_PROBE]).shape[1])  # also warms the session up
     return runtime
 
@@ -148,7 +148,7 @@ def _tokenizer(model: OnnxModel) -> Any:
     return tokenizer
 
 
-def encode(runtime: _Runtime, texts: list[str]) -> npt.NDArray[np.float32]:
+def encode(runtime: Runtime, texts: list[str]) -> npt.NDArray[np.float32]:
     """One batch through the tokenizer and the graph: (len(texts), dim), not yet normalised."""
     encodings = runtime.tokenizer.encode_batch(texts)
     ids = np.array([e.ids for e in encodings], dtype=np.int64)
@@ -169,7 +169,7 @@ def encode(runtime: _Runtime, texts: list[str]) -> npt.NDArray[np.float32]:
     return output
 
 
-def encode_sorted(runtime: _Runtime, texts: list[str], batch_size: int) -> Vectors:
+def encode_sorted(runtime: Runtime, texts: list[str], batch_size: int) -> Vectors:
     """All `texts` in batches of similar length (less padding), rows in the order of `texts`."""
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     rows = np.empty((len(texts), runtime.dim), dtype=np.float32)
@@ -233,10 +233,10 @@ class OnnxEmbedder:
     async def aclose(self) -> None:
         return None  # the session stays cached for the process; there is nothing to release
 
-    def _runtime(self) -> _Runtime:
+    def _runtime(self) -> Runtime:
         if self._model is None:
             self._model = self._source()
-        runtime = load(self._model)
+        runtime = self._load_runtime(self._model)
         if self._dim is None:
             self._dim = runtime.dim
         elif runtime.dim != self._dim:
@@ -245,6 +245,10 @@ class OnnxEmbedder:
             )
         self._loaded = True
         return runtime
+
+    def _load_runtime(self, model: OnnxModel) -> Runtime:
+        """The loaded `model` (a subclass may fall back to another)."""
+        return load(model)
 
     def _encode(self, texts: list[str]) -> Vectors:
         return encode_sorted(self._runtime(), texts, self._batch_size)
