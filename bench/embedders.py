@@ -5,7 +5,7 @@ sentence-transformers on torch, in one run: every figure issue 14 asks for.
   (min, mean);
 - batch: every turn embedded once, in batches of 32: texts per second (wall), the process's CPU
   seconds, and the ratio to sentence-transformers;
-- query: one question at a time, warm: p50 / p95 ms;
+- query: one question at a time, warm: p50 / p95 ms, the embedders taking turns in blocks;
 - recall: `stratamem eval locomo --mode raw` recall@10 (and @5, MRR) with each embedder.
 
 Needs the `st` extra (`make setup-st`) for the reference and LoCoMo's dev split (not shipped:
@@ -51,20 +51,36 @@ async def timed_batch(embedder: Embedder, texts: list[str]) -> tuple[np.ndarray,
     return vectors, time.perf_counter() - wall, time.process_time() - cpu
 
 
-async def query_latency(embedder: Embedder, queries: list[str]) -> dict[str, float]:
-    samples = []
-    for query in queries:
-        started = time.perf_counter()
-        await embedder.embed([query])
-        samples.append((time.perf_counter() - started) * 1000)
-    ordered = sorted(samples)
+QUERY_BLOCK = 50
+"""Queries per turn of one embedder in the query phase (see `query_latencies`)."""
+
+
+async def query_latencies(embedders: dict[str, Embedder], queries: list[str]) -> dict[str, Any]:
+    """One query at a time, warm, p50 / p95 ms per embedder. The embedders take turns in blocks
+    of `QUERY_BLOCK` queries (the order reversed every round) until each has run every query
+    twice, so a slow spell of a shared machine falls on all of them alike."""
+    samples: dict[str, list[float]] = {spec: [] for spec in embedders}
+    order = list(embedders.items())
+    blocks = [queries[i : i + QUERY_BLOCK] for i in range(0, len(queries), QUERY_BLOCK)] * 2
+    for round_number, block in enumerate(blocks):
+        for spec, embedder in order if round_number % 2 == 0 else order[::-1]:
+            for query in block:
+                started = time.perf_counter()
+                await embedder.embed([query])
+                samples[spec].append((time.perf_counter() - started) * 1000)
+    return {spec: _percentiles(values) for spec, values in samples.items()}
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
     return {
         "p50_ms": round(statistics.median(ordered), 2),
         "p95_ms": round(ordered[int(0.95 * (len(ordered) - 1))], 2),
     }
 
 
-async def measure(spec: str, texts: list[str], queries: list[str]) -> dict[str, Any]:
+async def measure(spec: str, texts: list[str]) -> tuple[Embedder, dict[str, Any]]:
+    """The embedder loaded (kept open for the query phase), its load and batch figures."""
     embedder = make_embedder(spec, batch_size=BATCH)
     assert embedder is not None
     load_wall, load_cpu = time.perf_counter(), time.process_time()
@@ -77,10 +93,8 @@ async def measure(spec: str, texts: list[str], queries: list[str]) -> dict[str, 
     vectors, wall_s, cpu_s = await timed_batch(embedder, texts)
     figures["batch"] = {"texts": len(texts), "wall_s": round(wall_s, 2), "cpu_s": round(cpu_s, 2),
                         "texts_per_s": round(len(texts) / wall_s, 1)}  # fmt: skip
-    figures["query"] = await query_latency(embedder, queries)
     figures["vectors"] = vectors
-    await embedder.aclose()
-    return figures
+    return embedder, figures
 
 
 async def recall(spec: str, samples: list[locomo.Sample]) -> dict[str, Any]:
@@ -119,10 +133,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     texts = turn_texts(samples)
     queries = [p.question.question for p in select(samples).probes][: args.queries]
     results: dict[str, dict[str, Any]] = {}
+    embedders: dict[str, Embedder] = {}
     for spec in SPECS:
-        results[spec] = await measure(spec, texts, queries)
+        embedders[spec], results[spec] = await measure(spec, texts)
         if not args.no_recall:
             results[spec]["recall"] = await recall(spec, samples)
+    for spec, latency in (await query_latencies(embedders, queries)).items():
+        results[spec]["query"] = latency
+    for embedder in embedders.values():
+        await embedder.aclose()
     ratios(results)
     return {"load_average": [round(x, 2) for x in os.getloadavg()], "cores": os.cpu_count(),
             "data": str(args.data), "embedders": results}  # fmt: skip
