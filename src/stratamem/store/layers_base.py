@@ -18,6 +18,7 @@ from stratamem.domain import MemoryRecord, Profile, Scene, Scope
 from stratamem.store.base import Fence
 from stratamem.store.executions import Execution, ExecutionStart
 from stratamem.store.failures import Failure, FailureQuery
+from stratamem.store.log_retention import LogPage, LogRow, LogTable
 from stratamem.store.receipts import Attempt, Receipt, ReceiptDraft
 
 __all__ = ["Attempt", "Receipt", "ReceiptDraft"]
@@ -176,6 +177,17 @@ class LayerStore(Protocol):
         self, scope: Scope, task_id: str | None = None, limit: int = 1000
     ) -> list[Execution]:
         """The tenant's executions (of one task), in the order they started."""
+
+    # -- retention of the log and receipts (`stratamem.store.log_retention`; any tenant) -----
+    def log_page(
+        self, table: LogTable, before: float, after: tuple[Any, ...] | None, limit: int
+    ) -> LogPage:
+        """Up to `limit` ended executions (or receipts) older than `before`, oldest first,
+        after the key `after` (None: from the oldest). Open executions are never listed."""
+
+    def prune_log(self, table: LogTable, rows: Sequence[LogRow], before: float) -> int:
+        """Delete `rows` (of one `log_page`) still older than `before`, in one short write
+        transaction; returns how many went. The caller leaves out the rows still needed."""
 
     # -- owed work (the backlog scheduler's queries; any tenant, paged by key) ---------------
     # Each returns up to `limit` rows whose key is greater than `after` (None: from the start),

@@ -14,7 +14,7 @@ from stratamem.domain import MemoryRecord, Profile, Scene, Scope
 from stratamem.errors import LayerConflict, NotFound
 from stratamem.store import backlog_sql as backlog
 from stratamem.store import executions as execution_rows
-from stratamem.store import failure_rows, receipt_rows
+from stratamem.store import failure_rows, log_retention, receipt_rows
 from stratamem.store.base import Fence
 from stratamem.store.executions import Execution, ExecutionStart
 from stratamem.store.failures import Failure, FailureQuery
@@ -39,6 +39,7 @@ from stratamem.store.layers_base import (
     TenantOwed,
     TenantState,
 )
+from stratamem.store.log_retention import LogPage, LogRow, LogTable
 from stratamem.store.receipts import COMPLETED, SKIPPED, Attempt, ReceiptDraft
 from stratamem.store.rows import (
     MEMORY_COLUMNS,
@@ -155,6 +156,16 @@ class SqlLayerStore:
             return execution_rows.listing(conn, scope.tenant, task_id, limit)
 
     # -- L1 ----------------------------------------------------------------------------------
+    def log_page(
+        self, table: LogTable, before: float, after: tuple[Any, ...] | None, limit: int
+    ) -> LogPage:
+        with self._store.reading() as conn:
+            return log_retention.page(conn, table, before, after, limit)
+
+    def prune_log(self, table: LogTable, rows: Sequence[LogRow], before: float) -> int:
+        with self._store.writing() as conn:
+            return log_retention.delete(conn, table, rows, before)
+
     def commit_l1(self, scope: Scope, commit: L1Commit, fence: Fence | None = None) -> None:
         tenant = scope.tenant
         with self._store.writing(fence, key=scope.tenant) as conn:

@@ -360,6 +360,12 @@ CREATE INDEX executions_open ON executions (tenant, lock_key)
     WHERE ended_at IS NULL AND fenced_at IS NULL;
 """
 
+# Retention's indexes (as SQLite's migration 18, `sqlite/layer_schema.py`).
+M018_LOG_RETENTION = """
+CREATE INDEX executions_ended ON executions (ended_at, rowid) WHERE ended_at IS NOT NULL;
+CREATE INDEX layer_receipts_completed ON layer_receipts (completed_at, tenant, task_id);
+"""
+
 # The backlog scheduler's tables (as SQLite's migration 13, `sqlite/backlog_schema.py`).
 M013_BACKLOG = """
 CREATE TABLE session_heads (
@@ -438,6 +444,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(13, "backlog: session heads, flush requests, tenants with memories", M013_BACKLOG),
     Migration(15, "authenticated receipts of every task type, and their keys", M015_RECEIPTS),
     Migration(17, "the execution log of pipeline tasks", M017_EXECUTIONS),
+    Migration(18, "retention: executions and receipts by age", M018_LOG_RETENTION),
     Migration(20, "context offload: tool pairs, entries, refs, boundaries, tasks", M020_OFFLOAD),
     Migration(21, "backlog: indexes of owed offload work", M021_OFFLOAD_BACKLOG),
     Migration(22, "memories: BM25's columns in one index", M022_RANKING_COLUMNS),

@@ -144,6 +144,13 @@ CREATE INDEX executions_open ON executions (tenant, lock_key)
     WHERE ended_at IS NULL AND fenced_at IS NULL;
 """
 
+# Retention of the execution log and receipts (`store/log_retention.py`) pages through the rows
+# past it in the order they ended: these indexes make a page cost what it returns.
+M018_LOG_RETENTION = """
+CREATE INDEX executions_ended ON executions (ended_at) WHERE ended_at IS NOT NULL;
+CREATE INDEX layer_receipts_completed ON layer_receipts (completed_at, tenant, task_id);
+"""
+
 LAYER_MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "layer state, receipts and failures", M010_LAYER_STATE),
     Migration(11, "scene and profile versions", M011_SCENES_PROFILE),
@@ -151,4 +158,5 @@ LAYER_MIGRATIONS: tuple[Migration, ...] = (
     BACKLOG_LAYER_MIGRATION,
     Migration(15, "authenticated receipts of every task type, and their keys", M015_RECEIPTS),
     Migration(17, "the execution log of pipeline tasks", M017_EXECUTIONS),
+    Migration(18, "retention: executions and receipts by age", M018_LOG_RETENTION),
 )

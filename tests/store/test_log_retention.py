@@ -1,0 +1,145 @@
+"""Retention of the execution log and receipts (`store/log_retention.py`) on a real SQLite file
+and PostgreSQL: over a log holding every kind of row, pruning in small batches deletes exactly
+the rows past the retention that nothing reads any more; open executions and the rows of tasks
+still held stay, a kept receipt still replays, and fencing holds after the log was pruned."""
+
+from __future__ import annotations
+
+import pytest
+
+from stratamem.clock import ManualClock
+from stratamem.domain import Scope
+from stratamem.errors import StaleFencingToken
+from stratamem.store.executions import Execution, ExecutionStart
+from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.log_retention import LogTable, task_ids
+from stratamem.store.receipts import ReceiptDraft
+from tests.stores import StoreFactory
+
+SCOPES = (Scope("acme"), Scope("beta"))
+DAY = 86_400.0
+CUTOFF = 10 * DAY
+HELD = {"held-old", "held-dead"}
+
+
+@pytest.fixture
+def layers(open_store: StoreFactory) -> SqlLayerStore:
+    return SqlLayerStore(open_store())
+
+
+def _held(task_id: str) -> bool:
+    return any(part in HELD for part in task_ids(task_id))
+
+
+def prune(layers: SqlLayerStore, table: LogTable, before: float, batch: int) -> list[int]:
+    """The pipeline's loop, without its backend: page, leave out the held, delete; the number
+    each batch deleted."""
+    deleted, after = [], None
+    while True:
+        page = layers.log_page(table, before, after, batch)
+        assert len(page.rows) <= batch
+        gone = [row for row in page.rows if not _held(row.task_id)]
+        deleted.append(layers.prune_log(table, gone, before))
+        if page.next_after is None:
+            return deleted
+        after = page.next_after
+
+
+def _populate(layers: SqlLayerStore, clock: ManualClock) -> None:
+    """Every kind of row, in two tenants, either side of the cutoff."""
+    for scope in SCOPES:
+        for age, at in (("old", CUTOFF - DAY), ("new", CUTOFF + DAY)):
+            clock.set(at)
+            for i in range(4):  # ended executions and their receipts, nothing holds them
+                _ended(layers, scope, clock, f"done-{age}-{i}", token=None)
+            _ended(layers, scope, clock, f"held-{age}", token=None)
+            layers.record_receipt(scope, ReceiptDraft(f"held-{age}.0", "L1", at), None)
+            layers.record_receipt(scope, ReceiptDraft(f"held-{age}@7", "L1", at), None)
+            start = ExecutionStart(f"open-{age}", "offload-l1", "s1", None, 0, 1, None, "w0")
+            layers.start_execution(scope, start, clock)  # killed: open for good
+            lock = f"k/{scope.tenant}/{age}"
+            fenced = ExecutionStart(f"fenced-{age}", "L1", "s1", lock, 0, 1, 1, "w0")
+            layers.start_execution(scope, fenced, clock)
+            clock.advance(1)  # a newer token of its lock fences it; neither ever ends
+            newer = ExecutionStart(f"fenced-{age}", "L1", "s1", lock, 0, 2, 2, "w1")
+            layers.start_execution(scope, newer, clock)
+        clock.set(CUTOFF - 2 * DAY)
+        _ended(layers, scope, clock, "held-dead", token=None)
+
+
+def _ended(
+    layers: SqlLayerStore, scope: Scope, clock: ManualClock, task_id: str, token: int | None
+) -> None:
+    start = ExecutionStart(task_id, "L1", "s1", None, 0, 1, token, "w0")
+    attempt = layers.start_execution(scope, start, clock)
+    layers.record_receipt(scope, ReceiptDraft(task_id, "L1", clock.now(), attempt=attempt), None)
+    layers.end_execution(scope, attempt, "completed", clock)
+
+
+def _needed(row: Execution) -> bool:
+    ended = row.ended_at is not None and row.ended_at < CUTOFF
+    return not ended or _held(row.attempt.task_id)
+
+
+def _receipts(layers: SqlLayerStore, scope: Scope) -> dict[str, float]:
+    ids = [f"{kind}-{age}{part}" for kind in ("done", "held") for age in ("old", "new")
+           for part in ("", "-0", "-1", "-2", "-3", ".0", "@7")] + ["held-dead"]  # fmt: skip
+    found = {task_id: layers.receipt(scope, task_id) for task_id in ids}
+    return {k: r.completed_at for k, r in found.items() if r is not None}
+
+
+def test_pruning_deletes_exactly_the_rows_nothing_needs(layers: SqlLayerStore) -> None:
+    clock = ManualClock()
+    _populate(layers, clock)
+    before = {s.tenant: (layers.executions(s), _receipts(layers, s)) for s in SCOPES}
+
+    executions = prune(layers, LogTable.EXECUTIONS, CUTOFF, batch=3)
+    receipts = prune(layers, LogTable.RECEIPTS, CUTOFF, batch=3)
+
+    assert all(n <= 3 for n in executions + receipts)
+    for scope in SCOPES:
+        was_logged, had = before[scope.tenant]
+        assert layers.executions(scope) == [row for row in was_logged if _needed(row)]
+        assert _receipts(layers, scope) == {
+            task_id: at for task_id, at in had.items() if at >= CUTOFF or _held(task_id)
+        }
+    assert sum(executions) == 2 * 4 and sum(receipts) == 2 * 4  # the done-old of each tenant
+    assert sum(prune(layers, LogTable.EXECUTIONS, CUTOFF, batch=3)) == 0  # nothing more
+
+
+def test_a_batch_deletes_only_rows_still_past_its_cutoff(layers: SqlLayerStore) -> None:
+    clock = ManualClock(CUTOFF - DAY)
+    for i in range(5):
+        _ended(layers, SCOPES[0], clock, f"t{i}", token=None)
+        clock.advance(1)
+    page = layers.log_page(LogTable.RECEIPTS, CUTOFF, None, 2)
+    assert [row.task_id for row in page.rows] == ["t0", "t1"] and page.next_after is not None
+    assert layers.prune_log(LogTable.RECEIPTS, page.rows, before=CUTOFF - DAY) == 0
+    assert layers.prune_log(LogTable.RECEIPTS, page.rows, before=CUTOFF) == 2
+    rest = layers.log_page(LogTable.RECEIPTS, CUTOFF, page.next_after, 10)
+    assert [row.task_id for row in rest.rows] == ["t2", "t3", "t4"] and rest.next_after is None
+
+
+def test_a_kept_receipt_still_replays_and_fencing_outlives_the_log(layers: SqlLayerStore) -> None:
+    clock = ManualClock(CUTOFF - DAY)
+    scope, lock = SCOPES[0], "session/acme/s1"
+    _ended(layers, scope, clock, "held-old", token=None)
+    for token in (1, 2):  # two ended executions under the lock, the newest with token 2
+        start = ExecutionStart(f"l{token}", "L1", "s1", lock, 0, 1, token, "w0")
+        layers.end_execution(scope, layers.start_execution(scope, start, clock), "completed",
+                             clock)  # fmt: skip
+    prune(layers, LogTable.EXECUTIONS, CUTOFF, batch=2)
+    prune(layers, LogTable.RECEIPTS, CUTOFF, batch=2)
+
+    kept = layers.receipt(scope, "held-old")
+    assert kept is not None and kept.authentic  # a re-delivery finds it and replays
+    assert [row.attempt.task_id for row in layers.executions(scope)] == ["held-old"]
+    with pytest.raises(StaleFencingToken):  # the lock's fence is in `fences`, not in the log
+        layers.start_execution(scope, ExecutionStart("l9", "L1", "s1", lock, 0, 1, 1, "w9"),
+                               clock)  # fmt: skip
+
+
+def test_task_ids_of_parts() -> None:
+    assert task_ids("abc") == ["abc"]
+    assert task_ids("abc.2") == ["abc", "abc.2"]
+    assert task_ids("abc.flush@7") == ["abc", "abc.flush", "abc.flush@7"]
