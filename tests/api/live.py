@@ -20,7 +20,7 @@ def live(app: FastAPI, log_level: str = "warning") -> Iterator[str]:
     """The base URL of `app` served on a free port; stopped (lifespan shutdown) on exit."""
     sock = bind("127.0.0.1", 0)
     host, port = sock.getsockname()[:2]
-    server = uvicorn.Server(server_config(app, log_level))
+    server = uvicorn.Server(server_config(app, shutdown_timeout_s=5, log_level=log_level))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT_S

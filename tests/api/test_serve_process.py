@@ -34,7 +34,7 @@ def test_cli_keys_work_against_a_running_service(tmp_path: Path) -> None:
         stratamem(data, "keys", "revoke", key["key_id"])
         revoked = httpx.post(f"{server.url}/v1/recall", json={"query": "bees"}, headers=auth)
         assert revoked.status_code == 401
-        assert server.stop() in (0, -15)  # uvicorn re-raises SIGTERM after a clean shutdown
+        assert server.stop() == 0  # SIGTERM: an orderly stop
     assert "Application shutdown complete" in (tmp_path / "serve.log").read_text()
 
 

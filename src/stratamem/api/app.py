@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.telemetry import TelemetryConfig
@@ -14,7 +15,7 @@ from mcp.server.mcpserver import MCPServer
 from stratamem.api import errors
 from stratamem.api.background import Background
 from stratamem.api.mcp_server import build_mcp, http_route, tenant_from_key
-from stratamem.api.middleware import BodyLimit, CatchAll, RequestMetrics, ShapedCORS
+from stratamem.api.middleware import BodyLimit, CatchAll, InFlight, RequestMetrics, ShapedCORS
 from stratamem.api.routes import admin, failures, health, layers, memory, offload, pipeline
 from stratamem.api.services import Services
 from stratamem.api.strict_query import reject_unknown_query
@@ -32,6 +33,9 @@ NO_TELEMETRY: TelemetryConfig = {
     "auto_configure": False,
 }
 
+#: How long the requests still in flight at shutdown get to unwind before they are cancelled again.
+UNWIND_S = 5.0
+
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
@@ -47,11 +51,12 @@ def create_app(
     `close_on_shutdown`, the app closes the services at shutdown.
     """
     mcp = build_mcp(services.memory, tenant_from_key(services.tenants), services.offload)
+    requests: set[asyncio.Task[Any]] = set()
     app = FastAPI(
         title="stratamem",
         summary="Layered long-term memory for AI agents.",
         version="1",
-        lifespan=_lifespan(services, close_on_shutdown, background, mcp),
+        lifespan=_lifespan(services, close_on_shutdown, background, mcp, requests),
         telemetry=NO_TELEMETRY,
         docs_url=None,  # the Swagger and ReDoc pages load their scripts from a CDN
         redoc_url=None,
@@ -64,6 +69,7 @@ def create_app(
         app.include_router(module.router)
     app.router.routes.append(http_route(mcp, services.tenants, services.admit))
     _install_middleware(app, services)
+    app.add_middleware(InFlight, tasks=requests)
     return app
 
 
@@ -87,7 +93,11 @@ def _install_middleware(app: FastAPI, services: Services) -> None:
 
 
 def _lifespan(
-    services: Services, close_on_shutdown: bool, background: Background | None, mcp: MCPServer
+    services: Services,
+    close_on_shutdown: bool,
+    background: Background | None,
+    mcp: MCPServer,
+    requests: set[asyncio.Task[Any]],
 ) -> Lifespan:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -101,6 +111,7 @@ def _lifespan(
             if background is not None:
                 await background.start()
                 stack.push_async_callback(background.stop)
+            stack.push_async_callback(_unwound, requests)
             yield
 
     return lifespan
@@ -115,6 +126,17 @@ async def _load_embedder(services: Services) -> None:
         log.exception("the embedding model failed to load; /v1/ready stays 503")
         return
     log.info("embedding model loaded in %.2f s", services.monotonic() - started)
+
+
+async def _unwound(requests: set[asyncio.Task[Any]]) -> None:
+    """First at shutdown: the requests still in flight (the server cancelled them at its
+    shutdown bound) unwind before what they use stops: they release their locks and end
+    their records; one still running after `UNWIND_S` (a lost cancellation) is cancelled
+    again. What they had not finished stays owed (cursors, flush requests, queued tasks)."""
+    if not requests:
+        return
+    _, running = await asyncio.wait(list(requests), timeout=UNWIND_S)
+    await asyncio.gather(*(cancel_and_wait(task) for task in running), return_exceptions=True)
 
 
 async def _cancelled(task: asyncio.Task[None]) -> None:

@@ -1,5 +1,5 @@
 """ASGI middleware of the service: every failure in the error shape, request body limit (413),
-CORS refusals in the error shape, and request metrics."""
+CORS refusals in the error shape, request metrics, and the requests in flight."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -48,6 +49,26 @@ class CatchAll:
             log.error("%s %s failed", scope["method"], scope["path"], exc_info=exc)
             body = error_body("internal_error", "the service failed; the error is in its log")
             await JSONResponse(body, status_code=500)(scope, receive, send)
+
+
+class InFlight:
+    """Keeps the task of every request being answered in `tasks`, so that the app's shutdown
+    can wait for the requests the server cancelled at its shutdown bound to unwind (release
+    their locks, end their records) before the store closes."""
+
+    def __init__(self, app: ASGIApp, tasks: set[asyncio.Task[Any]]) -> None:
+        self.app, self.tasks = app, tasks
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        if scope["type"] != "http" or task is None:
+            await self.app(scope, receive, send)
+            return
+        self.tasks.add(task)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.tasks.discard(task)
 
 
 class ShapedCORS(CORSMiddleware):

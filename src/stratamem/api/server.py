@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import socket
 from collections.abc import Callable
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
@@ -37,9 +39,16 @@ def _without_query(value: object) -> object:
     return value
 
 
-def server_config(app: FastAPI, log_level: str = "info") -> uvicorn.Config:
-    """How uvicorn serves `app`: lifespan on, no server header, no query strings logged."""
-    config = uvicorn.Config(app, lifespan="on", server_header=False, log_level=log_level)
+def server_config(
+    app: FastAPI, shutdown_timeout_s: int, log_level: str = "info"
+) -> uvicorn.Config:
+    """How uvicorn serves `app`: lifespan on, no server header, no query strings logged; at a
+    stop, requests in flight get `shutdown_timeout_s`, then are cancelled and the lifespan's
+    shutdown runs (without a bound, one open request would keep the process up for ever)."""
+    config = uvicorn.Config(
+        app, lifespan="on", server_header=False, log_level=log_level,
+        timeout_graceful_shutdown=shutdown_timeout_s,
+    )  # fmt: skip
     access = logging.getLogger(ACCESS_LOGGER)
     if not any(isinstance(f, WithoutQueryStrings) for f in access.filters):
         access.addFilter(WithoutQueryStrings())
@@ -81,4 +90,15 @@ def serve(settings: AllSettings, announce: Callable[[str], None]) -> None:
     )
     announce(f"stratamem listening on http://{host}:{port} ({workers}; data in {core.data_dir})")
     app = create_app(services, close_on_shutdown=True, background=background)
-    uvicorn.Server(server_config(app)).run(sockets=[sock])
+    uvicorn_server = uvicorn.Server(server_config(app, server.shutdown_timeout_s))
+    previous = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        uvicorn_server.run(sockets=[sock])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    """uvicorn handles SIGTERM itself, then raises it again after its orderly shutdown: the
+    process then exits 0, as `stratamem worker` does (a stop was asked for and done)."""
+    raise SystemExit(0)

@@ -59,6 +59,10 @@ class ServerSettings(BaseSettings):
     body_timeout_s: float = Field(
         30.0, gt=0, le=3600, description="Longest wait for a request body to arrive (else 408)."
     )
+    shutdown_timeout_s: int = Field(
+        30, ge=1, le=3600, description="At SIGTERM / SIGINT, longest wait for the requests in"
+        " flight; then they are cancelled (their work stays owed) and the workers stop.",
+    )
     tenant_requests_per_s: float = Field(
         100.0, ge=0, description="Requests a second per tenant, on average (0: no limit; 429)."
     )
