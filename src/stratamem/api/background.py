@@ -51,7 +51,8 @@ class Background:
         registry = service_registry(services)
         self.worker = Worker(backend, registry, self.settings, clock=clock, name=name)
         sources = registry.backlog_sources(self.settings.scheduler_grace_s)
-        self.scheduler = backlog_loop(backend, sources, self.settings, clock, name)
+        self.scheduler = backlog_loop(backend, sources, self.settings, clock, name,
+                                      registry.retained)  # fmt: skip
         self._stop = asyncio.Event()
         self._scheduling: asyncio.Task[None] | None = None
         self._working: asyncio.Task[None] | None = None

@@ -28,6 +28,7 @@ from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task
 from stratamem.store.base import Filters
 from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.log_retention import ThreadedRetainedLog
 from stratamem.store.opening import RecordStore, open_store
 from stratamem.timestamps import utc_text
 
@@ -127,7 +128,8 @@ async def _schedule(settings: Settings, once: bool) -> list[Task]:
         if once:
             scheduler = BacklogScheduler(backend, sources, pipeline)
             return (await scheduler.run_pass(memory.clock.now())).submitted
-        loop = backlog_loop(backend, sources, pipeline, memory.clock, f"schedule-{os.getpid()}")
+        loop = backlog_loop(backend, sources, pipeline, memory.clock, f"schedule-{os.getpid()}",
+                            ThreadedRetainedLog(service.layers))  # fmt: skip
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().add_signal_handler(signum, stop.set)

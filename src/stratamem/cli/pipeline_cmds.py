@@ -113,8 +113,8 @@ def pipeline() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def status(ctx: click.Context, backend: str | None, as_json: bool) -> None:
-    """Queue depth, dead letters, the last status each worker published and the backlog
-    scheduler's counters and backlog per kind."""
+    """Queue depth, dead letters, the last status each worker published, the backlog
+    scheduler's counters and backlog per kind, and what retention pruned."""
 
     settings = _settings(backend=backend)
 
@@ -139,6 +139,9 @@ def status(ctx: click.Context, backend: str | None, as_json: bool) -> None:
         snap = report["scheduler"]
         counters = " ".join(f"{k}={snap[k]}" for k in SNAPSHOT_COUNTERS)
         click.echo(f"scheduler {snap['owner']}: {counters} backlog={snap['backlog']}")
+        retention = snap.get("retention")
+        if retention is not None:
+            click.echo("retention: " + " ".join(f"{k}={v}" for k, v in retention.items()))
 
 
 @contextmanager

@@ -29,6 +29,7 @@ from stratamem.pipeline.task import Task, TaskType
 from stratamem.pipeline.timers import l2_timer_key, lock_key_for
 from stratamem.store.base import Fence
 from stratamem.store.executions import ExecutionStart, ThreadedExecutionLog
+from stratamem.store.log_retention import ThreadedRetainedLog
 from stratamem.store.receipts import Attempt, Receipt, ReceiptDraft
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,7 @@ class LayerExecutors:
             registry.add_usage_source(self.service.llm.usage.snapshot)
         registry.receipts = self.receipt
         registry.executions = ThreadedExecutionLog(self.service.layers)
+        registry.retained = ThreadedRetainedLog(self.service.layers)
         registry.register(TaskType.L1, self.l1)
         registry.register(TaskType.L2, self.l2)
         registry.register(TaskType.L3, self.l3)

@@ -212,7 +212,12 @@ def new_dead_id() -> str:
 
 
 def retry_timer_key(task: Task) -> str:
-    return f"retry/{task.id}"
+    return retry_timer_key_for(task.id)
+
+
+def retry_timer_key_for(task_id: str) -> str:
+    """The timer that holds the next attempt of task `task_id` while it waits for its retry."""
+    return f"retry/{task_id}"
 
 
 DELIVERY_LIMIT_ERROR = "delivery limit exceeded (the task's worker went silent every time)"

@@ -37,6 +37,7 @@ from typing import Protocol
 
 from stratamem.clock import Clock
 from stratamem.pipeline.errors import UnknownTaskType
+from stratamem.pipeline.retention import RetainedLog
 from stratamem.pipeline.scheduler import Source
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.store.executions import ExecutionStart
@@ -98,6 +99,8 @@ class ExecutorRegistry:
         #: Records each execution's start and end in the same store (set with `receipts`);
         #: without one, executions are stamped on the delivery only.
         self.executions: ExecutionLog | None = None
+        #: The log and receipts to prune (`pipeline.retention`; set with `executions`).
+        self.retained: RetainedLog | None = None
         self._backlog: list[BacklogFactory] = []
         for task_type, executor in executors:
             self.register(task_type, executor)

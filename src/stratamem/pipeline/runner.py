@@ -54,7 +54,7 @@ async def serve(
     backend, clock = open_backend(settings, data_dir), SystemClock()
     worker = Worker(backend, registry, settings, name=name, clock=clock)
     sources = registry.backlog_sources(settings.scheduler_grace_s)
-    scheduler = backlog_loop(backend, sources, settings, clock, worker.name)
+    scheduler = backlog_loop(backend, sources, settings, clock, worker.name, registry.retained)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from stratamem.clock import Clock
 from stratamem.errors import StratamemError
 from stratamem.pipeline.backend import PipelineBackend
+from stratamem.pipeline.retention import LogPruner, RetainedLog
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task
 
@@ -282,23 +283,38 @@ def backlog_loop(
     settings: PipelineSettings,
     clock: Clock,
     owner: str,
+    retained: RetainedLog | None = None,
 ) -> SchedulerLoop | None:
-    """The scheduler loop over `sources`, or None when there is none or `scheduler_limit` is 0."""
-    if settings.scheduler_limit == 0 or not sources:
+    """The scheduler loop over `sources` (none when `scheduler_limit` is 0), which also prunes
+    the `retained` log (`pipeline.retention`, unless `log_retention_s` is 0); None when it
+    would have nothing to do."""
+    scheduled = list(sources) if settings.scheduler_limit > 0 else []
+    pruner = None
+    if retained is not None and settings.log_retention_s > 0:
+        pruner = LogPruner(backend, retained, settings)
+    if not scheduled and pruner is None:
         return None
-    return SchedulerLoop(BacklogScheduler(backend, sources, settings), clock, owner)
+    return SchedulerLoop(BacklogScheduler(backend, scheduled, settings), clock, owner, pruner)
 
 
 class SchedulerLoop:
     """Runs passes every `scheduler_interval_s` while this process holds the deployment's lease
     (a lock on the pipeline backend with a TTL, renewed every pass: when its holder dies, the
-    next process to ask takes it over). Publishes the snapshot for `pipeline status`. Nothing
-    but `stop` ends the loop: a failed pass is logged, counted and followed by the next."""
+    next process to ask takes it over), and the `pruner`'s when due. Publishes the snapshot for
+    `pipeline status`. Nothing but `stop` ends the loop: a failed pass is logged, counted and
+    followed by the next."""
 
-    def __init__(self, scheduler: BacklogScheduler, clock: Clock, owner: str) -> None:
+    def __init__(
+        self,
+        scheduler: BacklogScheduler,
+        clock: Clock,
+        owner: str,
+        pruner: LogPruner | None = None,
+    ) -> None:
         self.scheduler = scheduler
         self.clock = clock
         self.owner = owner
+        self.pruner = pruner
         self.active = False
 
     @property
@@ -315,9 +331,21 @@ class SchedulerLoop:
             return None
         if not held:
             return None
-        report = await self.scheduler.run_pass(self.clock.now())
+        report = PassReport()
+        if self.scheduler.sources:
+            report = await self.scheduler.run_pass(self.clock.now())
+        await self._prune()
         await self._publish()
         return report
+
+    async def _prune(self) -> None:
+        if self.pruner is None:
+            return
+        try:
+            await self.pruner.maybe_run(self.clock.now())
+        except PASS_ERRORS:
+            log.exception("retention: the pass failed")
+            self.pruner.counters.errors += 1
 
     async def run(self, stop: asyncio.Event) -> None:
         """Pass after pass until `stop` is set; releases the lease when it ends."""
@@ -348,6 +376,8 @@ class SchedulerLoop:
     async def _publish(self) -> None:
         snapshot = {"owner": self.owner, "updated_at": self.clock.now(),
                     **self.scheduler.snapshot()}  # fmt: skip
+        if self.pruner is not None:
+            snapshot["retention"] = self.pruner.counters.as_dict()
         with contextlib.suppress(*PASS_ERRORS):
             await self.scheduler.backend.state_set(
                 SCHEDULER_SCOPE, "snapshot", json.dumps(snapshot)
@@ -361,11 +391,15 @@ async def read_snapshot(backend: PipelineBackend) -> dict[str, Any] | None:
 
 
 def snapshot_gauges(snapshot: dict[str, Any] | None) -> dict[str, float]:
-    """The snapshot as `/metrics` gauges: `scheduler_<counter>`, `scheduler_backlog_<kind>`."""
+    """The snapshot as `/metrics` gauges: `scheduler_<counter>`, `scheduler_backlog_<kind>`,
+    `retention_<counter>` (rows pruned since the active scheduler's process started, …)."""
     if snapshot is None:
         return {}
     gauges = {f"scheduler_{name}": float(snapshot[name]) for name in SNAPSHOT_COUNTERS}
     for kind, size in snapshot.get("backlog", {}).items():
         if size is not None:
             gauges[f"scheduler_backlog_{kind.replace('-', '_').lower()}"] = float(size)
+    for name, value in (snapshot.get("retention") or {}).items():
+        if value is not None and name != "last_at":
+            gauges[f"retention_{name}"] = float(value)
     return gauges

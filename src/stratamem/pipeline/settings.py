@@ -10,6 +10,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from stratamem.errors import ConfigError
 
+#: The shortest retention of the execution log and receipts (`log_retention_s`) but 0.
+MIN_LOG_RETENTION_S = 3600.0
+
 
 class LockScope(StrEnum):
     SESSION = "session"  # L1, L2, flush lock their session; L3 locks its tenant
@@ -81,6 +84,19 @@ class PipelineSettings(BaseSettings):
     scheduler_park_refresh_s: float = Field(default=30.0, ge=0)
     scheduler_dead_scan: int = Field(default=10_000, ge=1)
 
+    # Retention of the execution log and receipts (`pipeline.retention`), run by the scheduler's
+    # loop: ended executions and receipts older than this go, unless their task is still
+    # queued, in flight, waiting for a retry or dead. 0 keeps them for ever; otherwise at least
+    # an hour (a receipt must outlive every retry and lock wait of its task).
+    log_retention_s: float = Field(default=7 * 86_400.0, ge=0)
+    log_prune_interval_s: float = Field(default=300.0, gt=0)
+    # Rows a batch reads and deletes (one short write transaction), and batches per table a pass.
+    log_prune_batch: int = Field(default=500, ge=1, le=1000)
+    log_prune_batches: int = Field(default=10, ge=1)
+    # A pass reads up to this many queued tasks and dead letters to know which tasks are held;
+    # with more, it cannot tell and deletes nothing.
+    log_prune_scan: int = Field(default=10_000, ge=1)
+
     @model_validator(mode="after")
     def _consistent(self) -> PipelineSettings:
         # Live workers heartbeat their deliveries every quarter TTL while running and after
@@ -97,6 +113,11 @@ class PipelineSettings(BaseSettings):
                 f"scheduler_lease_ms ({self.scheduler_lease_ms}) must exceed two scheduler"
                 f" intervals ({2000 * self.scheduler_interval_s:.0f} ms), or the lease lapses"
                 " between the passes that renew it"
+            )
+        if 0 < self.log_retention_s < MIN_LOG_RETENTION_S:
+            raise ConfigError(
+                f"log_retention_s ({self.log_retention_s:g}) must be 0 (keep for ever) or at"
+                f" least {MIN_LOG_RETENTION_S:g} s: a task's receipt must outlive its retries"
             )
         return self
 

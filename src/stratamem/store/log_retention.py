@@ -26,11 +26,12 @@ backlog of any size never holds the store's write lock for long.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from stratamem.store.sql import SqlConn
 
@@ -134,3 +135,28 @@ def _key(table: LogTable, row: Any) -> tuple[Any, ...]:
     if table is LogTable.EXECUTIONS:
         return (float(row[2]), int(row[3]))
     return (float(row[2]), str(row[0]), str(row[1]))
+
+
+class RetentionRecords(Protocol):
+    """The store side (`LayerStore` has it)."""
+
+    def log_page(
+        self, table: LogTable, before: float, after: tuple[Any, ...] | None, limit: int
+    ) -> LogPage: ...
+
+    def prune_log(self, table: LogTable, rows: Sequence[LogRow], before: float) -> int: ...
+
+
+class ThreadedRetainedLog:
+    """Retention's store side for the pipeline (`pipeline.retention.RetainedLog`)."""
+
+    def __init__(self, records: RetentionRecords) -> None:
+        self._records = records
+
+    async def page(
+        self, table: LogTable, before: float, after: tuple[Any, ...] | None, limit: int
+    ) -> LogPage:
+        return await asyncio.to_thread(self._records.log_page, table, before, after, limit)
+
+    async def prune(self, table: LogTable, rows: Sequence[LogRow], before: float) -> int:
+        return await asyncio.to_thread(self._records.prune_log, table, rows, before)

@@ -1,0 +1,202 @@
+"""Retention of the execution log and receipts (`pipeline.retention`) on every pipeline backend
+(a SQLite file, the local Redis) and every store (a SQLite file, PostgreSQL), with an injected
+clock: rows past the retention go unless their task is still queued, in flight, waiting for a
+retry or dead (every kind of hold, over every kind of row); a backlog is worked off in bounded
+passes; a delivery in flight still finds its receipt and is judged complete after a prune; the
+scheduler's loop runs the pass on its interval and publishes the counts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from stratamem.clock import ManualClock
+from stratamem.domain import Scope
+from stratamem.errors import ConfigError
+from stratamem.pipeline.reconcile import Finding, reconcile
+from stratamem.pipeline.retention import LogPruner
+from stratamem.pipeline.scheduler import backlog_loop, read_snapshot, snapshot_gauges
+from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.sqlite_backend import SqliteBackend
+from stratamem.pipeline.task import Task, TaskType
+from stratamem.store.executions import ExecutionStart
+from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.log_retention import ThreadedRetainedLog
+from stratamem.store.receipts import Attempt, Receipt, ReceiptDraft
+from stratamem.store.sqlite import SqliteStore
+from tests.stores import StoreFactory
+
+from .conftest import Harness
+from .test_fencing_and_cli import run_cli
+
+SCOPE = Scope("acme")
+HOUR = 3600.0
+SETTINGS = PipelineSettings(log_retention_s=HOUR, log_prune_interval_s=60)
+
+
+@pytest.fixture
+def layers(open_store: StoreFactory) -> SqlLayerStore:
+    return SqlLayerStore(open_store())
+
+
+def _commit(layers: SqlLayerStore, clock: ManualClock, task: Task, worker: str = "w0") -> Attempt:
+    """An execution of `task` that committed its receipt and a part's receipt, then ended."""
+    start = ExecutionStart(task.id, task.type.value, task.session, None, task.attempt, 1, None,
+                           worker)  # fmt: skip
+    attempt = layers.start_execution(SCOPE, start, clock)
+    layers.record_receipt(SCOPE, ReceiptDraft(f"{task.id}.0", "L1", clock.now()), None)
+    draft = ReceiptDraft(task.id, task.type.value, clock.now(), {"changed": True}, attempt=attempt)
+    layers.record_receipt(SCOPE, draft, None)
+    layers.end_execution(SCOPE, attempt, "completed", clock)
+    return attempt
+
+
+def _kept(layers: SqlLayerStore, task: Task) -> tuple[int, bool, bool]:
+    """How many executions of `task` are left, and whether its receipts are."""
+    part = layers.receipt(SCOPE, f"{task.id}.0") is not None
+    return len(layers.executions(SCOPE, task.id)), layers.receipt(SCOPE, task.id) is not None, part
+
+
+def _task() -> Task:
+    return Task(TaskType.L1, SCOPE.tenant, "s1")
+
+
+async def test_only_rows_of_tasks_nothing_holds_go(harness: Harness, layers: SqlLayerStore) -> None:
+    backend, clock = harness.backend, harness.clock
+    queued, in_flight, retrying, dead, done, fresh = (_task() for _ in range(6))
+    for task in (queued, in_flight, retrying, dead, done):
+        _commit(layers, clock, task)
+    for task in (retrying, in_flight, dead):
+        await backend.enqueue(task, now=clock.now())
+    taken = {d.task.id: d for d in await backend.consume("w0", count=10, block_ms=0,
+                                                         now=clock.now())}  # fmt: skip
+    await backend.retry(taken[retrying.id], retrying.next_attempt(), due_at=clock.now() + 9 * HOUR)
+    assert await backend.dead_letter(taken[dead.id], "boom", now=clock.now()) is not None
+    await backend.enqueue(queued, now=clock.now())
+    open_start = ExecutionStart("killed", "offload-l1", "s1", None, 0, 1, None, "w9")
+    layers.start_execution(SCOPE, open_start, clock)  # its worker was killed: open for good
+    clock.advance(2 * HOUR)
+    _commit(layers, clock, fresh)
+
+    pruner = LogPruner(backend, ThreadedRetainedLog(layers), SETTINGS)
+    report = await pruner.run(clock.now())
+
+    assert report.deleted == {"executions": 1, "receipts": 2}  # done's execution and receipts
+    assert _kept(layers, done) == (0, False, False)
+    for task in (queued, in_flight, retrying, dead, fresh):
+        assert _kept(layers, task) == (1, True, True), task
+    assert len(layers.executions(SCOPE, "killed")) == 1
+    assert report.held == 4 + 2 * 4  # per held task: its execution, receipt and part's receipt
+
+    await backend.purge_dead()  # the dead letter is gone: nobody can requeue it any more
+    clock.advance(SETTINGS.log_prune_interval_s)
+    assert (await pruner.run(clock.now())).deleted == {"executions": 1, "receipts": 2}
+    assert _kept(layers, dead) == (0, False, False)
+    assert pruner.counters.executions == 2 and pruner.counters.receipts == 4
+
+
+async def test_a_delivery_in_flight_still_replays_after_a_prune(
+    harness: Harness, layers: SqlLayerStore
+) -> None:
+    backend, clock = harness.backend, harness.clock
+    task = _task()
+    await backend.enqueue(task, now=clock.now())
+    (delivery,) = await backend.consume("w0", count=1, block_ms=0, now=clock.now())
+    attempt = _commit(layers, clock, task)
+    assert await backend.stamp(delivery, attempt, now=clock.now())
+    clock.advance(30 * 24 * HOUR)  # the worker died after committing; a month goes by
+    await LogPruner(backend, ThreadedRetainedLog(layers), SETTINGS).run(clock.now())
+
+    async def receipts(tenant: str, task_id: str) -> Receipt | None:
+        return layers.receipt(Scope(tenant), task_id)
+
+    (report,) = await reconcile(backend, receipts, SETTINGS, now=clock.now())
+    assert report.finding is Finding.COMPLETED and report.may_submit_completion
+
+
+async def test_a_backlog_goes_in_bounded_passes(harness: Harness, layers: SqlLayerStore) -> None:
+    clock = harness.clock
+    for i in range(25):
+        layers.record_receipt(SCOPE, ReceiptDraft(f"r{i:02}", "L1", clock.now()), None)
+    clock.advance(2 * HOUR)
+    settings = SETTINGS.model_copy(update={"log_prune_batch": 4, "log_prune_batches": 2})
+    pruner = LogPruner(harness.backend, ThreadedRetainedLog(layers), settings)
+    deleted = [(await pruner.run(clock.now())).deleted["receipts"] for _ in range(5)]
+    assert deleted == [8, 8, 8, 1, 0]
+    assert layers.receipt(SCOPE, "r24") is None
+
+
+async def test_with_more_queued_than_it_reads_a_pass_deletes_nothing(
+    harness: Harness, layers: SqlLayerStore
+) -> None:
+    clock = harness.clock
+    _commit(layers, clock, _task())
+    for _ in range(3):
+        await harness.backend.enqueue(_task(), now=clock.now())
+    clock.advance(2 * HOUR)
+    settings = SETTINGS.model_copy(update={"log_prune_scan": 2})
+    pruner = LogPruner(harness.backend, ThreadedRetainedLog(layers), settings)
+    report = await pruner.run(clock.now())
+    assert not report.decided and report.deleted == {} and pruner.counters.undecided == 1
+    assert len(layers.executions(SCOPE)) == 1
+
+
+async def test_the_scheduler_loop_prunes_on_its_interval_and_publishes(
+    harness: Harness, layers: SqlLayerStore
+) -> None:
+    clock = harness.clock
+    retained = ThreadedRetainedLog(layers)
+    assert backlog_loop(harness.backend, [], SETTINGS, clock, "a") is None  # nothing to do
+    off = SETTINGS.model_copy(update={"log_retention_s": 0.0})
+    assert backlog_loop(harness.backend, [], off, clock, "a", retained) is None
+    hourly = SETTINGS.model_copy(update={"log_prune_interval_s": HOUR})
+    loop = backlog_loop(harness.backend, [], hourly, clock, "a", retained)
+    assert loop is not None
+    first, second = _task(), _task()
+    _commit(layers, clock, first)
+    clock.advance(0.5 * HOUR)
+    _commit(layers, clock, second)
+    clock.advance(0.7 * HOUR)
+    await loop.tick()  # the first is past the retention, the second not yet
+    assert (_kept(layers, first), _kept(layers, second)) == ((0, False, False), (1, True, True))
+    clock.advance(0.4 * HOUR)
+    await loop.tick()  # the second is past it now, but the last pass was too recent
+    assert _kept(layers, second) == (1, True, True)
+    snapshot = await read_snapshot(harness.backend)
+    assert snapshot is not None
+    assert snapshot["retention"]["passes"] == 1 and snapshot["retention"]["executions"] == 1
+    assert snapshot_gauges(snapshot)["retention_receipts"] == 2.0
+    clock.advance(0.6 * HOUR)
+    await loop.tick()
+    assert layers.executions(SCOPE) == []
+
+
+def test_retention_is_off_or_at_least_an_hour() -> None:
+    assert PipelineSettings(log_retention_s=0).log_retention_s == 0
+    assert PipelineSettings().log_retention_s == 7 * 24 * HOUR
+    with pytest.raises(ConfigError, match="log_retention_s"):
+        PipelineSettings(log_retention_s=60)
+
+
+def test_pipeline_status_prints_what_retention_pruned(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "store.db")
+    layers, clock = SqlLayerStore(store), ManualClock()
+
+    async def one_pass() -> None:
+        backend = SqliteBackend(tmp_path / "pipeline.db")
+        loop = backlog_loop(backend, [], SETTINGS, clock, "w0", ThreadedRetainedLog(layers))
+        assert loop is not None
+        _commit(layers, clock, _task())
+        clock.advance(2 * HOUR)
+        await loop.tick()
+        await backend.close()
+
+    asyncio.run(one_pass())
+    store.close()
+    out = run_cli(tmp_path, "pipeline", "status")
+    assert "retention: passes=1 undecided=0 errors=0 executions=1 receipts=2 held=0" in out
+    status = json.loads(run_cli(tmp_path, "pipeline", "status", "--json"))
+    assert status["scheduler"]["retention"]["receipts"] == 2
