@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stratamem.embed import HashingEmbedder
+from stratamem.embed import HashingEmbedder, LocalEmbedder
 from stratamem.embed.cached import CachedEmbedder
 from stratamem.errors import ConfigError
 
@@ -43,3 +43,22 @@ def test_an_unusable_path_is_a_config_error(tmp_path: Path) -> None:
     blocker.write_text("not a directory", encoding="utf-8")
     with pytest.raises(ConfigError):
         CachedEmbedder(HashingEmbedder(), blocker / "vectors.sqlite")
+
+
+async def test_the_q8_and_float32_graphs_never_share_vectors(tmp_path: Path) -> None:
+    """Both are `all-MiniLM-L6-v2`, but a cache warmed by one must not answer for the other:
+    an evaluation of the default would otherwise measure the float32 vectors."""
+    path, texts = tmp_path / "vectors.sqlite", ["where did Maya move?", "she moved to Lisbon"]
+    exact = CachedEmbedder(LocalEmbedder(precision="fp32"), path)
+    float32 = await exact.embed(texts)
+    await exact.aclose()
+    default = CachedEmbedder(LocalEmbedder(), path)
+    q8 = await default.embed(texts)
+    assert (default.hits, default.misses) == (0, 2)
+    assert not np.array_equal(q8, float32)
+    assert np.sum(q8 * float32, axis=1).min() > 0.999
+    again = CachedEmbedder(LocalEmbedder(), path)
+    np.testing.assert_array_equal(await again.embed(texts), q8)
+    assert again.hits == 2
+    await default.aclose()
+    await again.aclose()

@@ -62,6 +62,14 @@ async def preload(embedder: Embedder) -> None:
         await embedder.load()
 
 
+def vector_source(embedder: Embedder) -> str:
+    """What made `embedder`'s vectors, for caches: its `vector_source` attribute where it has
+    one (another runtime of the same model, whose vectors differ a little, under the same
+    model name), else its model name."""
+    source = getattr(embedder, "vector_source", None)
+    return source if isinstance(source, str) else embedder.model
+
+
 def is_loaded(embedder: Embedder) -> bool:
     """True unless `embedder` has a model that is not loaded yet."""
     return not isinstance(embedder, Preloadable) or embedder.loaded

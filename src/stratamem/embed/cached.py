@@ -2,9 +2,11 @@
 texts again and again (the evaluation harness: one ingest of the LoCoMo dev split is ~9,000
 sentence pieces, half a minute of a 2-core CPU; with the cache, a second run embeds nothing).
 
-Vectors are keyed by the wrapped embedder's `model` name and a hash of the text, so any embedder
-can be wrapped, and vectors of different models never mix. The name is trusted: an embedder that
-makes other vectors under the same name (another runtime of the same model) needs another file.
+Vectors are keyed by what made them (`base.vector_source`: the wrapped embedder's model name, or
+its runtime where two of the same name differ, as the local q8 graph and float32 do) and a hash
+of the text, so any embedder can be wrapped, and vectors of different sources never mix. The
+name is trusted: an embedder that makes other vectors under the same name without saying so
+needs another file.
 A vector read back is exactly the one stored (float32), so results do not depend on whether the
 cache was warm.
 """
@@ -20,7 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
-from stratamem.embed.base import Embedder, Vectors, check_texts, empty, is_loaded, preload
+from stratamem.embed.base import (
+    Embedder,
+    Vectors,
+    check_texts,
+    empty,
+    is_loaded,
+    preload,
+    vector_source,
+)
 from stratamem.errors import ConfigError, EmbeddingError
 from stratamem.files import create_private
 
@@ -99,7 +109,7 @@ class CachedEmbedder:
     def _read(self, items: list[str]) -> dict[str, np.ndarray]:
         keys = {text_key(t): t for t in items}
         found: dict[str, np.ndarray] = {}
-        model = self.model
+        model = vector_source(self.inner)
         dim = _known_dim(self.inner)
         wanted = list(keys)
         with self._lock:
@@ -117,8 +127,9 @@ class CachedEmbedder:
         return found
 
     def _write(self, texts: list[str], vectors: np.ndarray) -> None:
+        source = vector_source(self.inner)
         rows = [
-            (self.model, text_key(t), np.asarray(v, dtype=np.float32).tobytes())
+            (source, text_key(t), np.asarray(v, dtype=np.float32).tobytes())
             for t, v in zip(texts, vectors, strict=True)
         ]
         with self._lock:

@@ -213,6 +213,12 @@ class LocalEmbedder(OnnxEmbedder):
                          functools.partial(self._sources, precision=precision), dim=MODEL_DIM,
                          batch_size=1 if int8 else batch_size)  # fmt: skip
 
+    @property
+    def vector_source(self) -> str:
+        """The cache key of these vectors (`base.vector_source`): q8's differ a little from
+        float32's (which are sentence-transformers'), under the same model name."""
+        return f"{MODEL_NAME}/q8" if self.precision == "q8" else self.model
+
     def _load_runtime(self, model: OnnxModel) -> Runtime:
         """The q8 graph, or the fp32 graph where this onnxruntime cannot run q8's operators
         (an older release, or a CPU without its kernels): the same vectors, a little slower."""
