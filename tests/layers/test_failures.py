@@ -44,7 +44,7 @@ SCOPE = Scope("acme")
 async def memory(
     tmp_path: Path, clock: ManualClock, scripted_llm: ScriptedLLM, layer_settings: LayerSettings
 ) -> AsyncIterator[AsyncMemory]:
-    client = LLMClient(llm_settings(scripted_llm, timeout_s=0.3), sleep=RecordingSleep())
+    client = LLMClient(llm_settings(scripted_llm), sleep=RecordingSleep())
     settings = Settings(data_dir=tmp_path / "data", embedder="none")
     core = AsyncMemory.open(settings, clock=clock, llm=client, layer_settings=layer_settings)
     await core.capture("acme", "s1", TURNS)
@@ -110,9 +110,16 @@ async def test_a_transport_failure_keeps_turns_and_cursor(
     memory: AsyncMemory, scripted_llm: ScriptedLLM, replies: tuple[Reply, ...]
 ) -> None:
     scripted_llm.push_for("L1", *replies)
-    service = memory.layer_service()
-    with pytest.raises((LLMHTTPError, LLMTimeout)):
-        await service.run_l1(Run("acme", "task-1", "s1"))
+    service, hurried = memory.layer_service(), memory.layer_service()
+    # Only the failing run waits 0.3 s (a held reply never comes): a reply the scripted server
+    # owes must never race a wall-clock bound that a loaded machine can exceed.
+    short = LLMClient(llm_settings(scripted_llm, timeout_s=0.3), sleep=RecordingSleep())
+    hurried.llm = short
+    try:
+        with pytest.raises((LLMHTTPError, LLMTimeout)):
+            await hurried.run_l1(Run("acme", "task-1", "s1"))
+    finally:
+        await short.aclose()
     assert_untouched(memory)
     assert memory.layers is not None
     [failure] = memory.layers.list_failures(SCOPE)
