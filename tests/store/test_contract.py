@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import numpy as np
@@ -94,6 +95,70 @@ def test_fenced_write_under_an_older_token_is_refused(store: Store) -> None:
     assert store.get_memory(ACME, "m1").content == "v1"
     store.upsert_memories(ACME, [memory("m1", "v2")], fence=Fence("acme/s1", 6))
     assert store.newest_fence("acme/s1") == 6
+
+
+def test_an_equal_token_is_accepted_only_from_the_owner_it_was_recorded_for(store: Store) -> None:
+    for n in range(3):  # one holder writes many times under its token
+        store.upsert_memories(ACME, [memory("m1", f"a{n}")], fence=Fence("acme/s1", 5, "a"))
+    with pytest.raises(StaleFencingToken) as refused:  # the counter granted 5 twice
+        store.upsert_memories(ACME, [memory("m1", "b")], fence=Fence("acme/s1", 5, "b"))
+    assert refused.value.newest == 5  # the grant's own token: `behind_the_store` puts it back
+    with pytest.raises(StaleFencingToken):  # an ownerless write cannot prove it is "a"
+        store.upsert_memories(ACME, [memory("m1", "none")], fence=Fence("acme/s1", 5))
+    assert store.get_memory(ACME, "m1").content == "a2"
+    store.upsert_memories(ACME, [memory("m1", "a3")], fence=Fence("acme/s1", 5, "a"))
+    assert store.get_memory(ACME, "m1").content == "a3"
+
+
+def test_a_greater_token_takes_the_fence_over_with_its_owner(store: Store) -> None:
+    store.upsert_memories(ACME, [memory("m1", "a")], fence=Fence("acme/s1", 5, "a"))
+    store.upsert_memories(ACME, [memory("m1", "b")], fence=Fence("acme/s1", 6, "b"))
+    for fence in (Fence("acme/s1", 5, "a"), Fence("acme/s1", 6, "a")):
+        with pytest.raises(StaleFencingToken):
+            store.upsert_memories(ACME, [memory("m1", "a again")], fence=fence)
+    store.upsert_memories(ACME, [memory("m1", "b2")], fence=Fence("acme/s1", 6, "b"))
+    assert store.get_memory(ACME, "m1").content == "b2"
+    assert store.newest_fence("acme/s1") == 6
+
+
+def test_a_fence_recorded_without_owner_accepts_its_token_from_anyone(store: Store) -> None:
+    """As every row did before owners were recorded (rows from before migration 8)."""
+    store.upsert_memories(ACME, [memory("m1", "legacy")], fence=Fence("acme/s1", 5))
+    for owner in ("a", "b", None, "a"):  # and keeps no owner: the first is not taken for it
+        store.upsert_memories(ACME, [memory("m1", f"{owner}")], fence=Fence("acme/s1", 5, owner))
+    with pytest.raises(StaleFencingToken):
+        store.upsert_memories(ACME, [memory("m1", "old")], fence=Fence("acme/s1", 4, "a"))
+    store.upsert_memories(ACME, [memory("m1", "new")], fence=Fence("acme/s1", 6, "c"))
+    with pytest.raises(StaleFencingToken):  # from then on, its owner's
+        store.upsert_memories(ACME, [memory("m1", "b")], fence=Fence("acme/s1", 6, "b"))
+    assert store.get_memory(ACME, "m1").content == "new"
+
+
+def test_fences_accept_what_the_rule_says_over_random_writes(store: Store) -> None:
+    """Invariant: a write is accepted iff its token is above the recorded one, or equal and
+    from the recorded owner (or the recorded one has none); so a token taken over by an owner
+    is accepted from that owner alone."""
+    rng, recorded = random.Random(8), (0, None)
+    taken: dict[int, str | None] = {}  # token -> the owner that took the fence over with it
+    accepted: dict[int, set[str | None]] = {}
+    for n in range(120):
+        token = max(1, recorded[0] + rng.choice([-1, 0, 0, 0, 1]))  # mostly contended ones
+        owner = rng.choice(["a", "b", "c", None])
+        expected = token > recorded[0] or (token == recorded[0] and recorded[1] in (None, owner))
+        try:
+            store.upsert_memories(ACME, [memory("m", str(n))], fence=Fence("k", token, owner))
+        except StaleFencingToken as exc:
+            assert not expected, (n, token, owner, recorded)
+            assert exc.newest == recorded[0]
+            continue
+        assert expected, (n, token, owner, recorded)
+        if token > recorded[0]:
+            recorded, taken[token] = (token, owner), owner
+        accepted.setdefault(token, set()).add(owner)
+    assert len(taken) > 5 and any(len(owners) > 1 for owners in accepted.values())
+    for token, owners in accepted.items():
+        assert taken[token] is None or owners == {taken[token]}, (token, owners)
+    assert store.newest_fence("k") == recorded[0]
 
 
 def test_bm25_finds_and_ranks_turns_and_memories(store: Store) -> None:

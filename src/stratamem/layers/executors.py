@@ -1,9 +1,9 @@
 """Pipeline executors of the memory layers: `L1`, `L2`, `L3` and `flush`.
 
 Each runs one `LayerService` stage under the worker's lock, with the task id (receipts, stable
-ids) and the lock's fencing token (`Fence(lock_key, token)`), and maps the stage result to the
-`ExecResult` the cascade reads. The registry also carries the layers' backlog sources
-(`layers.backlog`): the backlog scheduler finds owed layer work through them.
+ids) and the lock's fencing token and grant owner (`Fence(lock_key, token, owner)`), and maps
+the stage result to the `ExecResult` the cascade reads. The registry also carries the layers'
+backlog sources (`layers.backlog`): the backlog scheduler finds owed layer work through them.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 def _run(ctx: ExecutionContext) -> Run:
     fence = None
     if ctx.lock_key is not None and ctx.fence_token is not None:
-        fence = Fence(ctx.lock_key, ctx.fence_token)
+        fence = Fence(ctx.lock_key, ctx.fence_token, ctx.fence_owner)
     return Run(ctx.task.tenant, ctx.task.id, ctx.task.session, fence, ctx.attempt)
 
 
@@ -185,9 +185,10 @@ async def flush_in_turn(
         lock, task_id = key(task_type, of_session), f"{base}.{task_type.value}"
         async with holding(backend, lock, owner, settings, clock) as grant:
             start = ExecutionStart(task_id, task_type.value, of_session, lock, 0, 0, grant.token,
-                                   owner)  # fmt: skip
+                                   owner, grant.owner)  # fmt: skip
             async with _logged(service, tenant, start, clock) as attempt:
-                run = Run(tenant, task_id, of_session, Fence(lock, grant.token), attempt)
+                run = Run(tenant, task_id, of_session, Fence(lock, grant.token, grant.owner),
+                          attempt)  # fmt: skip
                 if task_type is TaskType.L1:
                     return await _l1_until_caught_up(service, run)
                 stage = service.run_l2 if task_type is TaskType.L2 else service.run_l3

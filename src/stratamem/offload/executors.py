@@ -59,7 +59,7 @@ class PipelineScheduler:
 def _fence(ctx: ExecutionContext) -> Fence | None:
     if ctx.lock_key is None or ctx.fence_token is None:
         return None
-    return Fence(ctx.lock_key, ctx.fence_token)
+    return Fence(ctx.lock_key, ctx.fence_token, ctx.fence_owner)
 
 
 def _where(ctx: ExecutionContext) -> tuple[str, str]:

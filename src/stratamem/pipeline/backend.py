@@ -118,7 +118,11 @@ class PipelineBackend(Protocol):
     ) -> LockGrant | None:
         """Take the lock `key` for `owner` for `ttl_ms` if nobody holds it (or the holder's TTL
         has passed). Every grant carries a fencing token strictly greater than every earlier
-        grant's token for the same key. None when the lock is held by someone (even `owner`)."""
+        grant's token for the same key. None when the lock is held by someone (even `owner`).
+
+        Callers name each acquisition with its own `owner` (the worker and a waited flush mint
+        one): fenced writes carry it (`Fence.owner`), so should the counter go backwards and
+        grant a token twice, the store accepts that token from one of the two holders only."""
 
     async def renew_lock(self, key: str, owner: str, *, ttl_ms: int, now: float) -> bool:
         """Extend the lock to `now + ttl_ms` if `owner` still holds it (and it has not expired).

@@ -4,11 +4,13 @@ An executor is an async callable `executor(ctx) -> ExecResult`, registered for o
 an `ExecutorRegistry`. The worker calls it once per delivery, with:
 
 - `ctx.task`: type, tenant, session (None for tenant-wide L3), payload dict, attempt (0 first);
-- `ctx.lock_key` and `ctx.fence_token`: the worker lock held while the executor runs and its
-  fencing token (both None for the lockless types offload-l1 and offload-l15). Every write the
-  executor makes to the system of record for this key should be conditional on the token (see
-  `stratamem.pipeline.fencing.fence_check`): a stale token means another worker took over, and
-  the store raises `StaleFencingToken`; let it propagate, the worker then aborts without ack;
+- `ctx.lock_key`, `ctx.fence_token` and `ctx.fence_owner`: the worker lock held while the
+  executor runs, its fencing token and the grant's owner (all None for the lockless types
+  offload-l1 and offload-l15). Every write the executor makes to the system of record for this
+  key should be conditional on the token and owner (see
+  `stratamem.pipeline.fencing.fence_check`): a stale token means another worker took over (or
+  the backend granted the same token twice), and the store raises `StaleFencingToken`; let it
+  propagate, the worker then aborts or puts the task back, without ack;
 - `ctx.enqueue_after_release(task)`: tasks to enqueue only after the lock is released (so a
   follow-up on the same key does not meet our own lock); enqueued only if the executor succeeds;
 - `ctx.clock` (injected time), `ctx.enqueued_at` (when the task was enqueued);
@@ -59,6 +61,9 @@ class ExecutionContext:
     enqueued_at: float
     after_release: list[Task] = field(default_factory=list)
     attempt: Attempt | None = None
+    fence_owner: str | None = None
+    """The lock grant's owner: a fenced write carries it with `fence_token`, so the store
+    refuses the same token from another holder (`store.fencing_sql`)."""
 
     def enqueue_after_release(self, task: Task) -> None:
         """Enqueue `task` once this execution succeeded and its lock was released."""

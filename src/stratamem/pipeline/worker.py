@@ -17,8 +17,9 @@ One delivery goes through `Worker.handle`:
    TTL; if renewal fails or errors, the executor is cancelled at once and the task is neither
    acknowledged nor cascaded (another worker will take it over); when the store refuses the
    start or a fenced write because it holds a token above the backend's counter (the backend
-   lost its state: a Redis restart), the counter is raised to it and the task is put back at
-   once without spending an attempt (`pipeline.fencing.behind_the_store`);
+   lost its state: a Redis restart), or holds the grant's very token from another owner (the
+   counter granted it twice), the counter is raised to it and the task is put back at once
+   without spending an attempt (`pipeline.fencing.behind_the_store`);
 3. record the execution's end in the log (before the lock is released); on success: cascade
    (still under the lock), release, enqueue what the executor asked for
    after release, ack; on failure: release, then retry with backoff 5 s · 3^attempt up to the
@@ -174,7 +175,8 @@ class Worker:
             return Attempt(task.id, task.attempt, delivery.deliveries, token, self.name,
                            self.clock.now())  # fmt: skip
         start = ExecutionStart(task.id, task.type.value, task.session, lock_key, task.attempt,
-                               delivery.deliveries, token, self.name)  # fmt: skip
+                               delivery.deliveries, token, self.name,
+                               None if grant is None else grant.owner)  # fmt: skip
         return await executions.started(task.tenant, start, self.clock)
 
     async def _ended(self, task: Task, attempt: Attempt, outcome: str) -> None:
@@ -253,8 +255,9 @@ class Worker:
         self, delivery: Delivery, grant: LockGrant | None, exc: StaleFencingToken
     ) -> Outcome:
         """The store refused our grant because the backend's token counter had gone backwards
-        below a token it accepted (now raised past it): release, and run the task again at
-        once under a new grant, spending no attempt (nothing of it was written)."""
+        below a token it accepted (now raised to it), or granted us a token the store accepted
+        from another holder: release, and run the task again at once under a new grant,
+        spending no attempt (nothing of it was written)."""
         await self._release(grant)
         task = delivery.task
         if not await self.backend.retry(delivery, task, due_at=self.clock.now()):
@@ -271,6 +274,7 @@ class Worker:
             task=delivery.task,
             lock_key=lock_key,
             fence_token=attempt.token,
+            fence_owner=None if grant is None else grant.owner,
             clock=self.clock,
             enqueued_at=delivery.enqueued_at,
             attempt=attempt,

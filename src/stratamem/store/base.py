@@ -60,10 +60,18 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True)
 class Fence:
-    """A fencing token: the write is accepted only if `token` is the newest seen for `key`."""
+    """A fencing token: the write is accepted only if `token` is the newest seen for `key`,
+    and, when it equals the newest, only from the `owner` that token was recorded for.
+
+    `owner` names the lock grant (`LockGrant.owner`, unique per acquisition): if the backend's
+    counter went backwards and granted the same token twice, the store tells the two holders
+    apart and only the first to write is accepted. None (no owner) passes an equal token only
+    where no owner was recorded either (rows from before owners were recorded).
+    """
 
     key: str
     token: int
+    owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +164,8 @@ class Store(Protocol):
         """Insert or replace memories by id in one transaction.
 
         With a `fence`, the whole write is refused with `StaleFencingToken` when a newer token
-        has been used for its key; otherwise the token is recorded as the newest. With
+        has been used for its key, or the same token by another owner; otherwise the token and
+        its owner are recorded as the newest. With
         `expect_current`, it is refused with `MemoryChanged` unless each of those memories is
         still current (neither superseded nor forgotten) when the write begins: a compare-and-set
         for an edit based on what was read.

@@ -58,6 +58,9 @@ class ExecutionStart:
     delivery: int
     token: int | None
     worker: str
+    fence_owner: str | None = None
+    """The lock grant's owner, recorded with `token` as the key's fence (`store.fencing_sql`):
+    a start under the same token from another owner is refused."""
 
 
 @dataclass(frozen=True, slots=True)

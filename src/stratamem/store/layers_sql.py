@@ -141,7 +141,7 @@ class SqlLayerStore:
     def start_execution(self, scope: Scope, start: ExecutionStart, clock: Clock) -> Attempt:
         fence = None
         if start.lock_key is not None and start.token is not None:
-            fence = Fence(start.lock_key, start.token)
+            fence = Fence(start.lock_key, start.token, start.fence_owner)
         with self._store.writing(fence, key=scope.tenant) as conn:
             return execution_rows.start(conn, scope.tenant, start, clock.now())
 

@@ -433,12 +433,17 @@ CREATE INDEX IF NOT EXISTS memories_ranking ON memories (rid)
     INCLUDE (tenant, valid_to, fts_len, id);
 """
 
+#: The owner (lock grant) each fencing token was accepted from (`store.fencing_sql`); rows
+#: from before keep no owner and accept an equal token from anyone, as they did.
+M008_FENCE_OWNERS = "ALTER TABLE fences ADD COLUMN owner TEXT;"
+
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "turns, memories, their text index, meta and fencing tokens", M001_CORE),
     Migration(6, "pending embeddings by tenant, for a fair share", M006_PENDING_BY_TENANT),
     Migration(7, "pgvector: vectors per piece, catch-up marks, per-tenant ANN indexes",
               M007_VECTORS),
+    Migration(8, "fencing tokens: the owner each was accepted from", M008_FENCE_OWNERS),
     Migration(9, "text totals in shards, for concurrent captures", M009_TOTAL_SHARDS),
     Migration(10, "layer state, receipts, scenes, profile, failure records", M010_LAYERS),
     Migration(13, "backlog: session heads, flush requests, tenants with memories", M013_BACKLOG),

@@ -218,6 +218,10 @@ CREATE INDEX turns_emb_pending_by_tenant ON turns (tenant, rid) WHERE embedding 
 CREATE INDEX memories_emb_pending_by_tenant ON memories (tenant, rid) WHERE embedding IS NULL;
 """
 
+#: The owner (lock grant) each fencing token was accepted from (`store.fencing_sql`); rows
+#: from before keep no owner and accept an equal token from anyone, as they did.
+M008_FENCE_OWNERS = "ALTER TABLE fences ADD COLUMN owner TEXT;"
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "turns with full-text index", M001_TURNS),
     Migration(2, "memories with full-text index", M002_MEMORIES),
@@ -225,6 +229,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "turns indexed with neighbours and date", turn_context_sql(_FTS_TOKENIZER)),
     Migration(5, "full-text words prefixed by tenant", tenant_index_sql(_FTS_TOKENIZER)),
     Migration(6, "pending embeddings by tenant, for a fair share", M006_PENDING_BY_TENANT),
+    Migration(8, "fencing tokens: the owner each was accepted from", M008_FENCE_OWNERS),
     *LAYER_MIGRATIONS,
     Migration(20, "context offload: tool pairs, entries, refs, boundaries, tasks", M020_OFFLOAD),
     BACKLOG_OFFLOAD_MIGRATION,
