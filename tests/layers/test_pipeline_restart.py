@@ -1,7 +1,9 @@
 """A pipeline backend that loses everything (Redis restarted with nothing on disk, FLUSHALL, the
 SQLite pipeline file deleted) while the store keeps the fencing tokens it accepted: the lock
 token counters start again from 1, below what the store recorded, and the pipeline must still
-catch up (nothing lost, nothing stalled), on the Redis backend and on the SQLite one."""
+catch up (nothing lost, nothing stalled), on the Redis backend and on the SQLite one; and when
+the restarted counter grants again exactly the token a holder from before recorded, the store
+accepts that token from one of the two holders only."""
 
 from __future__ import annotations
 
@@ -16,8 +18,10 @@ import pytest
 from stratamem.clock import ManualClock
 from stratamem.core import AsyncMemory
 from stratamem.domain import Scope
+from stratamem.errors import StaleFencingToken
 from stratamem.layers.backlog import layer_sources
 from stratamem.layers.executors import register_executors
+from stratamem.layers.service import Run
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecutorRegistry
 from stratamem.pipeline.redis_backend import RedisBackend
@@ -27,8 +31,10 @@ from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.pipeline.timers import lock_key_for
 from stratamem.pipeline.worker import Outcome, Worker
+from stratamem.store.base import Fence
 from stratamem.testing import ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers
+from tests.store.helpers import memory
 
 SCOPE = Scope("acme")
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -152,3 +158,35 @@ async def test_the_pipeline_catches_up_after_losing_its_state_and_token_counters
     assert Outcome.DEAD not in outcomes
     assert rig.memory.store.newest_fence(LOCK_KEY) > RECORDED_TOKEN
     assert await rig.backend.fence_token(LOCK_KEY) == rig.memory.store.newest_fence(LOCK_KEY)
+
+
+async def test_a_token_granted_again_after_a_restart_is_refused_to_the_second_holder(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    await rig.memory.capture("acme", "s1", _turns(1))
+    paused = await rig.backend.acquire_lock(LOCK_KEY, "paused", ttl_ms=60_000, now=0)
+    assert paused is not None and paused.token == 1
+    fence = Fence(LOCK_KEY, paused.token, paused.owner)  # its writes rely on the fence alone
+    service = rig.memory.layer_service()
+    assert not (await service.run_l1(Run("acme", "by-hand", "s1", fence))).skipped
+    assert rig.memory.store.newest_fence(LOCK_KEY) == 1
+
+    rig.backend = await rig.wipe()  # its lock is gone, and the counter grants 1 again
+    for n in range(2, 6):
+        await rig.memory.capture("acme", "s1", _turns(n))
+    outcomes = await rig.run_until_settled()
+
+    assert outcomes[0] is Outcome.POSTPONED, outcomes  # the worker's start under 1: refused
+    assert rig.owed() == 0 and Outcome.DEAD not in outcomes
+    assert rig.memory.store.newest_fence(LOCK_KEY) == 2 == await rig.backend.fence_token(LOCK_KEY)
+    assert rig.memory.layers is not None
+    l1 = [e for e in rig.memory.layers.executions(SCOPE) if e.lock_key == LOCK_KEY]
+    assert [(e.attempt.token, e.attempt.attempt, e.outcome) for e in l1] == [
+        (2, 0, Outcome.COMPLETED)  # once, under the next grant, no attempt spent
+    ]
+    contents = [m.content for m in rig.memory.store.list_memories(SCOPE)]
+    assert len(contents) == len(set(contents)) > 0  # no batch settled twice
+
+    with pytest.raises(StaleFencingToken):  # the paused holder wakes up: fenced out
+        rig.memory.store.upsert_memories(SCOPE, [memory("late", "late")], fence=fence)

@@ -52,7 +52,7 @@ def write(path: Path, ctx: ExecutionContext, phase: str) -> None:
         conn.execute("BEGIN IMMEDIATE")
         row = (ctx.task.id, key, token, os.getpid(), phase, time.time())
         try:
-            fence_check(conn, key, token)
+            fence_check(conn, key, token, ctx.fence_owner)
         except StaleFencingToken:
             conn.execute("ROLLBACK")
             conn.execute("INSERT INTO refused VALUES (?, ?, ?, ?, ?, ?)", row)

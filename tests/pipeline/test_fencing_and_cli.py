@@ -52,6 +52,23 @@ def test_fence_refuses_older_token_in_the_same_transaction(tmp_path: Path) -> No
     assert rows == ["first holder", "second holder", "second holder again"]
 
 
+def test_a_fences_table_made_before_owners_gets_the_column_and_keeps_its_rows(
+    tmp_path: Path,
+) -> None:
+    conn = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+    conn.execute("CREATE TABLE fences (key TEXT PRIMARY KEY, token INTEGER NOT NULL)")
+    conn.execute("INSERT INTO fences VALUES ('k', 3)")
+    ensure_fences(conn)
+    ensure_fences(conn)  # idempotent
+    fence_check(conn, "k", 3, "a")  # an ownerless row: its token passes from anyone
+    fence_check(conn, "k", 3, "b")
+    fence_check(conn, "k", 4, "a")
+    fence_check(conn, "k", 4, "a")
+    with pytest.raises(StaleFencingToken) as refused:  # 4 granted twice: "a" wrote first
+        fence_check(conn, "k", 4, "b")
+    assert refused.value.newest == 4
+
+
 async def test_sqlite_queue_survives_reopen(tmp_path: Path) -> None:
     path, now = tmp_path / "pipeline.db", 1000.0
     first = SqliteBackend(path)

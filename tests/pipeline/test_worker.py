@@ -334,7 +334,7 @@ async def test_a_token_counter_behind_the_store_is_raised_and_the_task_runs_agai
 
     async def fenced(ctx: ExecutionContext) -> ExecResult:
         tokens.append(ctx.fence_token)
-        fence_check(conn, ctx.lock_key or "", ctx.fence_token or 0)
+        fence_check(conn, ctx.lock_key or "", ctx.fence_token or 0, ctx.fence_owner)
         return ExecResult()
 
     worker, _ = make_worker(harness, fenced, retry_limit=0)

@@ -3,9 +3,11 @@ token from any writer, as before, until a greater token takes them over; on both
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -31,32 +33,37 @@ def _old_sqlite_store(tmp_path: Path) -> str:
     return f"sqlite:{path}"
 
 
-def _old_postgres_store(base_url: str) -> str:
+@contextlib.contextmanager
+def _old_postgres_store(base_url: str) -> Iterator[str]:
+    """A database of its own (the `vector` extension is per database: in a schema of the
+    shared one, its type would live in the other schema)."""
     import psycopg  # noqa: PLC0415 - only with the postgres extra
 
     from stratamem.store.postgres.migrations import migrate  # noqa: PLC0415 - likewise
 
-    name = f"fence_owners_{uuid.uuid4().hex[:8]}"
-    separator = "&" if "?" in base_url else "?"
-    url = f"{base_url}{separator}options={quote(f'-csearch_path={name},public')}"
+    name = f"fence_owners_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(base_url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {name}".encode())
+        conn.execute(f"CREATE DATABASE {name}".encode())
+    url = urlunsplit(urlsplit(base_url)._replace(path=f"/{name}"))
     with psycopg.connect(url, autocommit=True) as conn:
         migrate(conn, tuple(m for m in pg_schema.MIGRATIONS if m.version < 8))
         conn.execute("INSERT INTO fences (key, token) VALUES ('acme/s1', 5)")
-    return url
+    yield url
+    with psycopg.connect(base_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)".encode())
 
 
 @pytest.fixture(params=KINDS)
-def upgraded(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+def upgraded(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """A store with a fence recorded before migration 8, opened (so migrated) by this code."""
-    if request.param == "postgres":
-        url = _old_postgres_store(request.getfixturevalue("pg_server"))
-    else:
-        url = _old_sqlite_store(tmp_path)
-    store = open_url(url, tmp_path / "unused.db")
-    request.addfinalizer(store.close)
-    return store
+    with contextlib.ExitStack() as stack:
+        if request.param == "postgres":
+            url = stack.enter_context(_old_postgres_store(request.getfixturevalue("pg_server")))
+        else:
+            url = _old_sqlite_store(tmp_path)
+        store = open_url(url, tmp_path / "unused.db")
+        stack.callback(store.close)
+        yield store
 
 
 def test_a_fence_from_before_the_migration_keeps_todays_rule(upgraded: Store) -> None:
