@@ -65,7 +65,16 @@ def ranked(
     fields: TurnFieldWeights | None,
 ) -> PgCursor | None:
     """The best `limit` rows (a cursor of id and score; None when nothing can match): one
-    statement, the tenant's totals read in it, so that a caller can pipeline it."""
+    statement, the tenant's totals read in it, so that a caller can pipeline it.
+
+    Its shape does not depend on the planner's statistics: each query term's postings are read
+    through the index by tenant and term, once (`hits`, materialised), and each row found is
+    looked up by `rid` (lateral subqueries that the planner cannot flatten into joins to
+    reorder: an aggregate, `OFFSET 0`, `LIMIT 1`).
+    Left free, a planner whose statistics predate the tenant's rows (a fresh table, analysed
+    when it held another tenant's first rows, as autovacuum does) walked every current row of
+    the tenant and read the postings again for each: 11.5 s instead of 1.9 ms a search over 750
+    memories (`test_pg_bm25_plan.py`)."""
     if not keys or limit <= 0:
         return None
     terms, records = TERM_TABLES[layer], _RECORDS[layer]
@@ -75,17 +84,20 @@ def ranked(
         " t AS MATERIALIZED (SELECT sum(rows)::float8 AS n,"
         "  sum(tokens)::float8 / NULLIF(sum(rows), 0)::float8 AS avgdl"
         "  FROM text_totals WHERE tenant = ? AND layer = ?),"
-        f" df AS (SELECT p.term, count(*)::float8 AS n FROM {terms} p"
-        "  WHERE p.tenant = ? AND p.term IN (SELECT term FROM q) GROUP BY p.term),"
+        " df AS (SELECT u.term, d.n FROM (SELECT DISTINCT term FROM q) u CROSS JOIN LATERAL"
+        f"  (SELECT count(*)::float8 AS n FROM {terms} p WHERE p.tenant = ? AND p.term = u.term)"
+        "  d WHERE d.n > 0),"
         " idf AS (SELECT q.term,"
         "  GREATEST(ln(GREATEST((t.n - df.n + 0.5) / (df.n + 0.5), 1)), 1e-6) AS w"
-        "  FROM q JOIN df ON df.term = q.term CROSS JOIN t WHERE t.n > 0)"
-        f" SELECT r.id, sum(idf.w * f.f * {K1 + 1!r} / (f.f + {K1!r} * ({1 - B!r}"
+        "  FROM q JOIN df ON df.term = q.term CROSS JOIN t WHERE t.n > 0),"
+        f" hits AS MATERIALIZED (SELECT p.rid, idf.w, {_weighted(layer, fields)} AS f"
+        f"  FROM idf CROSS JOIN LATERAL (SELECT p.rid, p.tf FROM {terms} p"
+        "  WHERE p.tenant = ? AND p.term = idf.term OFFSET 0) p)"
+        f" SELECT r.id, sum(h.w * h.f * {K1 + 1!r} / (h.f + {K1!r} * ({1 - B!r}"
         f"  + {B!r} * r.fts_len / (SELECT avgdl FROM t)))) AS score"
-        f" FROM idf JOIN {terms} p ON p.tenant = ? AND p.term = idf.term"
-        f" JOIN {records} r ON r.rid = p.rid"
-        f" CROSS JOIN LATERAL (SELECT {_weighted(layer, fields)} AS f) f"
-        f" WHERE r.tenant = ?{tail} GROUP BY r.rid, r.id ORDER BY score DESC, r.rid LIMIT ?"
+        f" FROM hits h CROSS JOIN LATERAL (SELECT r.rid, r.id, r.fts_len FROM {records} r"
+        f"  WHERE r.rid = h.rid AND r.tenant = ?{tail} LIMIT 1) r"
+        " GROUP BY r.rid, r.id ORDER BY score DESC, r.rid LIMIT ?"
     )
     return conn.execute(sql, [keys, tenant, layer.value, tenant, tenant, tenant, *params, limit])
 
