@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from stratamem.api.errors import error_body
+from stratamem.api.errors import error_body, error_response
 from stratamem.api.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -51,10 +51,18 @@ class CatchAll:
             await JSONResponse(body, status_code=500)(scope, receive, send)
 
 
+STOPPING = error_response(
+    503, "shutting_down", "the service stopped before this request finished; what it had not"
+    " done is still owed and will be done: ask again", retry_after_s=1,
+)
+
+
 class InFlight:
     """Keeps the task of every request being answered in `tasks`, so that the app's shutdown
     can wait for the requests the server cancelled at its shutdown bound to unwind (release
-    their locks, end their records) before the store closes."""
+    their locks, end their records) before the store closes; a request cancelled before its
+    answer began is answered 503 `shutting_down` with `Retry-After` (another instance, or this
+    one restarted, can take it)."""
 
     def __init__(self, app: ASGIApp, tasks: set[asyncio.Task[Any]]) -> None:
         self.app, self.tasks = app, tasks
@@ -64,9 +72,23 @@ class InFlight:
         if scope["type"] != "http" or task is None:
             await self.app(scope, receive, send)
             return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
         self.tasks.add(task)
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, tracking_send)
+        except asyncio.CancelledError:
+            if started:  # too late for an answer: the server closes the connection
+                raise
+            # Only a stop cancels a request (the server at its bound, the app's shutdown): the
+            # request ends here, answered, instead of as an error in the server's log.
+            log.warning("%s %s cancelled: the service is stopping", scope["method"], scope["path"])
+            await STOPPING(scope, receive, send)
         finally:
             self.tasks.discard(task)
 
