@@ -22,6 +22,17 @@ from stratamem.api.metrics import Metrics
 log = logging.getLogger(__name__)
 
 
+class _TrackedSend:
+    """`send`, remembering whether the answer has begun (after that, no other can be sent)."""
+
+    def __init__(self, send: Send) -> None:
+        self.send, self.started = send, False
+
+    async def __call__(self, message: Message) -> None:
+        self.started = self.started or message["type"] == "http.response.start"
+        await self.send(message)
+
+
 class CatchAll:
     """An unexpected exception becomes a 500 in the error shape, and the connection stays
     usable: the exception is logged here and not re-raised (re-raising makes the server close
@@ -34,17 +45,11 @@ class CatchAll:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
+        tracked = _TrackedSend(send)
         try:
-            await self.app(scope, receive, tracking_send)
+            await self.app(scope, receive, tracked)
         except Exception as exc:
-            if started:  # too late for another answer: the server ends the connection
+            if tracked.started:  # too late for another answer: the server ends the connection
                 raise
             log.error("%s %s failed", scope["method"], scope["path"], exc_info=exc)
             body = error_body("internal_error", "the service failed; the error is in its log")
@@ -72,18 +77,12 @@ class InFlight:
         if scope["type"] != "http" or task is None:
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
+        tracked = _TrackedSend(send)
         self.tasks.add(task)
         try:
-            await self.app(scope, receive, tracking_send)
+            await self.app(scope, receive, tracked)
         except asyncio.CancelledError:
-            if started:  # too late for an answer: the server closes the connection
+            if tracked.started:  # too late for an answer: the server closes the connection
                 raise
             # Only a stop cancels a request (the server at its bound, the app's shutdown): the
             # request ends here, answered, instead of as an error in the server's log.
