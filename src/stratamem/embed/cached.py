@@ -109,7 +109,7 @@ class CachedEmbedder:
     def _read(self, items: list[str]) -> dict[str, np.ndarray]:
         keys = {text_key(t): t for t in items}
         found: dict[str, np.ndarray] = {}
-        model = vector_source(self.inner)
+        source = vector_source(self.inner)
         dim = _known_dim(self.inner)
         wanted = list(keys)
         with self._lock:
@@ -118,7 +118,7 @@ class CachedEmbedder:
                 marks = ", ".join("?" for _ in chunk)
                 rows = self._conn.execute(
                     f"SELECT key, vector FROM vectors WHERE model = ? AND key IN ({marks})",
-                    [model, *chunk],
+                    [source, *chunk],
                 ).fetchall()
                 for key, blob in rows:
                     vector = np.frombuffer(blob, dtype=np.float32)
