@@ -106,7 +106,7 @@ def _lifespan(
                 stack.push_async_callback(services.aclose)
             await stack.enter_async_context(mcp.session_manager.run())
             loading = asyncio.get_running_loop().create_task(_load_embedder(services))
-            stack.push_async_callback(_cancelled, loading)
+            stack.push_async_callback(cancel_and_wait, loading)
             services.memory.start_background()
             if background is not None:
                 await background.start()
@@ -137,7 +137,3 @@ async def _unwound(requests: set[asyncio.Task[Any]]) -> None:
         return
     _, running = await asyncio.wait(list(requests), timeout=UNWIND_S)
     await asyncio.gather(*(cancel_and_wait(task) for task in running), return_exceptions=True)
-
-
-async def _cancelled(task: asyncio.Task[None]) -> None:
-    await cancel_and_wait(task)

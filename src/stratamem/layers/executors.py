@@ -36,10 +36,7 @@ log = logging.getLogger(__name__)
 
 
 def _run(ctx: ExecutionContext) -> Run:
-    fence = None
-    if ctx.lock_key is not None and ctx.fence_token is not None:
-        fence = Fence(ctx.lock_key, ctx.fence_token, ctx.fence_owner)
-    return Run(ctx.task.tenant, ctx.task.id, ctx.task.session, fence, ctx.attempt)
+    return Run(ctx.task.tenant, ctx.task.id, ctx.task.session, ctx.fence, ctx.attempt)
 
 
 def _result(stage: StageResult) -> ExecResult:

@@ -26,7 +26,6 @@ from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorR
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task, TaskType
-from stratamem.store.base import Fence
 from stratamem.store.offload_sql import SqlOffloadStore
 from stratamem.store.opening import open_store
 from stratamem.store.receipts import Receipt
@@ -54,12 +53,6 @@ class PipelineScheduler:
 
     async def arm(self, key: str, task: StageTask, due_at: float) -> None:
         await self._backend.set_timer_if_earlier(key, to_task(task), due_at=due_at)
-
-
-def _fence(ctx: ExecutionContext) -> Fence | None:
-    if ctx.lock_key is None or ctx.fence_token is None:
-        return None
-    return Fence(ctx.lock_key, ctx.fence_token, ctx.fence_owner)
 
 
 def _where(ctx: ExecutionContext) -> tuple[str, str]:
@@ -99,7 +92,7 @@ class OffloadExecutors:
     async def l2(self, ctx: ExecutionContext) -> ExecResult:
         if await self._replayed(ctx):
             return ExecResult(changed=False, skipped=True)
-        outcome = await self.offload.run_l2(*_where(ctx), _fence(ctx), ctx.attempt)
+        outcome = await self.offload.run_l2(*_where(ctx), ctx.fence, ctx.attempt)
         return ExecResult(changed=bool(outcome.mapped or outcome.orphaned))
 
 

@@ -42,6 +42,7 @@ from stratamem.pipeline.errors import UnknownTaskType
 from stratamem.pipeline.retention import RetainedLog
 from stratamem.pipeline.scheduler import Source
 from stratamem.pipeline.task import Task, TaskType
+from stratamem.store.base import Fence
 from stratamem.store.executions import ExecutionStart
 from stratamem.store.receipts import Attempt, Receipt
 
@@ -64,6 +65,13 @@ class ExecutionContext:
     fence_owner: str | None = None
     """The lock grant's owner: a fenced write carries it with `fence_token`, so the store
     refuses the same token from another holder (`store.fencing_sql`)."""
+
+    @property
+    def fence(self) -> Fence | None:
+        """The fence of this execution's writes (None for the lockless types)."""
+        if self.lock_key is None or self.fence_token is None:
+            return None
+        return Fence(self.lock_key, self.fence_token, self.fence_owner)
 
     def enqueue_after_release(self, task: Task) -> None:
         """Enqueue `task` once this execution succeeded and its lock was released."""
