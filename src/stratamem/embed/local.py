@@ -8,7 +8,7 @@ Three graphs of the model, by `precision`:
 - `q8` (the default): onnxruntime's fused attention, and the dense layers after it with 8-bit
   block weights and int8 dot products (`bert_graph`'s `block_weights`): vectors at cosine
   >= 0.999 to sentence-transformers' (the same model name: a store mixes them freely), a query
-  12-20 % faster than `fp32`. Where onnxruntime cannot run it, `fp32` is used instead.
+  12-28 % faster than `fp32`. Where onnxruntime cannot run it, `fp32` is used instead.
 - `fp32`: the fused-attention graph in float32, sentence-transformers' vectors to float rounding.
 - `int8`: the plain-operator graph quantised dynamically by onnxruntime (another model name).
 
