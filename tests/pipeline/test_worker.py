@@ -349,6 +349,40 @@ async def test_a_token_counter_behind_the_store_is_raised_and_the_task_runs_agai
     assert await harness.backend.list_dead(limit=1) == []
 
 
+@pytest.mark.parametrize(
+    ("token", "owner", "case"),
+    [
+        (20, None, "its lock's token counter was behind the store"),
+        (1, "other", "its lock's token was granted twice: the store accepted it from another"),
+    ],
+)
+async def test_a_put_back_task_logs_which_refusal_it_was(
+    harness: Harness,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    token: int,
+    owner: str | None,
+    case: str,
+) -> None:
+    """The store holds a token above the grant's 1, or 1 itself from another owner: both are
+    put back, and the log line says which."""
+    conn = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+    ensure_fences(conn)
+    fence_check(conn, "session/t/s", token, owner)
+
+    async def fenced(ctx: ExecutionContext) -> ExecResult:
+        fence_check(conn, ctx.lock_key or "", ctx.fence_token or 0, ctx.fence_owner)
+        return ExecResult()
+
+    worker, _ = make_worker(harness, fenced)
+    task = Task(TaskType.L1, "t", "s")
+    caplog.set_level("WARNING", logger="stratamem.pipeline.worker")
+    assert await worker.handle(await deliver(harness, task)) is Outcome.POSTPONED
+    [line] = [r.getMessage() for r in caplog.records if "put back" in r.getMessage()]
+    assert f"{task.id} put back: {case}" in line
+    assert ("granted twice" in line) is (owner is not None)
+
+
 async def test_a_held_lock_refused_by_the_store_raises_the_counter_for_the_next_holder(
     harness: Harness,
 ) -> None:

@@ -67,3 +67,10 @@ async def behind_the_store(
         return False
     raised = await backend.raise_fence(grant.key, refused.newest)
     return raised or refused.newest == grant.token
+
+
+def resync_reason(grant: LockGrant | None, refused: StaleFencingToken) -> str:
+    """Which of `behind_the_store`'s two refusals `refused` was, for the log."""
+    if grant is not None and refused.newest == grant.token:
+        return "its lock's token was granted twice: the store accepted it from another owner"
+    return "its lock's token counter was behind the store"

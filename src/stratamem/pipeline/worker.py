@@ -57,7 +57,7 @@ from stratamem.errors import (
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.errors import RetryLater, UnknownTaskType
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
-from stratamem.pipeline.fencing import behind_the_store
+from stratamem.pipeline.fencing import behind_the_store, resync_reason
 from stratamem.pipeline.metrics import RunningTask, WorkerMetrics
 from stratamem.pipeline.reconcile import matches
 from stratamem.pipeline.settings import PipelineSettings
@@ -263,8 +263,7 @@ class Worker:
         if not await self.backend.retry(delivery, task, due_at=self.clock.now()):
             return self._lost(delivery, "put back")
         self.metrics.postponed += 1
-        log.warning("%s %s put back: its lock's token counter was behind the store (%s)",
-                    task.type, task.id, exc)  # fmt: skip
+        log.warning("%s %s put back: %s (%s)", task.type, task.id, resync_reason(grant, exc), exc)
         return Outcome.POSTPONED
 
     async def _execute(
