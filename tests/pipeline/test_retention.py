@@ -9,22 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from stratamem.clock import ManualClock
 from stratamem.domain import Scope
 from stratamem.errors import ConfigError
+from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.reconcile import Finding, reconcile
 from stratamem.pipeline.retention import LogPruner
 from stratamem.pipeline.scheduler import backlog_loop, read_snapshot, snapshot_gauges
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import DeadLetter, Task, TaskType
 from stratamem.store.executions import ExecutionStart
 from stratamem.store.layers_sql import SqlLayerStore
-from stratamem.store.log_retention import ThreadedRetainedLog
+from stratamem.store.log_retention import LogPage, ThreadedRetainedLog
 from stratamem.store.receipts import Attempt, Receipt, ReceiptDraft
 from stratamem.store.sqlite import SqliteStore
 from tests.stores import StoreFactory
@@ -96,6 +99,90 @@ async def test_only_rows_of_tasks_nothing_holds_go(harness: Harness, layers: Sql
     assert (await pruner.run(clock.now())).deleted == {"executions": 1, "receipts": 2}
     assert _kept(layers, dead) == (0, False, False)
     assert pruner.counters.executions == 2 and pruner.counters.receipts == 4
+
+
+class HookedLog(ThreadedRetainedLog):
+    """The store's retained log, running `hook` once after its first page is read."""
+
+    def __init__(self, layers: SqlLayerStore, hook: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(layers)
+        self.hook: Callable[[], Awaitable[None]] | None = hook
+
+    async def page(self, *args: Any) -> LogPage:
+        found = await super().page(*args)
+        await _once(self)
+        return found
+
+
+class HookedBackend:
+    """The backend under test, running `hook` once after the first `read` (`list_tasks`,
+    `list_dead`) returns: a move of the pipeline made at that point of a pass."""
+
+    def __init__(self, backend: PipelineBackend, read: str, hook: Callable[[], Awaitable[None]]):
+        self.backend, self.read, self.hook = backend, read, hook
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+    async def list_tasks(self, **kwargs: Any) -> list[Task]:
+        found = await self.backend.list_tasks(**kwargs)
+        if self.read == "list_tasks":
+            await _once(self)
+        return found
+
+    async def list_dead(self, **kwargs: Any) -> list[DeadLetter]:
+        found = await self.backend.list_dead(**kwargs)
+        if self.read == "list_dead":
+            await _once(self)
+        return found
+
+
+async def _once(hooked: HookedLog | HookedBackend) -> None:
+    hook, hooked.hook = hooked.hook, None
+    if hook is not None:
+        await hook()
+
+
+@pytest.mark.parametrize(
+    ("move", "at"),
+    [("fire", "page"), ("fire", "list_tasks"), ("requeue", "page"), ("requeue", "list_dead")],
+)
+async def test_a_task_that_moves_during_a_pass_keeps_its_rows(
+    harness: Harness, layers: SqlLayerStore, move: str, at: str
+) -> None:
+    """The pass is at `at` (its first page read, or its first read of the queue or of the
+    dead letters) when the task moves back into the queue: its retry timer fires, or an
+    operator requeues it from the dead letters. Its receipt is what replays it, so it stays;
+    a task nothing holds, in the same batch, goes."""
+    backend, clock = harness.backend, harness.clock
+    moving, done = _task(), _task()
+    for task in (moving, done):
+        _commit(layers, clock, task)
+    await backend.enqueue(moving, now=clock.now())
+    (delivery,) = await backend.consume("w0", count=1, block_ms=0, now=clock.now())
+    if move == "fire":
+        await backend.retry(delivery, moving.next_attempt(), due_at=clock.now() + HOUR)
+    else:
+        assert await backend.dead_letter(delivery, "boom", now=clock.now()) is not None
+    clock.advance(2 * HOUR)
+
+    async def moves() -> None:
+        if move == "fire":
+            assert [t.id for t in await backend.fire_due_timers(now=clock.now(), limit=9)] == [
+                moving.id
+            ]
+        else:
+            (dead,) = await backend.list_dead(limit=9)
+            await backend.requeue_dead(dead.id, now=clock.now())
+
+    retained = HookedLog(layers, moves) if at == "page" else ThreadedRetainedLog(layers)
+    hooked = backend if at == "page" else HookedBackend(backend, at, moves)
+    report = await LogPruner(hooked, retained, SETTINGS).run(clock.now())  # type: ignore[arg-type]
+
+    assert [t.id for t in await backend.list_tasks(limit=9)] == [moving.id]  # it did move
+    assert _kept(layers, moving) == (1, True, True)
+    assert _kept(layers, done) == (0, False, False)
+    assert report.deleted == {"executions": 1, "receipts": 2} and report.held == 3
 
 
 async def test_a_delivery_in_flight_still_replays_after_a_prune(

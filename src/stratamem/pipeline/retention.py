@@ -4,10 +4,21 @@ at a time, every `log_prune_interval_s`.
 
 A pass deletes the ended executions and the receipts older than `log_retention_s` (0: never)
 that nothing needs any more (the rule: `stratamem.store.log_retention`). The pipeline's part of
-that rule is which tasks it still holds, read at the start of the pass: queued or in flight
-(`list_tasks`), dead-lettered (`list_dead`: an operator may requeue it, under the same id), or
-waiting for a retry (its `retry/<id>` timer, looked up for each row past the retention). When
-more than `log_prune_scan` tasks are queued or dead, the pass cannot tell and deletes nothing.
+that rule is which tasks it still holds: queued or in flight (`list_tasks`), waiting for a
+retry (its `retry/<id>` timer), dead-lettered (`list_dead`: an operator may requeue it, under
+the same id). They are read for each batch, after its page and just before its delete, for the
+batch's tasks only: a task moves between those states under one id while a pass runs (a retry
+timer fires into the queue, a dead letter is requeued), so holds read once at the start of the
+pass would miss it (`tests/pipeline/test_retention.py` drives both).
+
+Why that holds at delete time: a task with a receipt was enqueued before it (executions run
+delivered tasks), every move between held states is atomic on both backends, and a task that
+left them (acknowledged, purged) never comes back under its id; so a task held when the batch
+is deleted was held all through the batch's reads, and is seen unless it moved twice while
+they ran. The reads go queue, timers, dead letters, queue again, so that each single move is
+seen (from the queue to a timer or the dead letters: the first queue read or a later read of
+where it went; back to the queue: the last read). When more than `log_prune_scan` tasks are
+queued or dead, nobody can tell: the pass stops there.
 
 Each table gets at most `log_prune_batches` batches of `log_prune_batch` rows a pass: a read
 and one short write transaction each, so a backlog of any size is worked off over passes
@@ -63,34 +74,39 @@ class PruneReport:
 
 
 class HeldTasks:
-    """The task ids the pipeline still holds (see the module doc), read once per pass."""
+    """Which of a batch's tasks the pipeline holds (see the module doc), read just before the
+    batch is deleted."""
 
-    def __init__(self, backend: PipelineBackend, ids: set[str]) -> None:
-        self._backend = backend
+    def __init__(self, ids: set[str]) -> None:
         self._ids = ids
-        self._timers: dict[str, bool] = {}
 
     @classmethod
-    async def read(cls, backend: PipelineBackend, scan: int) -> HeldTasks | None:
-        """None when more than `scan` tasks are queued or dead: then nobody can tell."""
-        queued = await backend.list_tasks(limit=scan + 1)
-        dead = await backend.list_dead(limit=scan + 1)
-        if len(queued) > scan or len(dead) > scan:
+    async def read(
+        cls, backend: PipelineBackend, candidates: set[str], scan: int
+    ) -> HeldTasks | None:
+        """The held among `candidates`: the queue, the retry timer of each candidate not in it,
+        the dead letters, the queue again, in that order (see the module doc). None when more
+        than `scan` tasks are queued or dead: then nobody can tell."""
+        queued = await _queued(backend, scan)
+        if queued is None:
             return None
-        return cls(backend, {t.id for t in queued} | {d.task.id for d in dead})
+        held = queued & candidates
+        for task_id in sorted(candidates - held):
+            if await backend.get_timer(retry_timer_key_for(task_id)) is not None:
+                held.add(task_id)
+        dead = await backend.list_dead(limit=scan + 1)
+        again = await _queued(backend, scan)
+        if len(dead) > scan or again is None:
+            return None
+        return cls(held | ({d.task.id for d in dead} | again) & candidates)
 
-    async def holds(self, row_task_id: str) -> bool:
-        for task_id in task_ids(row_task_id):
-            if task_id in self._ids or await self._retrying(task_id):
-                return True
-        return False
+    def holds(self, row_task_id: str) -> bool:
+        return any(task_id in self._ids for task_id in task_ids(row_task_id))
 
-    async def _retrying(self, task_id: str) -> bool:
-        found = self._timers.get(task_id)
-        if found is None:
-            timer = await self._backend.get_timer(retry_timer_key_for(task_id))
-            found = self._timers[task_id] = timer is not None
-        return found
+
+async def _queued(backend: PipelineBackend, scan: int) -> set[str] | None:
+    tasks = await backend.list_tasks(limit=scan + 1)
+    return None if len(tasks) > scan else {task.id for task in tasks}
 
 
 class LogPruner:
@@ -118,33 +134,38 @@ class LogPruner:
         self.counters.passes += 1
         self.counters.last_at = now
         report = PruneReport()
-        held = await HeldTasks.read(self.backend, self.settings.log_prune_scan)
-        if held is None:
-            log.warning("retention: more than %d tasks are queued or dead; nothing pruned",
-                        self.settings.log_prune_scan)  # fmt: skip
-            self.counters.undecided += 1
-            report.decided = False
-            return report
         before = now - self.settings.log_retention_s
         for table in LogTable:
-            report.deleted[table.value] = await self._prune(table, before, held, report)
-        self.counters.executions += report.deleted[LogTable.EXECUTIONS.value]
-        self.counters.receipts += report.deleted[LogTable.RECEIPTS.value]
+            if not await self._prune(table, before, report):
+                log.warning("retention: more than %d tasks are queued or dead; pass stopped",
+                            self.settings.log_prune_scan)  # fmt: skip
+                self.counters.undecided += 1
+                report.decided = False
+                break
+        self.counters.executions += report.deleted.get(LogTable.EXECUTIONS.value, 0)
+        self.counters.receipts += report.deleted.get(LogTable.RECEIPTS.value, 0)
         self.counters.held = report.held
         return report
 
-    async def _prune(
-        self, table: LogTable, before: float, held: HeldTasks, report: PruneReport
-    ) -> int:
-        """Up to `log_prune_batches` batches of `table`, oldest first."""
-        deleted, after = 0, None
+    async def _prune(self, table: LogTable, before: float, report: PruneReport) -> bool:
+        """Up to `log_prune_batches` batches of `table`, oldest first, each checked against
+        the tasks held just before its delete; False when the holds could not be told."""
+        after = None
         for _ in range(self.settings.log_prune_batches):
             page = await self.retained.page(table, before, after, self.settings.log_prune_batch)
-            gone = [row for row in page.rows if not await held.holds(row.task_id)]
+            if not page.rows:
+                break
+            candidates = {task_id for row in page.rows for task_id in task_ids(row.task_id)}
+            held = await HeldTasks.read(self.backend, candidates, self.settings.log_prune_scan)
+            if held is None:
+                return False
+            gone = [row for row in page.rows if not held.holds(row.task_id)]
             report.held += len(page.rows) - len(gone)
             if gone:
-                deleted += await self.retained.prune(table, gone, before)
+                deleted = await self.retained.prune(table, gone, before)
+                report.deleted[table.value] = report.deleted.get(table.value, 0) + deleted
             if page.next_after is None:
                 break
             after = page.next_after
-        return deleted
+        report.deleted.setdefault(table.value, 0)
+        return True
