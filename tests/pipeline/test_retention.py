@@ -185,6 +185,34 @@ async def test_a_task_that_moves_during_a_pass_keeps_its_rows(
     assert report.deleted == {"executions": 1, "receipts": 2} and report.held == 3
 
 
+async def test_a_pass_deletes_retired_keys_no_receipt_left_names(
+    harness: Harness, layers: SqlLayerStore
+) -> None:
+    """The first key signed a task that is done, the second one still queued: once both were
+    retired (past the retention) and the done task's receipts pruned, the first key goes; the
+    second stays with the receipt that replays its task, and the active key stays."""
+    backend, clock = harness.backend, harness.clock
+    done, queued = _task(), _task()
+    _commit(layers, clock, done)
+    layers.rotate_receipt_key(clock.now(), retire_old=True)
+    _commit(layers, clock, queued)
+    await backend.enqueue(queued, now=clock.now())
+    layers.rotate_receipt_key(clock.advance(1), retire_old=True)
+    clock.advance(2 * HOUR)
+    pruner = LogPruner(backend, ThreadedRetainedLog(layers), SETTINGS)
+
+    report = await pruner.run(clock.now())
+
+    assert report.deleted == {"executions": 1, "receipts": 2} and report.keys == 1
+    assert pruner.counters.keys == 1
+    with layers._store.reading() as conn:
+        kept = conn.execute("SELECT COUNT(*) FROM receipt_keys").fetchone()[0]
+    assert kept == 2  # the queued task's and the active one
+    assert _kept(layers, queued) == (1, True, True)
+    clock.advance(SETTINGS.log_prune_interval_s)
+    assert (await pruner.run(clock.now())).keys == 0
+
+
 async def test_a_delivery_in_flight_still_replays_after_a_prune(
     harness: Harness, layers: SqlLayerStore
 ) -> None:
@@ -284,6 +312,6 @@ def test_pipeline_status_prints_what_retention_pruned(tmp_path: Path) -> None:
     asyncio.run(one_pass())
     store.close()
     out = run_cli(tmp_path, "pipeline", "status")
-    assert "retention: passes=1 undecided=0 errors=0 executions=1 receipts=2 held=0" in out
+    assert "retention: passes=1 undecided=0 errors=0 executions=1 receipts=2 keys=0 held=0" in out
     status = json.loads(run_cli(tmp_path, "pipeline", "status", "--json"))
     assert status["scheduler"]["retention"]["receipts"] == 2

@@ -139,6 +139,44 @@ def test_a_kept_receipt_still_replays_and_fencing_outlives_the_log(layers: SqlLa
                                clock)  # fmt: skip
 
 
+def _key_ids(layers: SqlLayerStore) -> set[str]:
+    with layers._store.reading() as conn:
+        return {str(row[0]) for row in conn.execute("SELECT id FROM receipt_keys").fetchall()}
+
+
+def _signed(layers: SqlLayerStore, clock: ManualClock, task_id: str) -> None:
+    layers.record_receipt(SCOPES[0], ReceiptDraft(task_id, "L1", clock.now()), None)
+
+
+def test_retired_keys_go_once_no_receipt_names_them(layers: SqlLayerStore) -> None:
+    """Keys retired before the cutoff go when no receipt is left that they signed; the active
+    key, a key not retired, one retired after the cutoff and one a kept receipt names stay."""
+    clock = ManualClock(CUTOFF - 4 * DAY)
+    _signed(layers, clock, "done-a")  # signed with the first key, created on first use
+    (first,) = _key_ids(layers)
+    second = layers.rotate_receipt_key(clock.advance(1), retire_old=True)
+    _signed(layers, clock, "held-old")  # signed with the second; its task is still held
+    third = layers.rotate_receipt_key(clock.advance(1), retire_old=True)
+    unused = layers.rotate_receipt_key(clock.advance(1), retire_old=True)  # signs nothing
+    live = layers.rotate_receipt_key(CUTOFF - DAY)  # the active key; `unused` stays live
+    assert _key_ids(layers) == {first, second, third, unused, live}
+    assert layers.prune_receipt_keys(CUTOFF) == 1  # `third`: retired, and it signed nothing
+    assert _key_ids(layers) == {first, second, unused, live}
+
+    clock.set(CUTOFF + DAY)
+    active = layers.rotate_receipt_key(clock.now(), retire_old=True)
+    _signed(layers, clock, "done-new")
+    assert layers.prune_receipt_keys(CUTOFF) == 0  # `unused` and `live`: retired since
+    assert sum(prune(layers, LogTable.RECEIPTS, CUTOFF, batch=2)) == 1  # done-a
+    assert layers.prune_receipt_keys(CUTOFF) == 1  # `first`, which signed done-a only
+    assert _key_ids(layers) == {second, unused, live, active}
+    kept, new = layers.receipt(SCOPES[0], "held-old"), layers.receipt(SCOPES[0], "done-new")
+    assert kept is not None and not kept.authentic  # as before the prune: its key is retired
+    assert new is not None and new.authentic
+    assert layers.prune_receipt_keys(CUTOFF + 2 * DAY) == 2  # `unused` and `live`
+    assert _key_ids(layers) == {second, active}
+
+
 def test_task_ids_of_parts() -> None:
     assert task_ids("abc") == ["abc"]
     assert task_ids("abc.2") == ["abc", "abc.2"]

@@ -20,6 +20,9 @@ seen (from the queue to a timer or the dead letters: the first queue read or a l
 where it went; back to the queue: the last read). When more than `log_prune_scan` tasks are
 queued or dead, nobody can tell: the pass stops there.
 
+Then the keys that signed receipts go once retired more than `log_retention_s` ago and named by
+no receipt left (`store.log_retention`): never the active key, nor one a kept receipt names.
+
 Each table gets at most `log_prune_batches` batches of `log_prune_batch` rows a pass: a read
 and one short write transaction each, so a backlog of any size is worked off over passes
 without holding the store's write lock for long. Counts are published with the scheduler's
@@ -49,6 +52,8 @@ class RetainedLog(Protocol):
 
     async def prune(self, table: LogTable, rows: Sequence[LogRow], before: float) -> int: ...
 
+    async def prune_keys(self, before: float) -> int: ...
+
 
 @dataclass(slots=True)
 class RetentionCounters:
@@ -59,6 +64,7 @@ class RetentionCounters:
     errors: int = 0
     executions: int = 0
     receipts: int = 0
+    keys: int = 0  # receipt keys: retired before the retention and named by no receipt
     held: int = 0  # rows past the retention the last pass kept: their task is still held
     last_at: float | None = None
 
@@ -69,6 +75,7 @@ class RetentionCounters:
 @dataclass(slots=True)
 class PruneReport:
     deleted: dict[str, int] = field(default_factory=dict)
+    keys: int = 0
     held: int = 0
     decided: bool = True
 
@@ -142,6 +149,8 @@ class LogPruner:
                 self.counters.undecided += 1
                 report.decided = False
                 break
+        report.keys = await self.retained.prune_keys(before)
+        self.counters.keys += report.keys
         self.counters.executions += report.deleted.get(LogTable.EXECUTIONS.value, 0)
         self.counters.receipts += report.deleted.get(LogTable.RECEIPTS.value, 0)
         self.counters.held = report.held

@@ -189,6 +189,10 @@ class LayerStore(Protocol):
         """Delete `rows` (of one `log_page`) still older than `before`, in one short write
         transaction; returns how many went. The caller leaves out the rows still needed."""
 
+    def prune_receipt_keys(self, before: float) -> int:
+        """Delete the receipt keys retired before `before` that no receipt names (never the
+        active key, nor one not retired); returns how many went."""
+
     # -- owed work (the backlog scheduler's queries; any tenant, paged by key) ---------------
     # Each returns up to `limit` rows whose key is greater than `after` (None: from the start),
     # in key order, so a scheduler pages through all owed work with a cursor. Only owed rows

@@ -166,6 +166,14 @@ class SqlLayerStore:
         with self._store.writing() as conn:
             return log_retention.delete(conn, table, rows, before)
 
+    def prune_receipt_keys(self, before: float) -> int:
+        with self._store.reading() as conn:
+            unused = log_retention.unused_keys(conn, before)
+        if not unused:
+            return 0
+        with self._store.writing() as conn:
+            return log_retention.delete_keys(conn, unused, before)
+
     def commit_l1(self, scope: Scope, commit: L1Commit, fence: Fence | None = None) -> None:
         tenant = scope.tenant
         with self._store.writing(fence, key=scope.tenant) as conn:

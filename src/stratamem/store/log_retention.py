@@ -22,6 +22,13 @@ open rows; once its task is no longer held, nothing looks an ended execution up 
 A batch is one page read (`page`, keyset-ordered by the end time, through an index) and one
 short write transaction deleting at most a page (`delete`, which checks the age again), so a
 backlog of any size never holds the store's write lock for long.
+
+The keys that sign receipts (`receipt_keys`, `store/receipts.py`) go too, once nothing needs
+them: a key retired more than the retention ago that no receipt names (`unused_keys`, a read;
+`delete_keys`, a short write). The active key (the newest one not retired) and every other key
+not retired are never deleted, nor is a key any receipt still names, the receipts of held tasks
+included. Receipts are signed only with a key not retired, read in their write transaction, so
+no receipt can name a key retired that long ago after the read found none.
 """
 
 from __future__ import annotations
@@ -131,6 +138,33 @@ def delete(conn: SqlConn, table: LogTable, rows: Sequence[LogRow], before: float
     return max(cursor.rowcount, 0)
 
 
+_UNUSED_KEYS = (
+    "SELECT k.id FROM receipt_keys k WHERE k.retired_at IS NOT NULL AND k.retired_at < ?"
+    " AND NOT EXISTS (SELECT 1 FROM layer_receipts r WHERE r.key_id = k.id)"
+    " ORDER BY k.retired_at, k.id LIMIT ?"
+)
+
+
+def unused_keys(conn: SqlConn, before: float) -> list[str]:
+    """Up to `MAX_BATCH` receipt keys retired before `before` that no receipt names."""
+    return [str(row[0]) for row in conn.execute(_UNUSED_KEYS, (before, MAX_BATCH)).fetchall()]
+
+
+def delete_keys(conn: SqlConn, key_ids: Sequence[str], before: float) -> int:
+    """Delete the keys `key_ids` (from `unused_keys`) still retired before `before`, inside the
+    caller's write transaction; returns how many went."""
+    key_ids = key_ids[:MAX_BATCH]
+    if not key_ids:
+        return 0
+    marks = ", ".join("?" for _ in key_ids)
+    cursor = conn.execute(
+        "DELETE FROM receipt_keys WHERE retired_at IS NOT NULL AND retired_at < ?"
+        f" AND id IN ({marks})",
+        (before, *key_ids),
+    )
+    return max(cursor.rowcount, 0)
+
+
 def _key(table: LogTable, row: Any) -> tuple[Any, ...]:
     if table is LogTable.EXECUTIONS:
         return (float(row[2]), int(row[3]))
@@ -146,6 +180,8 @@ class RetentionRecords(Protocol):
 
     def prune_log(self, table: LogTable, rows: Sequence[LogRow], before: float) -> int: ...
 
+    def prune_receipt_keys(self, before: float) -> int: ...
+
 
 class ThreadedRetainedLog:
     """Retention's store side for the pipeline (`pipeline.retention.RetainedLog`)."""
@@ -160,3 +196,6 @@ class ThreadedRetainedLog:
 
     async def prune(self, table: LogTable, rows: Sequence[LogRow], before: float) -> int:
         return await asyncio.to_thread(self._records.prune_log, table, rows, before)
+
+    async def prune_keys(self, before: float) -> int:
+        return await asyncio.to_thread(self._records.prune_receipt_keys, before)
