@@ -1,7 +1,8 @@
-"""SIGTERM to `stratamem serve` while a request waits on an LLM that never answers: the process
-gives the request `STRATAMEM_SERVER_SHUTDOWN_TIMEOUT_S`, cancels it (its client gets 503
-`shutting_down`), runs its orderly shutdown (workers stopped, locks released) and exits 0; the
-work the request had not finished stays owed."""
+"""SIGTERM to `stratamem serve` while a request and a worker's task wait on an LLM that never
+answers: both get the one bound `STRATAMEM_SERVER_SHUTDOWN_TIMEOUT_S` (the worker's own, longer
+grace period does not add to it), are cancelled (the request's client gets 503
+`shutting_down`), the process runs its orderly shutdown (locks released) and exits 0; the work
+neither had finished stays owed."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from stratamem.api.app import UNWIND_S
 from stratamem.config import Settings
 from stratamem.pipeline.runner import SQLITE_FILE
 from stratamem.pipeline.sqlite_backend import SqliteBackend
@@ -26,7 +28,7 @@ from tests.api.process import serving, stratamem
 pytestmark = pytest.mark.slow
 
 SHUTDOWN_TIMEOUT_S = 2
-GRACE_PERIOD_S = 1  # the worker's running tasks, after the requests
+GRACE_PERIOD_S = 3600  # the worker's own: capped by the shutdown bound, never added to it
 MARGIN_S = 20.0  # the lifespan's shutdown and the interpreter's exit, on a loaded machine
 
 
@@ -67,9 +69,10 @@ class WaitedFlush(threading.Thread):
 def test_sigterm_cancels_hung_work_within_its_bounds_and_keeps_it_owed(
     tmp_path: Path, silent_llm: ScriptedLLM
 ) -> None:
-    """The worker's L1 task of s1 and a waited flush of s2 both wait on the LLM: the flush is
-    cancelled after the shutdown bound, the task after the worker's grace period; both
-    sessions still owe their turns and neither lock is left to lapse."""
+    """The worker's L1 task of s1 and a waited flush of s2 both wait on the LLM: both are
+    cancelled at the shutdown bound, so the process exits within it plus the unwinding's own
+    bound (it would wait an hour for the task if the worker's grace period followed the
+    requests' bound); both sessions still owe their turns and neither lock is left to lapse."""
     data = tmp_path / "data"
     stratamem(data, "tenants", "create", "alice")
     auth = {"Authorization": f"Bearer {stratamem(data, 'keys', 'create', 'alice').stdout.strip()}"}
@@ -83,7 +86,7 @@ def test_sigterm_cancels_hung_work_within_its_bounds_and_keeps_it_owed(
                 flush.start()
             assert silent_llm.wait_held(count, timeout_s=60), f"{session} never reached the LLM"
         server.proc.send_signal(signal.SIGTERM)
-        code = server.proc.wait(timeout=SHUTDOWN_TIMEOUT_S + GRACE_PERIOD_S + MARGIN_S)
+        code = server.proc.wait(timeout=SHUTDOWN_TIMEOUT_S + UNWIND_S + MARGIN_S)
     flush.join(timeout=30)
     text = log.read_text()
     assert code == 0, text

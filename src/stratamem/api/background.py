@@ -40,12 +40,25 @@ def worker_registry() -> ExecutorRegistry:
 
 
 class Background:
-    """Started and stopped by the app's lifespan."""
+    """Started and stopped by the app's lifespan. `stop_within_s` (serve's shutdown bound)
+    caps the worker's grace period: begun with the requests' drain (`begin_stop`), the running
+    tasks then end by the same deadline as the requests in flight."""
 
-    def __init__(self, services: Services, settings: PipelineSettings, workers: int) -> None:
+    def __init__(
+        self,
+        services: Services,
+        settings: PipelineSettings,
+        workers: int,
+        stop_within_s: float | None = None,
+    ) -> None:
         backend = services.require_pipeline()
         clock = services.memory.clock
-        self.settings = settings.model_copy(update={"concurrency": max(workers, 1)})
+        grace_s = settings.grace_period_s
+        if stop_within_s is not None:
+            grace_s = min(grace_s, stop_within_s)
+        self.settings = settings.model_copy(
+            update={"concurrency": max(workers, 1), "grace_period_s": grace_s}
+        )
         self.consuming = workers > 0
         name = f"serve-{socket.gethostname()}-{os.getpid()}"
         registry = service_registry(services)
@@ -65,13 +78,18 @@ class Background:
         if self.consuming:
             self._working = loop.create_task(self.worker.run())
 
+    def begin_stop(self) -> None:
+        """No new task from here; the scheduler stops after its pass, and the running tasks'
+        grace period starts (it may be called before `stop`, which waits for both)."""
+        self._stop.set()
+        self.worker.request_stop()
+
     async def stop(self) -> None:
         """The scheduler stops after its pass; running tasks get the worker's grace period."""
-        self._stop.set()
+        self.begin_stop()
         if self._scheduling is not None:
             await self._scheduling
             self._scheduling = None
         if self._working is not None:
-            self.worker.request_stop()
             await self._working
             self._working = None

@@ -18,7 +18,7 @@ from stratamem.api.services import Services
 from stratamem.api.settings import AllSettings, load_settings
 from stratamem.errors import ConfigError
 
-__all__ = ["bind", "load_settings", "serve", "server_config"]
+__all__ = ["DrainingServer", "bind", "load_settings", "serve", "server_config"]
 
 ACCESS_LOGGER = "uvicorn.access"
 
@@ -55,6 +55,21 @@ def server_config(
     return config
 
 
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server that, when it starts to stop, also stops the pipeline work beside it:
+    the workers take no new task and their running tasks drain alongside the requests in
+    flight, under one bound (the worker's grace period is capped by it, see `Background`),
+    instead of getting their own grace period after the requests' bound."""
+
+    def __init__(self, config: uvicorn.Config, background: Background) -> None:
+        super().__init__(config)
+        self.background = background
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.background.begin_stop()
+        await super().shutdown(sockets)
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket (port 0: any free port); `ConfigError` saying what to change."""
     try:
@@ -78,7 +93,9 @@ def serve(settings: AllSettings, announce: Callable[[str], None]) -> None:
     core, server, pipeline = settings
     services = Services.open(core, server, pipeline)
     try:
-        background = Background(services, pipeline, server.workers)
+        background = Background(
+            services, pipeline, server.workers, stop_within_s=server.shutdown_timeout_s
+        )
         sock = bind(server.host, server.port)
     except ConfigError:
         asyncio.run(services.aclose())
@@ -90,7 +107,7 @@ def serve(settings: AllSettings, announce: Callable[[str], None]) -> None:
     )
     announce(f"stratamem listening on http://{host}:{port} ({workers}; data in {core.data_dir})")
     app = create_app(services, close_on_shutdown=True, background=background)
-    uvicorn_server = uvicorn.Server(server_config(app, server.shutdown_timeout_s))
+    uvicorn_server = DrainingServer(server_config(app, server.shutdown_timeout_s), background)
     previous = signal.signal(signal.SIGTERM, _stopped)
     try:
         uvicorn_server.run(sockets=[sock])

@@ -60,8 +60,9 @@ class ServerSettings(BaseSettings):
         30.0, gt=0, le=3600, description="Longest wait for a request body to arrive (else 408)."
     )
     shutdown_timeout_s: int = Field(
-        30, ge=1, le=3600, description="At SIGTERM / SIGINT, longest wait for the requests in"
-        " flight; then they are cancelled (their work stays owed) and the workers stop.",
+        20, ge=1, le=3600, description="At SIGTERM / SIGINT, longest wait for the requests in"
+        " flight and the workers' running tasks, together (it caps the pipeline's grace period);"
+        " then both are cancelled (their work stays owed) and the process exits.",
     )
     tenant_requests_per_s: float = Field(
         100.0, ge=0, description="Requests a second per tenant, on average (0: no limit; 429)."
