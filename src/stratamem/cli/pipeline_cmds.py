@@ -77,6 +77,7 @@ backend_option = click.option(
 @click.option(
     "--executors",
     envvar="STRATAMEM_PIPELINE_EXECUTORS",
+    show_envvar=True,
     default="stratamem.api.background:worker_registry",
     show_default=True,
     help="module:factory returning the ExecutorRegistry; the default runs every task type "
