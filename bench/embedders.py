@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from stratamem.config import Settings
 from stratamem.datasets import locomo
 from stratamem.embed import Embedder, make_embedder
 from stratamem.eval.questions import select
@@ -81,7 +82,7 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 async def measure(spec: str, texts: list[str]) -> tuple[Embedder, dict[str, Any]]:
     """The embedder loaded (kept open for the query phase), its load and batch figures."""
-    embedder = make_embedder(spec, batch_size=BATCH)
+    embedder = make_embedder(spec, batch_size=BATCH, onnx_spinning=Settings().onnx_spinning)
     assert embedder is not None
     load_wall, load_cpu = time.perf_counter(), time.process_time()
     await embedder.embed(["warm-up"])

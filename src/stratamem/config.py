@@ -40,6 +40,11 @@ class Settings(BaseSettings):
         None, ge=8, description="Vector width of `openai:` embedders (else found on first call)."
     )
     embed_batch_size: int = Field(64, ge=1, le=4096, description="Texts per embedding batch.")
+    onnx_spinning: bool = Field(
+        False,
+        description="ONNX Runtime embedders (`local`, `onnx:`): threads spin between the"
+        " operators of a run instead of sleeping (faster alone, slower on a busy machine).",
+    )
     max_turn_chars: int = Field(
         100_000, ge=1, description="Longest message text accepted by capture."
     )

@@ -141,6 +141,7 @@ class AsyncMemory:
                 api_key=settings.embed_api_key,
                 dim=settings.embed_dim,
                 batch_size=settings.embed_batch_size,
+                onnx_spinning=settings.onnx_spinning,
             )
         owns_llm = isinstance(llm, str)
         if isinstance(llm, str):

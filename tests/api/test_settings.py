@@ -83,6 +83,15 @@ def test_a_bad_llm_or_layer_variable_stops_the_start(monkeypatch: pytest.MonkeyP
         load_settings()
 
 
+def test_a_bad_core_variable_stops_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`STRATAMEM_ONNX_SPINNING` is read with the other settings (not when the model loads)."""
+    monkeypatch.setenv("STRATAMEM_ONNX_SPINNING", "fast")
+    with pytest.raises(ConfigError, match="STRATAMEM_ONNX_SPINNING: Input should be a valid bool"):
+        load_settings()
+    monkeypatch.setenv("STRATAMEM_ONNX_SPINNING", "on")
+    assert load_settings().core.onnx_spinning
+
+
 def test_the_readme_config_file_example_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

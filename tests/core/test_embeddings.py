@@ -55,6 +55,15 @@ async def test_opening_with_another_model_is_refused_and_reindex_fixes_it(
     await reopened.aclose()
 
 
+async def test_the_spinning_setting_reaches_the_embedder_it_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRATAMEM_ONNX_SPINNING", "on")
+    memory = AsyncMemory.open(Settings(data_dir=tmp_path / "data", embedder="local"))
+    assert isinstance(memory.embedder, LocalEmbedder) and memory.embedder.spinning
+    await memory.aclose()
+
+
 @pytest.fixture(scope="module")
 def local_embedder() -> LocalEmbedder:
     return LocalEmbedder()

@@ -77,6 +77,9 @@ def test_local_specs(spec: str, model: str) -> None:
     embedder = make_embedder(spec, batch_size=8)
     assert isinstance(embedder, LocalEmbedder)
     assert (embedder.model, embedder.dim, embedder.loaded) == (model, 384, False)
+    assert not embedder.spinning
+    spinning = make_embedder(spec, onnx_spinning=True)
+    assert isinstance(spinning, LocalEmbedder) and spinning.spinning
 
 
 def test_st_spec_names_the_same_model_and_loads_nothing() -> None:
@@ -91,6 +94,9 @@ def test_onnx_spec_names_the_directory(tmp_path: Path) -> None:
     embedder = make_embedder(f"onnx:{folder}")
     assert isinstance(embedder, OnnxEmbedder)
     assert embedder.model == "onnx:my-encoder"
+    assert not embedder.spinning
+    spinning = make_embedder(f"onnx:{folder}", onnx_spinning=True)
+    assert isinstance(spinning, OnnxEmbedder) and spinning.spinning
     with pytest.raises(EmbeddingError, match="known once it is loaded"):
         _ = embedder.dim
 

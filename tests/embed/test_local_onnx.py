@@ -25,7 +25,7 @@ from tokenizers import Tokenizer
 from stratamem.embed import LocalEmbedder, OnnxEmbedder, make_embedder
 from stratamem.embed.bert_graph import BLOCK, BertShape, block_quantise, build_encoder
 from stratamem.embed.local import package_model_dir, prepare
-from stratamem.embed.onnx_encoder import SPINNING_ENV, spinning
+from stratamem.embed.onnx_encoder import load
 from stratamem.errors import EmbeddingError
 
 Array = npt.NDArray[Any]
@@ -326,24 +326,15 @@ def test_the_local_embedder_runs_without_torch() -> None:
     assert done.stdout.strip() == "(1, 384) False False"
 
 
-@pytest.mark.parametrize(("value", "spins"), [(None, False), ("1", True), ("0", False),
-                                              ("off", False), (" On ", True)])  # fmt: skip
-def test_spinning_is_off_unless_set_on(
-    monkeypatch: pytest.MonkeyPatch, value: str | None, spins: bool
+async def test_spinning_threads_are_the_runtime_s_choice_and_give_the_same_vectors(
+    tiny: Path, tmp_path: Path
 ) -> None:
-    if value is None:
-        monkeypatch.delenv(SPINNING_ENV, raising=False)
-    else:
-        monkeypatch.setenv(SPINNING_ENV, value)
-    assert spinning() is spins
-
-
-async def test_a_bad_spinning_setting_is_a_clear_error(
-    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(SPINNING_ENV, "fast")
-    embedder = OnnxEmbedder("tiny", partial(prepare, tiny, cache=tmp_path / "cache"))
-    with pytest.raises(EmbeddingError, match="STRATAMEM_ONNX_SPINNING must be 1 or 0"):
-        await embedder.embed(["x"])
-    monkeypatch.setenv(SPINNING_ENV, "1")
-    assert (await embedder.embed(["x"])).shape == (1, 8)
+    """Off by default: the threads sleep between operators; with `spinning` they spin within a
+    run and stop after it; the same graph gives the same vectors either way."""
+    source = partial(prepare, tiny, cache=tmp_path / "cache")
+    sleeping, spinning = OnnxEmbedder("tiny", source), OnnxEmbedder("tiny", source, spinning=True)
+    vectors = [await e.embed(TEXTS[:3]) for e in (sleeping, spinning)]
+    np.testing.assert_allclose(vectors[0], vectors[1], atol=1e-6)
+    options = {on: load(source(), on).session.get_session_options() for on in (False, True)}
+    assert options[False].get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert options[True].get_session_config_entry("session.force_spinning_stop") == "1"

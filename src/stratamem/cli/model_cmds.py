@@ -25,6 +25,7 @@ def prepare(ctx: click.Context) -> None:
         base_url=settings.embed_base_url,
         api_key=settings.embed_api_key,
         dim=settings.embed_dim,
+        onnx_spinning=settings.onnx_spinning,
     )
     if embedder is None:
         click.echo("no embedder: search runs on BM25 alone")

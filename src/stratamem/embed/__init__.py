@@ -48,17 +48,21 @@ def make_embedder(
     dim: int | None = None,
     batch_size: int | None = None,
     timeout_s: float | None = None,
+    onnx_spinning: bool = False,
 ) -> Embedder | None:
-    """Build the embedder named by `spec`; raises `ConfigError` for an unknown or incomplete one."""
+    """Build the embedder named by `spec`; raises `ConfigError` for an unknown or incomplete one.
+    `onnx_spinning` is for the ONNX Runtime ones (`local*`, `onnx:`)."""
     name, _, arg = spec.strip().partition(":")
     kind = name.lower()
     if kind == "none" and not arg:
         return None
     batch = batch_size or local.DEFAULT_BATCH_SIZE
     if kind in _LOCAL_SPECS and arg.lower() in ("", *local.PRECISIONS):
-        return LocalEmbedder(precision=arg.lower() or "q8", batch_size=batch)
+        return LocalEmbedder(
+            precision=arg.lower() or "q8", batch_size=batch, spinning=onnx_spinning
+        )
     if kind == "onnx":
-        return _onnx_directory(spec, arg, batch)
+        return _onnx_directory(spec, arg, batch, onnx_spinning)
     if kind in _ST_SPECS and not arg:
         from stratamem.embed.st import SentenceTransformerEmbedder  # noqa: PLC0415
 
@@ -78,7 +82,7 @@ def make_embedder(
     raise ConfigError(f"unknown embedder {spec!r}: use {_SPECS}")
 
 
-def _onnx_directory(spec: str, arg: str, batch_size: int) -> OnnxEmbedder:
+def _onnx_directory(spec: str, arg: str, batch_size: int, spinning: bool) -> OnnxEmbedder:
     """`onnx:<dir>`: the model's name is `onnx:` and the directory's name."""
     if not arg:
         raise ConfigError(f"embedder {spec!r} names no directory: use 'onnx:<dir>'")
@@ -89,6 +93,7 @@ def _onnx_directory(spec: str, arg: str, batch_size: int) -> OnnxEmbedder:
         f"onnx:{folder.resolve().name}",
         lambda: onnx_encoder.model_in_directory(folder),
         batch_size=batch_size,
+        spinning=spinning,
     )
 
 

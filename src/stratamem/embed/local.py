@@ -207,6 +207,7 @@ class LocalEmbedder(OnnxEmbedder):
         batch_size: int = DEFAULT_BATCH_SIZE,
         model_dir: Path | None = None,
         cache: Path | None = None,
+        spinning: bool = False,
     ) -> None:
         _graph_writer(precision)  # an unknown precision fails here, not at the first embed
         int8 = precision == "int8"
@@ -214,7 +215,7 @@ class LocalEmbedder(OnnxEmbedder):
         self.precision = precision
         super().__init__(INT8_MODEL_NAME if int8 else MODEL_NAME,
                          functools.partial(self._sources, precision=precision), dim=MODEL_DIM,
-                         batch_size=1 if int8 else batch_size)  # fmt: skip
+                         batch_size=1 if int8 else batch_size, spinning=spinning)  # fmt: skip
 
     @property
     def vector_source(self) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,18 +51,18 @@ class Runtime:
     dim: int = 0
 
 
-_loaded: dict[OnnxModel, Runtime] = {}
+_loaded: dict[tuple[OnnxModel, bool], Runtime] = {}
 _loaded_lock = threading.Lock()
 
 
-SPINNING_ENV = "STRATAMEM_ONNX_SPINNING"
-"""With 1, onnxruntime's threads spin between the ~60 operators of one run instead of sleeping
-and being woken for each, and stop spinning when the run ends (`session.force_spinning_stop`):
-one warm query alone took 2.15 ms instead of 2.96 (p50, 2 cores, load 1). It is off by default
-because the tail it gives a real search is worse: over LoCoMo's 760 questions at load 1-2, the
-query embedding took p50 4.4 / p95 13.3 ms with it and 5.0 / 6.5 ms without; at load 7 a query
-took ~40 % more CPU and wall time with it; threads left spinning between runs (onnxruntime's
-own default) cost 20 ms of CPU per query instead of 4.7 at load 15."""
+# Spinning (`spinning`; the setting `onnx_spinning`, `STRATAMEM_ONNX_SPINNING`): onnxruntime's
+# threads spin between the ~60 operators of one run instead of sleeping and being woken for
+# each, and stop spinning when the run ends (`session.force_spinning_stop`): one warm query
+# alone took 2.15 ms instead of 2.96 (p50, 2 cores, load 1). It is off by default because the
+# tail it gives a real search is worse: over LoCoMo's 760 questions at load 1-2, the query
+# embedding took p50 4.4 / p95 13.3 ms with it and 5.0 / 6.5 ms without; at load 7 a query took
+# ~40 % more CPU and wall time with it; threads left spinning between runs (onnxruntime's own
+# default) cost 20 ms of CPU per query instead of 4.7 at load 15.
 
 
 def _runtime_errors() -> tuple[type[BaseException], ...]:
@@ -76,24 +75,25 @@ def _runtime_errors() -> tuple[type[BaseException], ...]:
     return (OSError, ValueError, RuntimeError, *found)
 
 
-def load(model: OnnxModel) -> Runtime:
-    """The session and tokenizer of `model`, loaded on first use and kept for the process."""
+def load(model: OnnxModel, spinning: bool = False) -> Runtime:
+    """The session and tokenizer of `model`, loaded on first use and kept for the process;
+    its threads spin within a run with `spinning` (see the note on spinning)."""
     with _loaded_lock:
-        runtime = _loaded.get(model)
+        runtime = _loaded.get((model, spinning))
         if runtime is None:
-            runtime = _open(model)
-            _loaded[model] = runtime
+            runtime = _open(model, spinning)
+            _loaded[(model, spinning)] = runtime
         return runtime
 
 
-def _open(model: OnnxModel) -> Runtime:
+def _open(model: OnnxModel, spinning: bool) -> Runtime:
     try:
         import onnxruntime  # noqa: PLC0415  (imported when a model is first needed)
     except ImportError as e:
         raise EmbeddingError(f"onnxruntime is missing; {_INSTALL_HINT}") from e
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # errors only: no warnings on a CLI's stderr
-    _thread_settings(options)
+    _thread_settings(options, spinning)
     try:
         session = onnxruntime.InferenceSession(
             str(model.graph), options, providers=["CPUExecutionProvider"]
@@ -111,18 +111,9 @@ def _open(model: OnnxModel) -> Runtime:
     return runtime
 
 
-def spinning() -> bool:
-    """Whether onnxruntime's threads spin between the operators of a run:
-    `STRATAMEM_ONNX_SPINNING` (`0`, the default, or `1`)."""
-    value = os.environ.get(SPINNING_ENV, "0").strip().lower()
-    if value not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
-        raise EmbeddingError(f"{SPINNING_ENV} must be 1 or 0, not {value!r}")
-    return value in ("1", "true", "yes", "on")
-
-
-def _thread_settings(options: Any) -> None:
-    """Sleep between operators, or spin within a run only (see `SPINNING_ENV`)."""
-    if spinning():
+def _thread_settings(options: Any, spinning: bool) -> None:
+    """Sleep between operators, or spin within a run only (see the note on spinning)."""
+    if spinning:
         options.add_session_config_entry("session.force_spinning_stop", "1")
         return
     for entry in ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"):
@@ -184,7 +175,8 @@ class OnnxEmbedder:
 
     `source` gives the model's files when it is first needed (it may build them). `dim` is the
     width when known in advance; otherwise it is known once the model is loaded, and asking for
-    it before raises `EmbeddingError` (as for an endpoint not yet called).
+    it before raises `EmbeddingError` (as for an endpoint not yet called). With `spinning`,
+    the runtime's threads spin within a run instead of sleeping (see the note on spinning).
     """
 
     def __init__(
@@ -194,9 +186,11 @@ class OnnxEmbedder:
         *,
         dim: int | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        spinning: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        self.spinning = spinning
         self._name = name
         self._source = source
         self._dim = dim
@@ -248,7 +242,7 @@ class OnnxEmbedder:
 
     def _load_runtime(self, model: OnnxModel) -> Runtime:
         """The loaded `model` (a subclass may fall back to another)."""
-        return load(model)
+        return load(model, self.spinning)
 
     def _encode(self, texts: list[str]) -> Vectors:
         return encode_sorted(self._runtime(), texts, self._batch_size)

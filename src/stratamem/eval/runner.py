@@ -126,7 +126,8 @@ class _Shared:
 
 def open_embedder(spec: str, settings: Settings, cache: Path | None = None) -> Embedder | None:
     """The embedder `spec` names, wrapped in a persistent cache of its vectors when `cache`."""
-    made = make_embedder(spec, base_url=settings.embed_base_url, api_key=settings.embed_api_key)
+    made = make_embedder(spec, base_url=settings.embed_base_url, api_key=settings.embed_api_key,
+                         onnx_spinning=settings.onnx_spinning)  # fmt: skip
     if made is None or cache is None:
         return made
     return CachedEmbedder(made, cache)
