@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from stratamem.cli.main import cli
@@ -74,6 +75,20 @@ def test_bad_tenant_exits_with_input_error(tmp_path: Path) -> None:
     code, _, err = run(tmp_path, "capture", "--tenant", "../x", "--session", "s", "--text", "hi")
     assert code == 2
     assert "tenant" in err
+
+
+@pytest.mark.parametrize("command", [["serve", "--port", "0"], ["stats"]])
+def test_a_bad_setting_exits_with_config_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """Before anything opens: a typed error (exit 5) saying which variable, not a traceback."""
+    monkeypatch.setenv("STRATAMEM_ONNX_SPINNING", "fast")
+    monkeypatch.setenv("STRATAMEM_EMBED_BATCH_SIZE", "0")
+    code, _, err = run(tmp_path, *command)
+    assert code == 5, err
+    assert "STRATAMEM_ONNX_SPINNING: Input should be a valid boolean" in err
+    assert "STRATAMEM_EMBED_BATCH_SIZE: Input should be greater than or equal to 1" in err
+    assert not (tmp_path / "stratamem.db").exists()
 
 
 def test_stats_json(tmp_path: Path) -> None:

@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from stratamem.errors import ConfigError
 from stratamem.retrieval.config import RetrievalConfig
 
 DEFAULT_DATA_DIR = Path("stratamem-data")
+ENV_PREFIX = "STRATAMEM_"
 _SEARCH = RetrievalConfig()
 
 
 class Settings(BaseSettings):
     """Core settings. Each field can be set as `STRATAMEM_<NAME>` in the environment."""
 
-    model_config = SettingsConfigDict(env_prefix="STRATAMEM_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     data_dir: Path = Field(DEFAULT_DATA_DIR, description="Directory of the embedded store.")
     store_url: str | None = Field(
@@ -81,3 +83,24 @@ class Settings(BaseSettings):
     @property
     def store_path(self) -> Path:
         return self.data_dir / "stratamem.db"
+
+
+def load_core(**overrides: Any) -> Settings:
+    """`Settings` from `overrides` and the environment; `ConfigError` naming what to fix."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(explain_invalid(exc, ENV_PREFIX)) from exc
+
+
+def explain_invalid(exc: ValidationError, prefix: str, config_file: Path | None = None) -> str:
+    """One line per invalid setting: its variable (and its name in `config_file`), what is wrong."""
+    lines = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else "?"
+        where = f"{prefix}{field.upper()}"
+        if config_file is not None:
+            where += f" (or `{field}` in {config_file})"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        lines.append(f"{where}: {message}")
+    return "invalid settings:\n  " + "\n  ".join(lines)

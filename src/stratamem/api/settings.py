@@ -17,7 +17,8 @@ from typing import Annotated, Any, NamedTuple, TypeVar
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from stratamem.config import Settings
+from stratamem.config import ENV_PREFIX as CORE_ENV_PREFIX
+from stratamem.config import Settings, explain_invalid
 from stratamem.errors import ConfigError
 from stratamem.layers.settings import LayerSettings
 from stratamem.llm.settings import ENV_PREFIX as LLM_ENV_PREFIX
@@ -25,7 +26,6 @@ from stratamem.llm.settings import LLMSettings
 from stratamem.pipeline.settings import PipelineSettings
 
 ENV_PREFIX = "STRATAMEM_SERVER_"
-CORE_ENV_PREFIX = "STRATAMEM_"
 PIPELINE_ENV_PREFIX = "STRATAMEM_PIPELINE_"
 LAYERS_ENV_PREFIX = "STRATAMEM_LAYERS_"
 MIN_ADMIN_KEY_CHARS = 32
@@ -164,18 +164,7 @@ def _build(
     try:
         return cls(**values)
     except ValidationError as exc:
-        raise ConfigError(_explain(exc, prefix, config_file)) from exc
+        raise ConfigError(explain_invalid(exc, prefix, config_file)) from exc
     except ConfigError as exc:  # a cross-field check of the settings class itself
         raise ConfigError(f"invalid {prefix}* settings: {exc}") from exc
 
-
-def _explain(exc: ValidationError, prefix: str, config_file: Path | None) -> str:
-    lines = []
-    for error in exc.errors():
-        field = str(error["loc"][0]) if error["loc"] else "?"
-        where = f"{prefix}{field.upper()}"
-        if config_file is not None:
-            where += f" (or `{field}` in {config_file})"
-        message = str(error["msg"]).removeprefix("Value error, ")
-        lines.append(f"{where}: {message}")
-    return "invalid settings:\n  " + "\n  ".join(lines)

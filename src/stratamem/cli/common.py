@@ -12,7 +12,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import click
 
-from stratamem.config import Settings
+from stratamem.config import Settings, load_core
 from stratamem.errors import (
     ConfigError,
     EmbeddingMismatch,
@@ -66,7 +66,7 @@ def settings_from(ctx: click.Context) -> Settings:
         overrides["data_dir"] = obj["data_dir"]
     if obj.get("embedder") is not None:
         overrides["embedder"] = obj["embedder"]
-    return Settings(**overrides)
+    return load_core(**overrides)
 
 
 def data_dir(ctx: click.Context) -> Path:
