@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,12 @@ from stratamem.errors import ConfigError
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.reconcile import Finding, reconcile
 from stratamem.pipeline.retention import LogPruner
-from stratamem.pipeline.scheduler import backlog_loop, read_snapshot, snapshot_gauges
+from stratamem.pipeline.scheduler import (
+    LEASE_KEY,
+    backlog_loop,
+    read_snapshot,
+    snapshot_gauges,
+)
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import DeadLetter, Task, TaskType
@@ -287,6 +293,67 @@ async def test_the_scheduler_loop_prunes_on_its_interval_and_publishes(
     clock.advance(0.6 * HOUR)
     await loop.tick()
     assert layers.executions(SCOPE) == []
+
+
+async def test_a_loop_taking_the_lease_over_prunes_on_the_deployments_interval(
+    harness: Harness, layers: SqlLayerStore
+) -> None:
+    """A one-shot pass (`once`) prunes and lets the lease go; the next holder prunes when the
+    interval since that pass is over (from the published snapshot), not as soon as it holds
+    the lease."""
+    clock, retained = harness.clock, ThreadedRetainedLog(layers)
+    hourly = SETTINGS.model_copy(update={"log_prune_interval_s": HOUR})
+    first, second = _task(), _task()
+    _commit(layers, clock, first)
+    clock.advance(1.5 * HOUR)
+    _commit(layers, clock, second)
+    clock.advance(0.5 * HOUR)
+    one_shot = backlog_loop(harness.backend, [], hourly, clock, "once", retained)
+    assert one_shot is not None and await one_shot.once() is not None
+    assert _kept(layers, first) == (0, False, False) and not one_shot.active
+    assert _kept(layers, second) == (1, True, True)  # not past the retention yet
+    clock.advance(0.9 * HOUR)  # it is now; the one-shot pass is 0.9 h old
+    taking_over = backlog_loop(harness.backend, [], hourly, clock, "w1", retained)
+    assert taking_over is not None
+    assert await taking_over.tick() is not None and taking_over.active
+    assert _kept(layers, second) == (1, True, True)
+    clock.advance(0.1 * HOUR)
+    await taking_over.tick()
+    assert _kept(layers, second) == (0, False, False)
+
+
+def test_schedule_once_prunes_unless_another_process_holds_the_lease(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "stratamem.db")
+    old = _task()
+    _commit(SqlLayerStore(store), ManualClock(), old)  # in 2023: past the default 7 days
+    store.close()
+
+    async def lease(owner: str, take: bool) -> bool:
+        backend = SqliteBackend(tmp_path / "pipeline.db")
+        try:
+            if take:
+                return await backend.acquire_lock(LEASE_KEY, owner, ttl_ms=3_600_000,
+                                                  now=time.time()) is not None  # fmt: skip
+            return await backend.release_lock(LEASE_KEY, owner)
+        finally:
+            await backend.close()
+
+    def kept() -> tuple[int, bool, bool]:
+        store = SqliteStore(tmp_path / "stratamem.db")
+        try:
+            return _kept(SqlLayerStore(store), old)
+        finally:
+            store.close()
+
+    assert asyncio.run(lease("worker-1", take=True))
+    out = run_cli(tmp_path, "--embedder", "none", "schedule", "--once")
+    assert "another process holds the scheduler's lease" in out and kept() == (1, True, True)
+    assert asyncio.run(lease("worker-1", take=False))
+    assert run_cli(tmp_path, "--embedder", "none", "schedule", "--once") == ""
+    assert kept() == (0, False, False)
+    status = json.loads(run_cli(tmp_path, "pipeline", "status", "--json"))
+    assert status["scheduler"]["retention"]["executions"] == 1
+    assert asyncio.run(lease("worker-1", take=True))  # the one-shot let the lease go
 
 
 def test_retention_is_off_or_at_least_an_hour() -> None:

@@ -17,7 +17,6 @@ from stratamem.layers.executors import LayerExecutors
 from stratamem.offload.executors import register_executors as register_offload
 from stratamem.pipeline.executors import ExecutorRegistry
 from stratamem.pipeline.runner import open_backend
-from stratamem.pipeline.scheduler import backlog_loop
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.worker import Worker
 
@@ -63,9 +62,7 @@ class Background:
         name = f"serve-{socket.gethostname()}-{os.getpid()}"
         registry = service_registry(services)
         self.worker = Worker(backend, registry, self.settings, clock=clock, name=name)
-        sources = registry.backlog_sources(self.settings.scheduler_grace_s)
-        self.scheduler = backlog_loop(backend, sources, self.settings, clock, name,
-                                      registry.retained)  # fmt: skip
+        self.scheduler = registry.scheduler_loop(backend, self.settings, clock, name)
         self._stop = asyncio.Event()
         self._scheduling: asyncio.Task[None] | None = None
         self._working: asyncio.Task[None] | None = None

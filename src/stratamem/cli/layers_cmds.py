@@ -21,14 +21,12 @@ from stratamem.cli.common import (
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.domain import MemoryRecord, MemoryType, Profile, Scene, Scope
-from stratamem.layers.backlog import layer_sources
+from stratamem.layers.executors import LayerExecutors
 from stratamem.pipeline.runner import open_backend
-from stratamem.pipeline.scheduler import BacklogScheduler, backlog_loop
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task
 from stratamem.store.base import Filters
 from stratamem.store.layers_sql import SqlLayerStore
-from stratamem.store.log_retention import ThreadedRetainedLog
 from stratamem.store.opening import RecordStore, open_store
 from stratamem.timestamps import utc_text
 
@@ -106,35 +104,42 @@ def flush(ctx: click.Context, tenant: str, session: str, as_json: bool) -> None:
 @click.command()
 @click.option(
     "--once", is_flag=True,
-    help="Run one pass (no state kept from earlier runs), print the tasks submitted, and exit.",
+    help="Run one pass (no state kept from earlier runs) and a retention pass if one is due,"
+    " under the scheduler's lease, print the tasks submitted, and exit. Does nothing (and says"
+    " so) while another process (a worker, serve) holds the lease: that one runs the passes.",
 )
 @click.pass_context
 @handle_errors
 def schedule(ctx: click.Context, once: bool) -> None:
-    """Run the backlog scheduler over the layers' owed work (L1, L2, L3, flush) until SIGTERM /
-    SIGINT (workers run one already; this is for a deployment without them, or to look)."""
+    """Run the backlog scheduler over the layers' owed work (L1, L2, L3, flush), and retention
+    of the pipeline's log and receipts, until SIGTERM / SIGINT (workers and serve run one
+    already; this is for a deployment without them)."""
     tasks = asyncio.run(_schedule(settings_from(ctx), once))
-    for task in tasks:
+    if tasks is None:
+        click.echo("another process holds the scheduler's lease and runs its passes:"
+                   " nothing done", err=True)  # fmt: skip
+    for task in tasks or []:
         click.echo(f"{task.type.value} {task.tenant} {task.session or '-'}")
 
 
-async def _schedule(settings: Settings, once: bool) -> list[Task]:
+async def _schedule(settings: Settings, once: bool) -> list[Task] | None:
+    """The tasks a `once` pass submitted (None: another process holds the lease)."""
     memory = AsyncMemory.open(settings, embedder=None, llm=None)
     pipeline = PipelineSettings()
     backend = open_backend(pipeline, settings.data_dir)
     try:
-        service = memory.layer_service()
-        sources = layer_sources(service.layers, service.settings, pipeline.scheduler_grace_s)
+        registry = LayerExecutors(memory.layer_service(), backend).registry()
+        owner = f"schedule-{os.getpid()}"
+        loop = registry.scheduler_loop(backend, pipeline, memory.clock, owner)
+        if loop is None:
+            return []
         if once:
-            scheduler = BacklogScheduler(backend, sources, pipeline)
-            return (await scheduler.run_pass(memory.clock.now())).submitted
-        loop = backlog_loop(backend, sources, pipeline, memory.clock, f"schedule-{os.getpid()}",
-                            ThreadedRetainedLog(service.layers))  # fmt: skip
+            report = await loop.once()
+            return None if report is None else report.submitted
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-        if loop is not None:
-            await loop.run(stop)
+        await loop.run(stop)
         return []
     finally:
         await backend.close()

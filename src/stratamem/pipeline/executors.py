@@ -38,9 +38,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from stratamem.clock import Clock
+from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.errors import UnknownTaskType
 from stratamem.pipeline.retention import RetainedLog
-from stratamem.pipeline.scheduler import Source
+from stratamem.pipeline.scheduler import SchedulerLoop, Source, backlog_loop
+from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.store.base import Fence
 from stratamem.store.executions import ExecutionStart
@@ -130,6 +132,14 @@ class ExecutorRegistry:
 
     def backlog_sources(self, grace_s: float) -> list[Source]:
         return [source for factory in self._backlog for source in factory(grace_s)]
+
+    def scheduler_loop(
+        self, backend: PipelineBackend, settings: PipelineSettings, clock: Clock, owner: str
+    ) -> SchedulerLoop | None:
+        """The scheduler loop over these backlog sources, pruning `retained`
+        (`pipeline.scheduler.backlog_loop`): the one every process that schedules runs."""
+        sources = self.backlog_sources(settings.scheduler_grace_s)
+        return backlog_loop(backend, sources, settings, clock, owner, self.retained)
 
     def usage(self) -> dict[str, dict[str, int]]:
         """The usage of every source, summed per stage and counter."""

@@ -57,7 +57,8 @@ class RetainedLog(Protocol):
 
 @dataclass(slots=True)
 class RetentionCounters:
-    """Totals since the process started its pruner (`last_at`: its last pass)."""
+    """Totals since the process started its pruner (`last_at`: its last pass, or, until its
+    first, the deployment's last one when it took the scheduler's lease over)."""
 
     passes: int = 0
     undecided: int = 0  # passes that deleted nothing: too many queued or dead tasks to tell

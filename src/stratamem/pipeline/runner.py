@@ -11,7 +11,6 @@ from stratamem.clock import SystemClock
 from stratamem.errors import ConfigError
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecutorRegistry
-from stratamem.pipeline.scheduler import backlog_loop
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.worker import Worker
 
@@ -53,8 +52,7 @@ async def serve(
     of the deployment at a time: see `pipeline.scheduler`)."""
     backend, clock = open_backend(settings, data_dir), SystemClock()
     worker = Worker(backend, registry, settings, name=name, clock=clock)
-    sources = registry.backlog_sources(settings.scheduler_grace_s)
-    scheduler = backlog_loop(backend, sources, settings, clock, worker.name, registry.retained)
+    scheduler = registry.scheduler_loop(backend, settings, clock, worker.name)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

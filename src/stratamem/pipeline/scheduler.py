@@ -355,9 +355,21 @@ class SchedulerLoop:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.settings.scheduler_interval_s)
         finally:
-            if self.active:
-                with contextlib.suppress(*PASS_ERRORS):
-                    await self.scheduler.backend.release_lock(LEASE_KEY, self.owner)
+            await self.release()
+
+    async def once(self) -> PassReport | None:
+        """One `tick` (a pass, and a retention pass if due), then the lease is released; None
+        when another process holds the lease (it runs the passes)."""
+        try:
+            return await self.tick()
+        finally:
+            await self.release()
+
+    async def release(self) -> None:
+        if self.active:
+            self.active = False
+            with contextlib.suppress(*PASS_ERRORS):
+                await self.scheduler.backend.release_lock(LEASE_KEY, self.owner)
 
     async def _hold_lease(self) -> bool:
         backend, now = self.scheduler.backend, self.clock.now()
@@ -370,8 +382,19 @@ class SchedulerLoop:
         grant = await backend.acquire_lock(LEASE_KEY, self.owner, ttl_ms=ttl_ms, now=now)
         if grant is not None:
             log.info("backlog scheduler %s holds the lease", self.owner)
+            await self._resume_pruner()
         self.active = grant is not None
         return self.active
+
+    async def _resume_pruner(self) -> None:
+        """A process taking the lease prunes when the deployment's last retention pass (in
+        the snapshot its holder published) is `log_prune_interval_s` old, not at once."""
+        if self.pruner is None or self.pruner.counters.last_at is not None:
+            return
+        snapshot = await read_snapshot(self.scheduler.backend)
+        last_at = ((snapshot or {}).get("retention") or {}).get("last_at")
+        if last_at is not None:
+            self.pruner.counters.last_at = float(last_at)
 
     async def _publish(self) -> None:
         snapshot = {"owner": self.owner, "updated_at": self.clock.now(),
