@@ -1,23 +1,75 @@
-"""The README documents every setting and every CLI command."""
+"""The README documents every setting (with the default of the code) and every CLI command
+and option."""
 
 from __future__ import annotations
 
 import re
+from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import click
+import pytest
+from pydantic_settings import BaseSettings
 
-from stratamem.api.settings import ENV_PREFIX, ServerSettings
+from stratamem.api.settings import ServerSettings
 from stratamem.cli.main import cli
 from stratamem.config import Settings
+from stratamem.layers.settings import LayerSettings
 from stratamem.llm.settings import LLMSettings
+from stratamem.offload.settings import OffloadSettings
+from stratamem.pipeline.settings import PipelineSettings
 
 README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
 
+#: Each settings class, where its table starts, and the variable prefix its rows name a field
+#: with (none: the field's name).
+TABLES = [
+    (Settings, "## Configuration", ""),
+    (LLMSettings, "### LLM endpoint settings", ""),
+    (OffloadSettings, "| offload setting |", ""),
+    (ServerSettings, "| service setting |", "STRATAMEM_SERVER_"),
+    (PipelineSettings, "| pipeline setting |", ""),
+    (LayerSettings, "Settings, as `STRATAMEM_LAYERS_<NAME>`", ""),
+]
+NOT_IN_TABLES = {"stages"}  # LLMSettings: the per-stage overrides, in the table's preamble
 
-def test_every_setting_is_in_the_configuration_table() -> None:
-    missing = [name for name in Settings.model_fields if f"| `{name}` |" not in README]
-    assert missing == []
+
+def _table_rows(start: str) -> dict[str, str]:
+    """The first table after `start`: each row's name and default, as written."""
+    at = README.index(start)
+    at = README.index("\n|", at - 1) + 1
+    table = README[at : README.index("\n\n", at)]
+    return dict(re.findall(r"^\| `([^`]+)` \| ([^|]*?) \|", table, re.M))
+
+
+def _shown(value: Any) -> str:
+    """A default as the README writes it."""
+    if value is None or value == []:
+        return "–"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, Enum):
+        return f"`{value.value}`"
+    if isinstance(value, float):
+        return f"`{value:g}`"
+    if isinstance(value, Path):
+        return f"`./{value}`"
+    return f"`{value}`"
+
+
+@pytest.mark.parametrize(("cls", "start", "prefix"), TABLES, ids=[t[0].__name__ for t in TABLES])
+def test_every_setting_is_in_its_table_with_the_default_of_the_code(
+    cls: type[BaseSettings], start: str, prefix: str
+) -> None:
+    rows = _table_rows(start)
+    fields = {n: f for n, f in cls.model_fields.items() if n not in NOT_IN_TABLES}
+    names = {(prefix + name.upper() if prefix else name): name for name in fields}
+    assert sorted(names.keys() - rows.keys()) == [], "settings missing from the table"
+    assert sorted(rows.keys() - names.keys()) == [], "rows naming no setting"
+    code = {key: _shown(fields[name].get_default(call_default_factory=True))
+            for key, name in names.items()}  # fmt: skip
+    assert {k: (rows[k], v) for k, v in code.items() if rows[k] != v} == {}
 
 
 def test_every_cli_command_is_in_the_reference() -> None:
@@ -70,15 +122,3 @@ def test_the_cli_reference_shows_the_global_options() -> None:
     assert _options(click.Command("stratamem", params=cli.params)) <= set(
         re.findall(r"--[a-z][a-z-]*", usage)
     )
-
-
-def test_every_service_setting_is_in_the_configuration_table() -> None:
-    documented = [f"| `{ENV_PREFIX}{name.upper()}` |" for name in ServerSettings.model_fields]
-    assert [d for d in documented if d not in README] == []
-
-
-def test_every_llm_setting_is_in_its_table() -> None:
-    fields = [name for name in LLMSettings.model_fields if name != "stages"]
-    start = README.index("### LLM endpoint settings")
-    table = README[start : README.index("\n### ", start + 1)]
-    assert [name for name in fields if f"| `{name}` |" not in table] == []

@@ -1,0 +1,78 @@
+"""Every `STRATAMEM_*` variable the code reads is documented, and every one the documentation
+names is read: by a settings class (its prefix and a field, or an LLM stage override), by name in
+the package, or by a script or test of this checkout (the real-model tier's, CI's).
+
+The settings classes' fields are held to their README tables by tests/test_docs.py; this test
+covers the variables read by name and every name the documentation writes out."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic_settings import BaseSettings
+
+from stratamem.api.settings import ServerSettings
+from stratamem.config import Settings
+from stratamem.layers.settings import LayerSettings
+from stratamem.llm.settings import LLMSettings, StageSettings
+from stratamem.offload.settings import OffloadSettings
+from stratamem.pipeline.settings import PipelineSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = ROOT / "integrations" / "openclaw"
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), PLUGIN / "README.md"]
+#: Where scripts and tests of this checkout read variables of their own.
+TOOLING = [ROOT / "scripts", ROOT / "tests", ROOT / ".ci", ROOT / "Makefile",
+           PLUGIN / "src", PLUGIN / "test"]  # fmt: skip
+PREFIXED: list[tuple[type[BaseSettings], str]] = [
+    (ServerSettings, "STRATAMEM_SERVER_"),
+    (PipelineSettings, "STRATAMEM_PIPELINE_"),
+    (LayerSettings, "STRATAMEM_LAYERS_"),
+    (OffloadSettings, "STRATAMEM_OFFLOAD_"),
+    (LLMSettings, "STRATAMEM_LLM_"),
+    (Settings, "STRATAMEM_"),
+]
+_NAME = re.compile(r"STRATAMEM_[A-Z0-9_]*[A-Z0-9]\b")
+_LITERAL = re.compile(r"(?:[\"']|\$\{?)(STRATAMEM_[A-Z0-9_]*[A-Z0-9])\b(?![A-Z0-9_])")
+
+
+def _files(paths: list[Path]) -> list[Path]:
+    found = []
+    for path in paths:
+        found += [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+    return [p for p in found if "node_modules" not in p.parts and p.suffix not in {".md", ".pyc"}]
+
+
+def _literals(paths: list[Path]) -> set[str]:
+    """Variable names a file reads: a string literal (`os.environ.get("STRATAMEM_KEY")`) or a
+    shell expansion (`${STRATAMEM_LLAMA_VENV:-…}`)."""
+    return {m for p in _files(paths) for m in _LITERAL.findall(p.read_text(errors="replace"))}
+
+
+def _by_settings(name: str) -> bool:
+    """Whether a settings class reads `name`: its prefix and a field, or an LLM stage override
+    (`STRATAMEM_LLM_<STAGE>_<FIELD>`)."""
+    for cls, prefix in PREFIXED:
+        rest = name.removeprefix(prefix).lower()
+        if name.startswith(prefix) and rest in cls.model_fields and rest != "stages":
+            return True
+    rest = name.removeprefix("STRATAMEM_LLM_").lower()
+    return name.startswith("STRATAMEM_LLM_") and any(
+        rest.endswith(f"_{field}") and len(rest) > len(field) + 1
+        for field in StageSettings.model_fields
+    )
+
+
+def test_every_variable_read_by_name_is_documented() -> None:
+    text = "\n".join(p.read_text(encoding="utf-8") for p in DOCS)
+    read = _literals([ROOT / "src"])
+    assert read, "the pattern finds the names the package reads"
+    assert sorted(name for name in read if name not in text) == []
+
+
+def test_every_documented_variable_is_read() -> None:
+    named = {m for p in DOCS for m in _NAME.findall(p.read_text(encoding="utf-8"))}
+    read = _literals([ROOT / "src"]) | _literals(TOOLING)
+    unread = sorted(n for n in named if not _by_settings(n) and n not in read)
+    assert unread == []
