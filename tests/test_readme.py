@@ -9,12 +9,20 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from agents import Agent, set_tracing_disabled
+from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
+from openai import AsyncOpenAI
 
+from stratamem import Memory
 from stratamem.client import Client
+from stratamem.testing import Reply, ScriptedLLM
 from tests.api.process import env_for_checkout, serving, stratamem
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,8 +51,8 @@ def _blocks() -> list[Block]:
     return found
 
 
-#: How each command block is checked: run here (`sandbox`, `service`, `make -n`, `exec`), or by
-#: the named test.
+#: How each command block is checked: run here (`sandbox`, `service`, `make -n`, `exec`,
+#: `agents`), or by the named test.
 HOW = {
     "The two commands (sh)": "make -n",
     "Quickstart: the service (sh)": "tests/api/test_readme_quickstart.py",
@@ -54,7 +62,7 @@ HOW = {
     "Context offload (python)": "exec",
     "Memory layers (sh)": "sandbox",
     "LangGraph (python)": "exec",
-    "OpenAI Agents SDK (python)": "tests/integrations/test_openai_agents.py",
+    "OpenAI Agents SDK (python)": "agents",
     "Running in a container (sh)": "tests/test_container.py",
 }
 NOT_COMMANDS = {"toml"}  # a config file shown, read by tests/api/test_settings.py
@@ -124,6 +132,32 @@ def test_client_block_runs_against_a_service(tmp_path: Path) -> None:
         with Client(server.url, key) as memory:
             assert [t.text for t in memory.turns("demo", "s1")] == [
                 "I adopted a dog called Biscuit"]  # fmt: skip
+
+
+@pytest.fixture
+def no_tracing() -> Iterator[None]:
+    set_tracing_disabled(True)  # the SDK exports traces to OpenAI unless told not to
+    yield
+
+
+async def test_agents_block_runs_with_the_sdk(tmp_path: Path, no_tracing: None) -> None:
+    """The block as written, inside a coroutine given its `memory` and `agent` (a model on the
+    scripted endpoint): the run's turns are the session's L0, and recall came before the call."""
+    [block] = _blocks_run("agents")
+    code = "async def snippet(memory, agent):\n" + textwrap.indent(block.text, "    ")
+    namespace: dict[str, Any] = {}
+    exec(compile(code + "    return result\n", "README.md: agents", "exec"), namespace)
+    with ScriptedLLM() as llm, Memory(data_dir=tmp_path, embedder="hash:64") as memory:
+        memory.add_memory("maya", "Wants distances in kilometres", type="instruction")
+        client = AsyncOpenAI(base_url=llm.base_url, api_key="scripted", max_retries=0)
+        model = OpenAIChatCompletionsModel(model="scripted-chat", openai_client=client)
+        llm.push(Reply.text("About 5 km."))
+        result = await namespace["snippet"](memory, Agent(name="walker", model=model))
+        [call] = llm.calls()
+        assert result.final_output == "About 5 km."
+        assert [t.text for t in memory.turns("maya", "chat-1")] == [
+            "How far should I walk today?", "About 5 km."]  # fmt: skip
+    assert "kilometres" in str(call.messages)
 
 
 def test_the_sample_paths_exist() -> None:
