@@ -534,7 +534,9 @@ class AsyncMemory:
         if self.embedder is None:
             await asyncio.to_thread(self.store.reset_embeddings, None)
             return 0
-        info = EmbeddingInfo(self.embedder.model, self.embedder.dim)
+        # An empty batch has the model's width, which some know only once loaded or called.
+        width = (await self.embedder.embed([])).shape[1]
+        info = EmbeddingInfo(self.embedder.model, int(width))
         await asyncio.to_thread(self.store.reset_embeddings, info)
         return await self.embed_pending(progress=progress)
 
