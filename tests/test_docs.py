@@ -3,6 +3,7 @@ and option."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from enum import Enum
 from pathlib import Path
@@ -20,7 +21,9 @@ from stratamem.llm.settings import LLMSettings
 from stratamem.offload.settings import OffloadSettings
 from stratamem.pipeline.settings import PipelineSettings
 
-README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 #: Each settings class, where its table starts, and the variable prefix its rows name a field
 #: with (none: the field's name).
@@ -122,3 +125,36 @@ def test_the_cli_reference_shows_the_global_options() -> None:
     assert _options(click.Command("stratamem", params=cli.params)) <= set(
         re.findall(r"--[a-z][a-z-]*", usage)
     )
+
+
+def _resolve(dotted: str) -> object:
+    """`stratamem.offload.Offload`, `stratamem.api.background:worker_registry`: the object."""
+    module, _, factory = dotted.partition(":")
+    parts = module.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in [*parts[cut:], *([factory] if factory else [])]:
+            found = getattr(found, name)
+        return found
+    raise ModuleNotFoundError(dotted)
+
+
+def test_every_python_name_the_docs_give_exists() -> None:
+    """Module paths and `module:factory` names (for `--executors`, imports)."""
+    text = "\n".join(doc.read_text("utf-8") for doc in DOCS)
+    names = {
+        name
+        for name in re.findall(r"\bstratamem(?:\.[A-Za-z_]\w*)+(?::\w+)?", text)
+        if not name.endswith((".db", ".toml", ".key"))  # file names
+    }
+    assert len(names) > 10
+    missing = []
+    for name in sorted(names):
+        try:
+            _resolve(name)
+        except (ImportError, AttributeError):
+            missing.append(name)
+    assert missing == []
