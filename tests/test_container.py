@@ -79,10 +79,11 @@ def test_the_build_steps_install_a_service_that_passes_the_health_check(tmp_path
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name if source.exists() else _mkdir(source) / name)
     shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    build_args = {**os.environ, **_args()}  # as Docker gives RUN the ARGs' defaults (EXTRAS)
     for run in (args for kind, args in _instructions(0) if kind == "RUN"):
         command = run.replace(IMAGE_VENV, str(venv)).replace('"/src[', f'"{source}[')
         done = subprocess.run(["bash", "-euo", "pipefail", "-c", command], capture_output=True,
-                              text=True, timeout=1800, check=False)  # fmt: skip
+                              text=True, timeout=1800, check=False, env=build_args)  # fmt: skip
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert not (venv / "lib" / "python3.11" / "site-packages" / "torch").exists()
     _serve_and_check_health([str(venv / "bin" / "stratamem")], tmp_path, venv)
