@@ -121,14 +121,18 @@ def test_python_block_runs(block: Block, tmp_path: Path, monkeypatch: pytest.Mon
 
 
 @pytest.mark.slow
-def test_client_block_runs_against_a_service(tmp_path: Path) -> None:
+def test_client_block_runs_against_a_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     [block] = _blocks_run("service")
-    data = tmp_path / "data"
+    data = tmp_path / "stratamem-data"  # as `make run` leaves it: the block reads its key file
     stratamem(data, "tenants", "create", "demo")
     key = stratamem(data, "keys", "create", "demo").stdout.strip()
+    (data / "demo.key").write_text(key + "\n")
+    monkeypatch.chdir(tmp_path)
     with serving(data, tmp_path / "serve.log") as server:
         code = block.text.replace(DEFAULT_URL, server.url)
-        exec(compile(code, "README.md: client", "exec"), {"key": key})
+        exec(compile(code, "README.md: client", "exec"), {})
         with Client(server.url, key) as memory:
             assert [t.text for t in memory.turns("demo", "s1")] == [
                 "I adopted a dog called Biscuit"]  # fmt: skip
