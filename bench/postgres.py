@@ -89,7 +89,8 @@ def search_figures(
 ) -> dict[str, Any]:
     """`analyze`: gather the planner's statistics after the fill, as a long-running database
     has them (before `3b68df9`, memory BM25 on never-analysed tables took 776 ms instead of
-    9.5 ms over 1,000 rows; its plan no longer depends on them, vector search still does)."""
+    9.5 ms over 1,000 rows; its plan no longer depends on them, nor the nearest-vector search's:
+    bench/pg_vector_plan.py)."""
     rng = np.random.default_rng(7)
     others = args.total_rows - args.tenant_rows
     started = time.perf_counter()

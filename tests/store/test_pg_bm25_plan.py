@@ -7,17 +7,13 @@ every current memory of the tenant and read its postings again for each (11.5 s 
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
 from stratamem.domain import Layer, MemoryRecord, MemoryType, Mode, Scope
 from stratamem.store.base import Filters
-from stratamem.store.opening import RecordStore, open_url
+from stratamem.store.opening import RecordStore
 from stratamem.store.postgres import text_search
 from stratamem.store.postgres.store import PostgresStore
 
@@ -27,24 +23,6 @@ WORDS = [f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ro", "su", "ti") for
          ("bar", "cel", "dun", "fis", "gom", "hal", "jir", "kev", "lum", "mop")]  # fmt: skip
 IMPORTED = 2000
 BATCH = 500
-
-
-@pytest.fixture
-def fresh_store(pg_server: str, tmp_path: Path) -> Iterator[PostgresStore]:
-    """A store in a database of its own: tables created now, never analysed."""
-    import psycopg  # noqa: PLC0415 - only with the postgres extra
-
-    name = f"plan_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}".encode())
-    store = open_url(urlsplit(pg_server)._replace(path=f"/{name}").geturl(), tmp_path / "u.db")
-    assert isinstance(store, PostgresStore)
-    try:
-        yield store
-    finally:
-        store.close()
-        with psycopg.connect(pg_server, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE {name} WITH (FORCE)".encode())
 
 
 def memories(tenant: str, start: int, count: int) -> list[MemoryRecord]:
