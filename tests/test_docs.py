@@ -158,3 +158,23 @@ def test_every_python_name_the_docs_give_exists() -> None:
         except (ImportError, AttributeError):
             missing.append(name)
     assert missing == []
+
+
+def test_the_layout_names_only_files_that_exist() -> None:
+    """Each `name.py`, `name/` of the README's layout exists where its entry says: a line at the
+    left margin names paths of the checkout, an entry of the package names modules and
+    directories somewhere under it."""
+    block = README.split("## Layout", 1)[1].split("```", 2)[1]
+    package, under, missing = ROOT / "src" / "stratamem", ROOT, []
+    for line in block.splitlines()[2:]:
+        names = re.findall(
+            r"(?<![\w./])([\w-]+(?:/[\w-]+)*(?:\.py|/|\.yaml)|Dockerfile)(?![\w/])", line
+        )
+        if not line.startswith(" "):
+            missing += [name for name in names if not (ROOT / name).exists()]
+            continue
+        if not line.startswith(" " * 3):  # an entry of the package: a directory or modules
+            under = package / names[0] if names[0].endswith("/") else package
+        found = {p.name for p in under.rglob("*")} | ({under.name} if under.is_dir() else set())
+        missing += [name for name in names if name.rstrip("/") not in found]
+    assert missing == []
