@@ -34,15 +34,28 @@ class _Bucket:
     at: float
 
 
+#: Buckets kept before the full ones are dropped (then twice what is left, at least this).
+PRUNE_AT = 1_024
+
+
 class TokenBuckets:
-    """One token bucket per key: `rate` tokens a second, at most `burst` kept."""
+    """One token bucket per key: `rate` tokens a second, at most `burst` kept.
+
+    A bucket that has refilled to `burst` is the same as no bucket, so full ones are dropped
+    whenever the count doubles: the buckets kept are those of keys seen in the last
+    `burst / rate` seconds, however many keys came and went (a tenant per request, for years).
+    """
 
     def __init__(self, rate: float, burst: float, monotonic: Callable[[], float]) -> None:
         self.rate = rate
         self.burst = burst
         self._monotonic = monotonic
         self._buckets: dict[str, _Bucket] = {}
+        self._prune_at = PRUNE_AT
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._buckets)
 
     def take(self, key: str, cost: float) -> float:
         """Take `cost` tokens and return 0.0, or take none and return the seconds until there
@@ -50,6 +63,8 @@ class TokenBuckets:
         cost = min(cost, self.burst)
         now = self._monotonic()
         with self._lock:
+            if len(self._buckets) >= self._prune_at:
+                self._drop_full(now)
             bucket = self._buckets.get(key) or _Bucket(self.burst, now)
             bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.at) * self.rate)
             bucket.at = now
@@ -58,6 +73,14 @@ class TokenBuckets:
                 bucket.tokens -= cost
                 return 0.0
             return (cost - bucket.tokens) / self.rate
+
+    def _drop_full(self, now: float) -> None:
+        """Forget the buckets that are full by `now` (their keys start full again anyway)."""
+        rate, burst = self.rate, self.burst
+        self._buckets = {
+            k: b for k, b in self._buckets.items() if b.tokens + (now - b.at) * rate < burst
+        }
+        self._prune_at = max(PRUNE_AT, 2 * len(self._buckets))
 
 
 class TenantLimits:

@@ -1,6 +1,7 @@
 """Prometheus metrics in the text exposition format (version 0.0.4), without a client library.
 
-Labels never name a tenant, a session or a record: only method, route template and status.
+Labels never name a tenant, a session or a record: only method (one of `METHODS`), route
+template and status, so the series are as few as the routes, however long the process runs.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 RequestKey = tuple[str, str, int]
+#: Methods counted by name; any other (a client may send any token) is counted as `OTHER`.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 @dataclass
@@ -40,6 +43,7 @@ class Metrics:
         self._events: dict[str, int] = defaultdict(int)
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        method = method if method in METHODS else "OTHER"
         with self._lock:
             self._requests[(method, route, status)] += 1
             self._durations[(method, route)].observe(seconds)

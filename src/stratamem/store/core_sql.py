@@ -43,7 +43,7 @@ from stratamem.store.rows import (
     turn_from_row,
 )
 from stratamem.store.sql import SqlConn
-from stratamem.store.vectors import VectorCache
+from stratamem.store.vectors import VectorCaches
 
 TABLES = vector_search.TABLES
 #: The lock key of the writes that bind, reset or sequence vectors (PostgreSQL serialises them
@@ -70,7 +70,7 @@ class SqlCoreStore(ABC):
     searches_in_parallel = False
 
     def __init__(self) -> None:
-        self._caches: dict[tuple[str, Layer], VectorCache] = {}
+        self._caches = VectorCaches()
         self._cache_lock = threading.Lock()
 
     # -- what a backend supplies -------------------------------------------------------------
@@ -281,23 +281,16 @@ class SqlCoreStore(ABC):
         with self.reading() as conn:
             generation = meta(conn, "emb_generation") or "0"
             with self._cache_lock:
-                cache = self._cache(scope.tenant, layer, int(vector.shape[0]), generation)
+                cache = self._caches.get(scope.tenant, layer, int(vector.shape[0]), generation)
                 vector_search.refresh_cache(conn, cache, scope.tenant, layer)
+                self._caches.settle()
                 return vector_search.search_vector(
                     conn, cache, scope.tenant, layer, vector, filters, limit
                 )
 
-    def _cache(self, tenant: str, layer: Layer, dim: int, generation: str) -> VectorCache:
-        cache = self._caches.get((tenant, layer))
-        if cache is None or cache.generation != generation or cache.dim != dim:
-            cache = VectorCache(dim=dim, generation=generation)
-            self._caches[(tenant, layer)] = cache
-        return cache
-
     def _forget_caches(self, tenant: str) -> None:
         with self._cache_lock:
-            for layer in (Layer.L0, Layer.L1):
-                self._caches.pop((tenant, layer), None)
+            self._caches.forget(tenant)
 
     def load_hits(self, scope: Scope, layer: Layer, ids: Sequence[str]) -> dict[str, Hit]:
         if layer is Layer.L0:

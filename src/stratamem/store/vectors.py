@@ -13,6 +13,7 @@ exactly. The figures behind these choices are in docs/vector-index.md.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +24,9 @@ RESCORE_MIN = 200
 #: When records have several vectors: vectors looked at per wanted record (times the average
 #: count per record) before keeping each record's best; widened if records repeat too much.
 PIECES_FACTOR = 2
+#: Bytes of vectors the caches of one store keep (about 170,000 384-d vectors); beyond it, the
+#: caches of the (tenant, layer)s searched least recently are dropped (reloaded when searched).
+CACHE_MAX_BYTES = 256 * 2**20
 
 
 def sign_codes(vectors: np.ndarray) -> np.ndarray:
@@ -53,6 +57,11 @@ class VectorCache:
     def __post_init__(self) -> None:
         self.matrix = np.zeros((0, self.dim), dtype=np.float32)
         self.codes = sign_codes(self.matrix)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the arrays (their capacity, not only the vectors in use)."""
+        return self.matrix.nbytes + self.codes.nbytes + self.rids.nbytes + self.alive.nbytes
 
     def add(self, rids: list[int], blobs: list[bytes], max_seq: int) -> None:
         """Insert or overwrite the vectors of `rids` (each blob holds one or more vectors)."""
@@ -152,3 +161,47 @@ class VectorCache:
             hamming = np.where(mask, hamming, np.iinfo(np.int32).max)
         count = min(count, self.size)
         return np.argpartition(hamming, count - 1)[:count]
+
+
+class VectorCaches:
+    """The `VectorCache`s of a store, per (tenant, layer), least recently searched first.
+
+    `settle` drops the oldest while they hold more than `max_bytes` (never the newest, however
+    large), so a process that serves ever more tenants keeps the vectors of those in use, not
+    of every tenant it ever searched. Dropping only costs a reload. Not thread-safe: the
+    store holds its lock around each use.
+    """
+
+    def __init__(self, max_bytes: int = CACHE_MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._caches: OrderedDict[tuple[str, str], VectorCache] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._caches)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(cache.nbytes for cache in self._caches.values())
+
+    def get(self, tenant: str, layer: str, dim: int, generation: str) -> VectorCache:
+        """The cache of (tenant, layer), made anew when missing or of another model."""
+        key = (tenant, layer)
+        cache = self._caches.get(key)
+        if cache is None or cache.generation != generation or cache.dim != dim:
+            cache = VectorCache(dim=dim, generation=generation)
+            self._caches[key] = cache
+        self._caches.move_to_end(key)
+        return cache
+
+    def settle(self) -> None:
+        total = self.nbytes
+        while total > self.max_bytes and len(self._caches) > 1:
+            _, dropped = self._caches.popitem(last=False)
+            total -= dropped.nbytes
+
+    def forget(self, tenant: str) -> None:
+        for key in [key for key in self._caches if key[0] == tenant]:
+            del self._caches[key]
+
+    def clear(self) -> None:
+        self._caches.clear()

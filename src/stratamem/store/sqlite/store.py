@@ -30,6 +30,8 @@ from stratamem.store.sqlite.connection import connect, write_transaction
 from stratamem.store.sqlite.migrations import migrate
 
 _SIZE_TTL_S = 30.0
+#: Counts kept before they are all dropped (re-counting is cheap; this keeps them few).
+_SIZES_MAX = 4_096
 
 
 class SqliteStore(SqlCoreStore):
@@ -125,6 +127,8 @@ class SqliteStore(SqlCoreStore):
         row = self._conn.execute(
             f"SELECT count(*) FROM {TABLES[layer]} WHERE tenant = ?", (tenant,)
         ).fetchone()
+        if len(self._sizes) >= _SIZES_MAX:
+            self._sizes.clear()
         self._sizes[key] = (int(row[0]), time.monotonic())
         return int(row[0])
 
