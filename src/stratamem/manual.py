@@ -129,9 +129,14 @@ def update_memory(
 
 
 def forget_memory(store: Store, scope: Scope, memory_id: str, *, now: float) -> MemoryRecord:
-    """End a memory's validity now (it leaves search and recall, its history stays); a memory
-    no longer current is returned as it is."""
+    """End a memory's validity now (it leaves search and recall, its history stays). A memory
+    already forgotten is returned as it is (a retry); a superseded version is refused with its
+    successor's id, since forgetting it would leave the fact in recall."""
     memory = store.get_memory(scope, memory_id)
+    if memory.superseded_by is not None:
+        raise InvalidInput(
+            f"memory {memory_id!r} was superseded by {memory.superseded_by!r}: forget that one"
+        )
     if not memory.is_current:
         return memory
     forgotten = replace(memory, valid_to=now, updated_at=now)

@@ -150,8 +150,13 @@ async def test_a_memory_is_corrected_by_a_new_version_and_forgotten_without_loss
     found = await client.post("/v1/search/memories", json={"query": "lives"},
                               headers=alice.headers)  # fmt: skip
     assert [h["text"] for h in found.json()["hits"]] == ["Lives in Grenoble"]
+    old = await client.delete(f"/v1/memories/{made['id']}", headers=alice.headers)
+    assert old.status_code == 422  # forgetting a superseded version would keep the fact
+    assert fixed.json()["id"] in old.json()["error"]["message"]
     gone = await client.delete(f"/v1/memories/{fixed.json()['id']}", headers=alice.headers)
     assert gone.status_code == 200 and gone.json()["valid_to"] is not None
+    retried = await client.delete(f"/v1/memories/{fixed.json()['id']}", headers=alice.headers)
+    assert retried.status_code == 200 and retried.json() == gone.json()
     found = await client.post("/v1/search/memories", json={"query": "lives"},
                               headers=alice.headers)  # fmt: skip
     assert found.json()["hits"] == []
