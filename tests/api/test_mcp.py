@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,12 @@ from tests.api.conftest import Caller, message
 from tests.api.process import SRC, serving, stratamem
 
 TOOLS = {"search_memories", "search_conversations", "recall", "add_memory", "read_profile"}
+
+
+def test_the_readme_names_the_tools_served() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    sentence = readme.split("The tools are ", 1)[1].split(". ", 1)[0]
+    assert set(re.findall(r"`(\w+)`", sentence)) == {*TOOLS, "read_tool_result"}
 
 
 def structured(result: Any) -> dict[str, Any]:
