@@ -4,6 +4,7 @@ and option."""
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from enum import Enum
 from pathlib import Path
@@ -178,3 +179,16 @@ def test_the_layout_names_only_files_that_exist() -> None:
         found = {p.name for p in under.rglob("*")} | ({under.name} if under.is_dir() else set())
         missing += [name for name in names if name.rstrip("/") not in found]
     assert missing == []
+
+
+def test_the_openclaw_readme_gives_the_plugins_settings_and_defaults() -> None:
+    plugin = ROOT / "integrations" / "openclaw"
+    schema = json.loads((plugin / "openclaw.plugin.json").read_text(encoding="utf-8"))
+    declared = {
+        name: json.dumps(spec["default"]) if "default" in spec else None
+        for name, spec in schema["configSchema"]["properties"].items()
+    }
+    text = (plugin / "README.md").read_text(encoding="utf-8")
+    sentence = text.split("Settings: ", 1)[1].split(". ", 1)[0]
+    documented = dict(re.findall(r"`(\w+)`(?: \(([^)]+)\))?", sentence))
+    assert {name: default or None for name, default in documented.items()} == declared
