@@ -80,19 +80,41 @@ def search_all(
     conn: PgConn, tenant: str, layer: Layer, vector: np.ndarray, filters: Filters, limit: int
 ) -> list[Candidate]:
     """Every vector of the tenant scored and joined to its record (the filters rule out most
-    of them: the nearest pieces alone left too few)."""
+    of them: the nearest pieces alone left too few). One round trip: the setting and the
+    search are one script, bound on the client."""
     tail, params = filter_sql(layer, filters, "r")
-    # Scores first, in a materialised step: the rows grouped afterwards are narrow (left to
-    # itself, the planner sorts the vectors themselves by record, spilling to disk).
-    found = conn.execute(
+    bound = [vector_text(vector), tenant, int(vector.shape[0]), tenant, *params, limit]
+    found = _scripted(conn, all_vectors_script(layer, tail), bound)
+    return [Candidate(id=row[0], score=float(row[1])) for row in found]
+
+
+def all_vectors_script(layer: Layer, tail: str) -> str:
+    """`all_vectors_sql` in a transaction of its own, under `ALL_VECTORS_SETTINGS`."""
+    return f"BEGIN; {ALL_VECTORS_SETTINGS}; {all_vectors_sql(layer, tail)}; COMMIT"
+
+
+def all_vectors_sql(layer: Layer, tail: str) -> str:
+    """Every vector of the tenant scored, each record's best that passes the filters (`tail`,
+    on `r`), the `limit` best records (parameters: the query vector, the tenant, its
+    dimension, the tenant, the filters', the limit).
+
+    Scores first, in a materialised step: the rows grouped afterwards are narrow (left to
+    itself, the planner sorts the vectors themselves by record, spilling to disk)."""
+    return (
         "WITH d AS MATERIALIZED (SELECT v.rid, v.seq, -(v.embedding <#> ?::vector) AS score"
         f" FROM {VECTOR_TABLES[layer]} v WHERE v.tenant = ? AND vector_dims(v.embedding) = ?)"
         f" SELECT r.id, max(d.score) AS score FROM d JOIN {RECORD_TABLES[layer]} r"
         f" ON r.rid = d.rid AND r.emb_seq = d.seq WHERE r.tenant = ?{tail}"
-        " GROUP BY r.rid, r.id ORDER BY score DESC, r.rid LIMIT ?",
-        [vector_text(vector), tenant, int(vector.shape[0]), tenant, *params, limit],
-    ).fetchall()
-    return [Candidate(id=row[0], score=float(row[1])) for row in found]
+        " GROUP BY r.rid, r.id ORDER BY score DESC, r.rid LIMIT ?"
+    )
+
+
+#: For the transaction of `all_vectors_sql`: the vectors are joined to the records by hash or
+#: merge, never by a nested loop. A planner whose statistics know nothing of the tenant's rows
+#: (never analysed, or analysed while another tenant's first rows were there) expected one row
+#: on each side and compared every vector with every record of the tenant: 258 ms instead of 5
+#: for 3,000 memories (`bench/pg_vector_plan.py`).
+ALL_VECTORS_SETTINGS = "SELECT set_config('enable_nestloop', 'off', true)"
 
 
 def neighbours_sql(layer: Layer, dim: int, indexed: bool = True) -> str:
@@ -157,12 +179,18 @@ def _nearest(
     if index is not None:
         select = f"BEGIN; {INDEX_SCAN_SETTINGS}; {select}; COMMIT"
         bound.insert(0, str(max(EF_SEARCH_MIN, count)))
+    return _scripted(conn, select, bound)
+
+
+def _scripted(conn: PgConn, script: str, bound: list[Any]) -> list[Any]:
+    """Run `script` (statements separated by `;`) in one round trip, its parameters bound on
+    the client; the rows of its last statement that returns rows."""
     cursor = psycopg.ClientCursor(conn.raw)
     with translated_errors():
-        cursor.execute(translate(select), bound)
+        cursor.execute(translate(script), bound)
         rows: list[Any] = []
         while True:
-            if cursor.description is not None and len(cursor.description) == 3:
+            if cursor.description is not None:
                 rows = cursor.fetchall()
             if not cursor.nextset():
                 return rows
