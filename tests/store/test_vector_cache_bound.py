@@ -18,12 +18,12 @@ DIM = 16
 
 
 def test_the_least_recently_searched_tenants_are_dropped_beyond_the_budget() -> None:
-    caches = VectorCaches(max_bytes=200_000)
+    caches = VectorCaches(max_bytes=50_000)
     for i in range(2_000):
         cache = caches.get(f"tenant-{i}", "L1", DIM, "0")
         cache.add([1, 2], [unit(i, DIM).tobytes(), unit(i + 1, DIM).tobytes()], max_seq=2)
         caches.settle()
-        assert caches.nbytes <= 200_000
+        assert caches.nbytes <= 50_000
     assert 0 < len(caches) < 10
     assert caches.get("tenant-1999", "L1", DIM, "0").size == 2  # the newest is kept
 
@@ -38,13 +38,13 @@ def test_the_newest_cache_is_kept_even_over_the_budget() -> None:
 
 def test_a_store_searching_many_tenants_keeps_a_few_and_finds_the_same(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "m.db")
-    store._caches.max_bytes = 300_000  # a few tenants' worth (each cache holds 1,024 slots)
+    store._caches.max_bytes = 20_000  # a few tenants' worth (each cache holds 64 slots)
     try:
         query = unit(0, DIM)
         first = _searched(store, Scope("t-0"), query)
         for i in range(1, 40):
             _searched(store, Scope(f"t-{i}"), query)
-            assert store._caches.nbytes <= 300_000
+            assert store._caches.nbytes <= 20_000
         assert len(store._caches) < 10
         assert _searched(store, Scope("t-0"), query) == first  # reloaded, same answer
     finally:
@@ -69,3 +69,10 @@ def test_the_row_counts_that_steer_full_text_plans_stay_few(tmp_path: Path) -> N
             assert len(store._sizes) <= _SIZES_MAX
     finally:
         store.close()
+
+
+def test_a_small_tenant_costs_a_few_kilobytes_not_a_megabyte() -> None:
+    caches = VectorCaches()
+    cache = caches.get("small", "L1", 384, "0")
+    cache.add([1, 2, 3], [unit(n, 384).tobytes() for n in range(3)], max_seq=3)
+    assert caches.nbytes < 200_000  # 64 slots of 384 floats: 100 KB (1,024 slots were 1.6 MB)

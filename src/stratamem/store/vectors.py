@@ -24,6 +24,8 @@ RESCORE_MIN = 200
 #: When records have several vectors: vectors looked at per wanted record (times the average
 #: count per record) before keeping each record's best; widened if records repeat too much.
 PIECES_FACTOR = 2
+#: Slots of a cache's first arrays (doubled as it fills): small, as most tenants are.
+FIRST_CAPACITY = 64
 #: Bytes of vectors the caches of one store keep (about 170,000 384-d vectors); beyond it, the
 #: caches of the (tenant, layer)s searched least recently are dropped (reloaded when searched).
 CACHE_MAX_BYTES = 256 * 2**20
@@ -84,7 +86,7 @@ class VectorCache:
 
     def _append_slot(self, rid: int) -> int:
         if self.size == self.matrix.shape[0]:
-            self._grow(max(1024, self.size * 2))
+            self._grow(max(FIRST_CAPACITY, self.size * 2))
         position = self.size
         self.rids[position] = rid
         self.alive[position] = True
