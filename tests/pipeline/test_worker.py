@@ -95,7 +95,7 @@ async def test_l1_success_acks_and_moves_l2_timer_earlier(harness: Harness) -> N
     assert (await b.get_timer(l2_timer_key("t", "s")) or (0,))[0] == t0 + 60
     await worker.handle(await deliver(harness, Task(TaskType.L1, "t", "s")))
     assert (await b.get_timer(l2_timer_key("t", "s")) or (0,))[0] == t0 + 10
-    assert await b.state_get("t/s") == {"L1_done": "3", "l1_since_l2": "3"}
+    assert await b.state_get("t/s") == {"l1_since_l2": "3"}
     assert worker.metrics.completed == 3 and worker.metrics.consumed == 3
 
 
@@ -130,6 +130,24 @@ async def test_l2_cascade_enqueues_l3_and_arms_max_interval(harness: Harness) ->
         await worker.handle(await deliver(harness, Task(TaskType.L2, "t", "s"))) is Outcome.SKIPPED
     )
     assert (await b.get_timer(l2_max_timer_key("t", "s")) or (0,))[0] == t0 + 605
+
+
+async def test_a_session_keeps_no_state_after_its_l2(harness: Harness) -> None:
+    """Every session's count of L1s since its L2 ends with the L2 (done or with nothing to do),
+    so the state does not grow with the sessions the pipeline has seen."""
+    results = iter([ExecResult(changed=True), ExecResult(skipped=True)] * 200)
+
+    async def run(ctx: ExecutionContext) -> ExecResult:
+        return next(results) if ctx.task.type is TaskType.L2 else ExecResult()
+
+    worker, _ = make_worker(harness, run, l2_batch=2)
+    b = harness.backend
+    for i in range(200):
+        await worker.handle(await deliver(harness, Task(TaskType.L1, "t", f"s{i}")))
+        await worker.handle(await deliver(harness, Task(TaskType.L2, "t", f"s{i}")))
+    assert [await b.state_get(f"t/s{i}") for i in range(200)] == [{}] * 200
+    await worker.handle(await deliver(harness, Task(TaskType.L1, "t", "s0")))
+    assert await b.state_get("t/s0") == {"l1_since_l2": "1"}  # counting again from 0
 
 
 async def test_failures_retry_with_backoff_then_dead_letter(harness: Harness) -> None:

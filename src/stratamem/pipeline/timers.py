@@ -31,6 +31,10 @@ def lock_key_for(task: Task, scope: LockScope) -> str | None:
     return f"tenant/{task.tenant}"
 
 
+#: The session state's field: L1 (and flush) runs since the session's last L2.
+SINCE_L2 = "l1_since_l2"
+
+
 def session_scope(tenant: str, session: str) -> str:
     return f"{tenant}/{session}"
 
@@ -65,10 +69,14 @@ async def cascade(
 ) -> None:
     """What a finished task sets in motion (called while its lock is still held).
 
-    L1 / flush done -> session counters updated, the L2 timer moved earlier (to now + l2_delay_s,
-    or now after l2_batch L1s or a flush); L2 done -> counter reset, L3 enqueued if it changed
-    something, the L2 max-interval timer armed. A skipped result cascades nothing.
+    L1 / flush done -> the session's count of L1s since its L2 grows, the L2 timer moved earlier
+    (to now + l2_delay_s, or now after l2_batch L1s or a flush); L2 done -> L3 enqueued if it
+    changed something, the L2 max-interval timer armed. An L2, done or skipped, drops the count
+    (its absence is 0), so the state of a session lasts from an L1 to the next L2, not for as
+    long as the pipeline runs. Anything else skipped cascades nothing.
     """
+    if task.type is TaskType.L2 and task.session is not None:
+        await backend.state_delete(session_scope(task.tenant, task.session), [SINCE_L2])
     if result.skipped:
         return
     if task.type is TaskType.L2 and result.changed:
@@ -78,16 +86,13 @@ async def cascade(
         return
     scope = session_scope(task.tenant, task.session)
     if task.type in (TaskType.L1, TaskType.FLUSH):
-        await backend.state_incr(scope, f"{task.type.value}_done")
-        since_l2 = await backend.state_incr(scope, "l1_since_l2")
+        since_l2 = await backend.state_incr(scope, SINCE_L2)
         urgent = task.type is TaskType.FLUSH or since_l2 >= settings.l2_batch
         delay = 0.0 if urgent else settings.l2_delay_s
         l2 = Task(TaskType.L2, task.tenant, task.session)
         key = l2_timer_key(task.tenant, task.session)
         await backend.set_timer_if_earlier(key, l2, due_at=now + delay)
     elif task.type is TaskType.L2:
-        await backend.state_set(scope, "l1_since_l2", "0")
-        await backend.state_incr(scope, "L2_done")
         l2 = Task(TaskType.L2, task.tenant, task.session)
         key = l2_max_timer_key(task.tenant, task.session)
         await backend.set_timer(key, l2, due_at=now + settings.l2_max_interval_s)
