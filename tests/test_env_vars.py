@@ -10,12 +10,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from click.testing import CliRunner
 from pydantic_settings import BaseSettings
 
 from stratamem.api.settings import ServerSettings
+from stratamem.cli import envcheck
+from stratamem.cli.main import cli
 from stratamem.config import Settings
+from stratamem.eval import qa
 from stratamem.layers.settings import LayerSettings
-from stratamem.llm.settings import LLMSettings, StageSettings
+from stratamem.llm.settings import STAGE_MAX_TOKENS, LLMSettings, StageSettings, stage_key
 from stratamem.offload.settings import OffloadSettings
 from stratamem.pipeline.settings import PipelineSettings
 
@@ -33,6 +37,9 @@ PREFIXED: list[tuple[type[BaseSettings], str]] = [
     (LLMSettings, "STRATAMEM_LLM_"),
     (Settings, "STRATAMEM_"),
 ]
+#: Files that name variables without reading them: the start-up check's lists, and this test's
+#: misspelt names.
+LISTS = {ROOT / "src" / "stratamem" / "cli" / "envcheck.py", Path(__file__).resolve()}
 _NAME = re.compile(r"STRATAMEM_[A-Z0-9_]*[A-Z0-9]\b")
 _LITERAL = re.compile(r"(?:[\"']|\$\{?)(STRATAMEM_[A-Z0-9_]*[A-Z0-9])\b(?![A-Z0-9_])")
 
@@ -41,7 +48,8 @@ def _files(paths: list[Path]) -> list[Path]:
     found = []
     for path in paths:
         found += [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
-    return [p for p in found if "node_modules" not in p.parts and p.suffix not in {".md", ".pyc"}]
+    return [p for p in found if "node_modules" not in p.parts and p.suffix not in {".md", ".pyc"}
+            and p.resolve() not in LISTS]  # fmt: skip
 
 
 def _literals(paths: list[Path]) -> set[str]:
@@ -76,3 +84,35 @@ def test_every_documented_variable_is_read() -> None:
     read = _literals([ROOT / "src"]) | _literals(TOOLING)
     unread = sorted(n for n in named if not _by_settings(n) and n not in read)
     assert unread == []
+
+
+def test_the_start_up_check_knows_every_variable_that_is_read() -> None:
+    """`stratamem.cli.envcheck` warns about a variable nothing reads: every name the package,
+    its scripts and tests read, and every name the documentation gives, must be known to it."""
+    named = {m for p in DOCS for m in _NAME.findall(p.read_text(encoding="utf-8"))}
+    read = _literals([ROOT / "src"]) | _literals(TOOLING) | named
+    assert sorted(read - envcheck.known_names()) == []
+
+
+def test_the_start_up_check_knows_every_stage() -> None:
+    stages = {stage_key(s) for s in (*STAGE_MAX_TOKENS, qa.ANSWER_STAGE, qa.JUDGE_STAGE)}
+    assert stages == set(envcheck.STAGES)
+
+
+def test_a_misspelt_variable_is_named_at_start_with_the_nearest_setting(tmp_path: Path) -> None:
+    """A `STRATAMEM_*` variable nothing reads is a warning on stderr (the command still runs);
+    the variables stratamem reads, in any case, are not."""
+    env = {"STRATAMEM_LAYERS_L1_EVERY_TURN": "1", "STRATAMEM_LLM_L1_MODLE": "m",
+           "stratamem_recall_k": "4", "STRATAMEM_LLM_OFFLOAD_L15_TIMEOUT_S": "5",
+           "STRATAMEM_FROBNICATE": "1"}  # fmt: skip
+    result = CliRunner().invoke(cli, ["--data-dir", str(tmp_path), "--embedder", "none",
+                                      "capture", "--tenant", "t", "--session", "s", "--role",
+                                      "user", "--text", "hello"], env=env)  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        "warning: STRATAMEM_FROBNICATE is set, but stratamem reads no such variable",
+        "warning: STRATAMEM_LAYERS_L1_EVERY_TURN is set, but stratamem reads no such variable"
+        " (did you mean STRATAMEM_LAYERS_L1_EVERY_TURNS?)",
+        "warning: STRATAMEM_LLM_L1_MODLE is set, but stratamem reads no such variable"
+        " (did you mean STRATAMEM_LLM_L1_MODEL?)",
+    ]

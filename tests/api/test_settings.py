@@ -105,3 +105,16 @@ def test_the_readme_config_file_example_loads(
     core, server, pipeline = load_settings(config)
     assert (str(core.data_dir), server.host, server.workers) == ("/var/lib/stratamem", "0.0.0.0", 4)
     assert pipeline.backend == "redis"
+
+
+def test_an_unknown_key_at_the_config_files_top_level_is_a_config_error(tmp_path: Path) -> None:
+    """The core settings would ignore it: a misspelt key, or a table for settings the file does
+    not hold, stops the start and is named."""
+    config = tmp_path / "stratamem.toml"
+    config.write_text('embeder = "none"\n[layers]\nmax_scenes = 3\n[server]\nport = 9001\n')
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config)
+    message = str(caught.value)
+    assert "`embeder` is not a setting (did you mean `embedder`?)" in message
+    assert "`layers` is not a setting" in message
+    assert "STRATAMEM_LAYERS_*" in message

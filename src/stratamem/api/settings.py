@@ -8,6 +8,7 @@ variable to fix.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
@@ -124,6 +125,7 @@ def load_settings(
     """Every settings class `serve` needs, validated; raises `ConfigError` saying what to fix."""
     file_values = _read_config(config_file) if config_file else {}
     tables = {name: _table(file_values, name, config_file) for name in ("server", "pipeline")}
+    _check_core_keys(file_values, config_file)
     for env_only, prefix in ((LLMSettings, LLM_ENV_PREFIX), (LayerSettings, LAYERS_ENV_PREFIX)):
         _build(env_only, prefix, {}, {}, None)  # read again when the memory opens: fail here
     return AllSettings(
@@ -138,6 +140,24 @@ def _table(values: dict[str, Any], name: str, config_file: Path | None) -> dict[
     if not isinstance(table, dict):
         raise ConfigError(f"{config_file}: [{name}] must be a table")
     return table
+
+
+def _check_core_keys(values: dict[str, Any], config_file: Path | None) -> None:
+    """The config file's top level holds core settings only: another key is a mistake (the
+    core settings would ignore it), named with the nearest setting."""
+    unknown = sorted(set(values) - set(Settings.model_fields))
+    if not unknown:
+        return
+    lines = []
+    for key in unknown:
+        near = difflib.get_close_matches(key, Settings.model_fields, n=1, cutoff=0.75)
+        hint = f" (did you mean `{near[0]}`?)" if near else ""
+        lines.append(f"`{key}` is not a setting{hint}")
+    raise ConfigError(
+        f"{config_file}: " + "; ".join(lines) + ". The top level holds the core settings, and"
+        " [server] and [pipeline] their own; the LLM, layer and offload settings are read from"
+        " the environment only (STRATAMEM_LLM_*, STRATAMEM_LAYERS_*, STRATAMEM_OFFLOAD_*)"
+    )
 
 
 def _read_config(path: Path) -> dict[str, Any]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
 from stratamem.cli import (
+    envcheck,
     eval_cmds,
     failures_cmds,
     llm_cmds,
@@ -38,6 +40,8 @@ from stratamem.cli.pipeline_cmds import bench, pipeline, worker
 @click.pass_context
 def cli(ctx: click.Context, data_dir: Path | None, embedder: str | None) -> None:
     """stratamem: layered long-term memory for AI agents."""
+    for line in envcheck.warnings(os.environ):
+        click.echo(line, err=True)
     ctx.ensure_object(dict)
     ctx.obj["data_dir"] = data_dir
     ctx.obj["embedder"] = embedder
