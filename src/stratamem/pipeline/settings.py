@@ -54,7 +54,7 @@ class PipelineSettings(BaseSettings):
     pump_interval_s: float = Field(default=1.0, gt=0)
     pump_batch: int = Field(default=100, ge=1)
 
-    grace_period_s: float = Field(default=30.0, ge=0)
+    grace_period_s: float = Field(default=20.0, ge=0)
     # A worker status that is stopped or unresponsive for longer than this is no longer listed
     # (and is deleted by the next worker that publishes): dead workers do not stay forever.
     worker_status_expiry_s: float = Field(default=3600.0, gt=0)
