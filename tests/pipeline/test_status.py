@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from stratamem.pipeline.executors import ExecutorRegistry
 from stratamem.pipeline.metrics import RunningTask
+from stratamem.pipeline.scheduler import BacklogScheduler
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import STALE_MIN_S, WORKERS_SCOPE, stale_after_s, worker_statuses
 from stratamem.pipeline.task import Task, TaskType
@@ -58,3 +59,25 @@ async def test_dead_workers_expire_with_their_stale_running_tasks(harness: Harne
     now = harness.clock.now()
     assert [s["name"] for s in await worker_statuses(harness.backend, now, settings)] == ["live"]
     assert set(await harness.backend.state_get(WORKERS_SCOPE)) == {"live"}  # deleted too
+
+
+async def test_the_scheduler_keeps_twice_the_running_consumers_queued(harness: Harness) -> None:
+    """Owed work reaches L1 only through the backlog scheduler: its limit grows with the
+    consumers of the workers running (two tasks each), never below `scheduler_limit`."""
+    settings = PipelineSettings(scheduler_limit=8, concurrency=6, pump_interval_s=1.0)
+    scheduler = BacklogScheduler(harness.backend, [], settings)
+    t0 = harness.clock.now()
+    assert await scheduler.limit(t0) == 8  # no worker has published
+    for name in ("a", "b", "c"):
+        worker = Worker(harness.backend, ExecutorRegistry(), settings, clock=harness.clock,
+                        name=name)  # fmt: skip
+        await worker.publish_status()
+    assert await scheduler.limit(t0) == 36
+    await harness.backend.enqueue(Task(TaskType.L1, "t", "s"), now=t0)
+    assert await scheduler.budget(t0) == 35
+    await worker.publish_status(stopped=True)
+    assert await scheduler.limit(t0) == 24
+    harness.clock.set(t0 + stale_after_s(settings) + 1)  # a and b stopped publishing: dead
+    assert await scheduler.limit(harness.clock.now()) == 8
+    off = BacklogScheduler(harness.backend, [], settings.model_copy(update={"scheduler_limit": 0}))
+    assert await off.limit(harness.clock.now()) == 0

@@ -14,10 +14,12 @@ from stratamem.clock import ManualClock
 from stratamem.domain import Role, Scope, Turn
 from stratamem.layers.backlog import L1Source
 from stratamem.layers.settings import LayerSettings
+from stratamem.pipeline.executors import ExecutorRegistry
 from stratamem.pipeline.scheduler import BacklogScheduler, SchedulerLoop, read_snapshot
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.worker import Worker
 from stratamem.store.layers_base import L1Commit
 from stratamem.store.layers_sql import SqlLayerStore
 from stratamem.store.sqlite import SqliteStore
@@ -152,3 +154,15 @@ async def test_one_active_scheduler_per_lease_taken_over_when_its_holder_dies(ri
     assert await first.tick() is None and not first.active  # it lost the lease
     snapshot = await read_snapshot(rig.backend)
     assert snapshot is not None and snapshot["owner"] == "second"
+
+
+async def test_a_pass_fills_the_running_workers_consumers(rig: Rig) -> None:
+    for i in range(20):
+        rig.add(f"s{i:02}")
+    settings = PipelineSettings(concurrency=4)
+    for name in ("w1", "w2"):
+        worker = Worker(rig.backend, ExecutorRegistry(), settings, clock=rig.clock, name=name)
+        await worker.publish_status()
+    scheduler = rig.scheduler()  # scheduler_limit 4, but 8 consumers run
+    assert len((await scheduler.run_pass(NOW)).submitted) == 16
+    assert scheduler.snapshot()["limit"] == 16

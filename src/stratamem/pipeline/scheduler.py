@@ -35,11 +35,14 @@ from stratamem.errors import StratamemError
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.retention import LogPruner, RetainedLog
 from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.status import RUNNING, worker_statuses
 from stratamem.pipeline.task import Task
 
 log = logging.getLogger(__name__)
 Cursor = tuple[str, ...]
 MIN_PAGE = 16
+CONSUMERS_FACTOR = 2
+"""Tasks kept queued per consumer of the running workers (one running, one waiting)."""
 #: Errors a pass survives (logged and counted): the store's and the backend's.
 PASS_ERRORS = (StratamemError, sqlite3.Error, OSError)
 
@@ -108,10 +111,13 @@ class Counters:
     discovered: int = 0
     submitted: int = 0
     skipped: int = 0
+    limit: int = 0
+    """Not a count: the last pass's limit of queued tasks (`BacklogScheduler.limit`)."""
 
     def as_dict(self) -> dict[str, int]:
         return {"passes": self.passes, "errors": self.errors, "discovered": self.discovered,
-                "submitted": self.submitted, "skipped": self.skipped}  # fmt: skip
+                "submitted": self.submitted, "skipped": self.skipped,
+                "limit": self.limit}  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -148,10 +154,21 @@ class BacklogScheduler:
             self._keys[kind].clear()
             self._cursors[kind] = _SourceState()
 
-    async def budget(self) -> int:
-        """Free concurrency: the limit minus what is queued (ready and in flight)."""
+    async def budget(self, now: float) -> int:
+        """Free concurrency: the limit (`limit`) minus what is queued (ready and in flight)."""
         depth = await self.backend.depth()
-        return max(0, self.settings.scheduler_limit - depth.ready - depth.in_flight)
+        return max(0, await self.limit(now) - depth.ready - depth.in_flight)
+
+    async def limit(self, now: float) -> int:
+        """How many tasks to keep queued: `scheduler_limit`, or `CONSUMERS_FACTOR` times the
+        running workers' total concurrency when that is more (owed work reaches L1 only through
+        this scheduler: with a fixed limit, consumers beyond it would stay idle)."""
+        if self.settings.scheduler_limit == 0:
+            return 0
+        statuses = await worker_statuses(self.backend, now, self.settings)
+        consumers = sum(_concurrency(s) for s in statuses if s["state"] == RUNNING)
+        self.counters.limit = max(self.settings.scheduler_limit, CONSUMERS_FACTOR * consumers)
+        return self.counters.limit
 
     async def run_pass(self, now: float) -> PassReport:
         """Look through the sources (a different one first each pass) and submit what is due,
@@ -159,7 +176,7 @@ class BacklogScheduler:
         report = PassReport()
         self.counters.passes += 1
         try:
-            budget = await self.budget()
+            budget = await self.budget(now)
             await self._refresh_parked(now)
         except PASS_ERRORS:
             log.exception("backlog scheduler: the backend failed")
@@ -426,3 +443,9 @@ def snapshot_gauges(snapshot: dict[str, Any] | None) -> dict[str, float]:
         if value is not None and name != "last_at":
             gauges[f"retention_{name}"] = float(value)
     return gauges
+
+
+def _concurrency(status: dict[str, Any]) -> int:
+    """The consumers a worker's published status says it runs (0 when it says none)."""
+    value = status.get("concurrency")
+    return value if isinstance(value, int) and value > 0 else 0

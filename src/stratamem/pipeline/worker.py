@@ -445,6 +445,7 @@ class Worker:
             "name": self.name,
             "state": STOPPED if stopped else RUNNING,
             "updated_at": self.clock.now(),
+            "concurrency": self.settings.concurrency,
             **self.metrics.snapshot(),
             "llm_usage": self.executors.usage(),
         }
