@@ -18,31 +18,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
-import re
 import secrets
-import signal
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 
-HOST = "127.0.0.1"
+import serve_process  # bench/serve_process.py, beside this script
+
 MAX_SECONDS = 300.0
 MAX_REQUESTS = 200_000
-READY_TIMEOUT_S = 120.0
 CAPTURE_SHARE = 0.7
 IMPORTER = "t0"
-_ADDRESS = re.compile(r"listening on (http://\S+)")
 WORDS = [
     "garden", "coffee", "river", "violin", "hiking", "tomato", "budget", "museum", "puppy",
     "soccer", "novel", "recipe", "bicycle", "meeting", "painting", "travel", "concert",
@@ -70,37 +62,9 @@ class Run:
 @contextmanager
 def serve(embedder: str, admin_key: str) -> Iterator[str]:
     """A fresh `stratamem serve` on 127.0.0.1; its base URL. Stopped (SIGTERM) on exit."""
-    with tempfile.TemporaryDirectory(prefix="stratamem-load-") as tmp:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
-        env.update(HF_HUB_OFFLINE="1", STRATAMEM_SERVER_ADMIN_KEY=admin_key)
-        log = Path(tmp) / "serve.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "stratamem.cli.main", "--data-dir", f"{tmp}/data",
-                 "--embedder", embedder, "serve", "--host", HOST, "--port", "0"],
-                env=env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-            try:
-                yield _address(proc, log)
-            finally:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-
-
-def _address(proc: subprocess.Popen[bytes], log: Path) -> str:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        found = _ADDRESS.search(log.read_text(errors="replace"))
-        if found:
-            return found.group(1)
-        if proc.poll() is not None:
-            raise SystemExit(f"serve exited with {proc.returncode}:\n{log.read_text()}")
-        time.sleep(0.1)  # waiting for a process to start, bounded by the deadline
-    raise SystemExit("serve did not start in time")
+    env = {"STRATAMEM_SERVER_ADMIN_KEY": admin_key}
+    with serve_process.serve(embedder, env, "stratamem-load-") as (url, _):
+        yield url
 
 
 def sentence(rng: random.Random, words: int) -> str:

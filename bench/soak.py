@@ -30,11 +30,7 @@ import os
 import random
 import re
 import secrets
-import signal
 import statistics
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -46,16 +42,14 @@ from typing import Any
 
 import httpx
 
+import serve_process  # bench/serve_process.py, beside this script
 from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers, l1_reply
 
-HOST = "127.0.0.1"
 MAX_SECONDS = 3_600.0
 MAX_REQUESTS = 1_000_000
-READY_TIMEOUT_S = 120.0
 WARM_UP_SHARE = 0.25
 POISON = "poison"
-_ADDRESS = re.compile(r"listening on (http://\S+)")
 _CALL = re.compile(r"^\[([^\]]+)\] tool: (\S+)$", re.MULTILINE)
 _NEW_CALL = re.compile(r"^\[([^\]]+)\] ", re.MULTILINE)
 WORDS = [
@@ -136,38 +130,9 @@ def _user_text(request: RecordedRequest) -> str:
 @contextmanager
 def serve(embedder: str, admin_key: str, llm_url: str) -> Iterator[tuple[str, int]]:
     """A fresh `stratamem serve`; its base URL and pid. Stopped (SIGTERM) on exit."""
-    with tempfile.TemporaryDirectory(prefix="stratamem-soak-") as tmp:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
-        env.update(SERVE_ENV, HF_HUB_OFFLINE="1", STRATAMEM_SERVER_ADMIN_KEY=admin_key,
-                   STRATAMEM_LLM_BASE_URL=llm_url)  # fmt: skip
-        log = Path(tmp) / "serve.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "stratamem.cli.main", "--data-dir", f"{tmp}/data",
-                 "--embedder", embedder, "serve", "--host", HOST, "--port", "0"],
-                env=env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-            try:
-                yield _address(proc, log), proc.pid
-            finally:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-
-
-def _address(proc: subprocess.Popen[bytes], log: Path) -> str:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        found = _ADDRESS.search(log.read_text(errors="replace"))
-        if found:
-            return found.group(1)
-        if proc.poll() is not None:
-            raise SystemExit(f"serve exited with {proc.returncode}:\n{log.read_text()}")
-        time.sleep(0.1)  # waiting for a process to start, bounded by the deadline
-    raise SystemExit("serve did not start in time")
+    env = {**SERVE_ENV, "STRATAMEM_SERVER_ADMIN_KEY": admin_key, "STRATAMEM_LLM_BASE_URL": llm_url}
+    with serve_process.serve(embedder, env, "stratamem-soak-") as found:
+        yield found
 
 
 @dataclass
