@@ -15,7 +15,13 @@ from stratamem.domain import Role, Scope, Turn
 from stratamem.layers.backlog import L1Source
 from stratamem.layers.settings import LayerSettings
 from stratamem.pipeline.executors import ExecutorRegistry
-from stratamem.pipeline.scheduler import BacklogScheduler, SchedulerLoop, read_snapshot
+from stratamem.pipeline.scheduler import (
+    FOLLOW_UP_SHARE,
+    BacklogScheduler,
+    SchedulerLoop,
+    next_pass_in_s,
+    read_snapshot,
+)
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Task, TaskType
@@ -166,3 +172,21 @@ async def test_a_pass_fills_the_running_workers_consumers(rig: Rig) -> None:
     scheduler = rig.scheduler()  # scheduler_limit 4, but 8 consumers run
     assert len((await scheduler.run_pass(NOW)).submitted) == 16
     assert scheduler.snapshot()["limit"] == 16
+
+
+async def test_a_pass_that_spends_its_whole_budget_is_followed_sooner(rig: Rig) -> None:
+    """While consumers take tasks faster than a pass an interval hands them out, the passes
+    follow each other sooner; a pass that finds the queue full, or owed work exhausted, is not
+    full and the interval is back."""
+    for i in range(6):
+        rig.add(f"s{i:02}")
+    scheduler = rig.scheduler()  # scheduler_limit 4
+    interval = scheduler.settings.scheduler_interval_s
+    waits = []
+    for drain in (False, False, True, True):
+        report = await scheduler.run_pass(NOW)
+        waits.append(next_pass_in_s(report, scheduler.settings) / interval)
+        if drain:
+            await rig.drain()
+    assert waits == [FOLLOW_UP_SHARE, 1.0, 1.0, 1.0]  # 4 of 4; none twice (queue full); 2 of 4
+    assert next_pass_in_s(None, scheduler.settings) == interval  # not the active scheduler

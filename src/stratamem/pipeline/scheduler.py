@@ -124,6 +124,26 @@ class Counters:
 class PassReport:
     submitted: list[Task] = field(default_factory=list)
     errors: int = 0
+    budget: int = 0
+    """What the pass could submit: when it submitted all of it, more may be due."""
+
+    @property
+    def full(self) -> bool:
+        return self.budget > 0 and len(self.submitted) >= self.budget
+
+
+FOLLOW_UP_SHARE = 0.1
+"""After a pass that spent its whole budget, the next comes after this share of
+`scheduler_interval_s`: while the consumers finish tasks faster than one pass an interval
+submits them, owed work is handed out as fast as they take it (a pass that finds the queue
+still full has no budget, is not full, and the interval is back)."""
+
+
+def next_pass_in_s(report: PassReport | None, settings: PipelineSettings) -> float:
+    """Seconds until the loop's next pass after `report` (None: this process is not the
+    active scheduler)."""
+    interval = settings.scheduler_interval_s
+    return interval * FOLLOW_UP_SHARE if report is not None and report.full else interval
 
 
 def backoff_s(failures: int, settings: PipelineSettings) -> float:
@@ -176,7 +196,7 @@ class BacklogScheduler:
         report = PassReport()
         self.counters.passes += 1
         try:
-            budget = await self.budget(now)
+            budget = report.budget = await self.budget(now)
             await self._refresh_parked(now)
         except PASS_ERRORS:
             log.exception("backlog scheduler: the backend failed")
@@ -368,9 +388,9 @@ class SchedulerLoop:
         """Pass after pass until `stop` is set; releases the lease when it ends."""
         try:
             while not stop.is_set():
-                await self.tick()
+                report = await self.tick()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.settings.scheduler_interval_s)
+                    await asyncio.wait_for(stop.wait(), next_pass_in_s(report, self.settings))
         finally:
             await self.release()
 
