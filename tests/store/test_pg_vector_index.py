@@ -179,3 +179,24 @@ def test_a_changed_memory_is_not_found_by_its_old_vector(pg: PostgresStore) -> N
                                        content="new")])  # fmt: skip
     found = pg.search_vector(SMALL, Layer.L1, vectors[9], Filters(), 5)
     assert "r9" not in {c.id for c in found} and len(found) == 5
+
+
+def test_a_long_running_store_keeps_a_bounded_count_of_tenants(pg_server: str) -> None:
+    """Each tenant written for is counted (to know when its index is due); past
+    `tracked_max` the counts are forgotten, and a forgotten tenant still gets its index."""
+    store = PostgresStore(fresh_pg_url(pg_server), ann_min_vectors=THRESHOLD)
+    store.vectors.tracked_max = 3
+    try:
+        store.bind_embedding(EmbeddingInfo("test-model", DIM))
+        for n in range(8):
+            fill(store, Scope(f"t{n}"), Layer.L1, near(np.ones(DIM, dtype=np.float32), 10, 30.0,
+                                                        seed=n))  # fmt: skip
+            assert store.vectors.tracked <= 3
+        vectors = near(np.ones(DIM, dtype=np.float32), THRESHOLD, 30.0, seed=20)
+        ids = [f"x{i}" for i in range(THRESHOLD)]
+        store.upsert_memories(Scope("t0"), [memory(i, f"memory {i}", tenant="t0") for i in ids])
+        store.store_embeddings(Layer.L1, [("t0", i) for i in ids], vectors)
+        store.vectors.wait_for_builds()
+        assert index_name("t0", Layer.L1) in indexes(store)
+    finally:
+        store.close()

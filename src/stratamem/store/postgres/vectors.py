@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from stratamem.store.postgres.store import PostgresStore
 
 _log = logging.getLogger(__name__)
+TRACKED_MAX = 4_096
+"""Tenants (and layers) whose vector count and index this process keeps in memory: past it,
+they are all forgotten, and each is read from the database again when it next grows, so a
+long-running process does not keep an entry for every tenant it ever wrote for."""
 
 
 class PgVectors:
@@ -34,10 +38,17 @@ class PgVectors:
         self.ann_min_vectors = ann_min_vectors or vector_index.ANN_MIN_VECTORS
         self._background = background_builds
         self._lock = threading.Lock()
+        self.tracked_max = TRACKED_MAX
         self._counts: dict[tuple[str, Layer], int] = {}
         self._indexed: set[tuple[str, Layer]] = set()
         self._builds: dict[tuple[str, Layer], threading.Thread] = {}
         self._building: dict[tuple[str, Layer], psycopg.Connection[Any]] = {}
+
+    @property
+    def tracked(self) -> int:
+        """How many (tenant, layer) pairs this process keeps a count or index mark of."""
+        with self._lock:
+            return len(set(self._counts) | self._indexed)
 
     def close(self) -> None:
         """Cancel the builds under way (each leaves an invalid index, dropped by the next)."""
@@ -86,6 +97,9 @@ class PgVectors:
             count = vector_index.vector_count(conn, tenant, layer)
             indexed = vector_index.built(conn, tenant, layer) is not None
         with self._lock:
+            if max(len(self._counts), len(self._indexed)) >= self.tracked_max:
+                self._counts.clear()  # forgotten ones are counted in the database again
+                self._indexed.clear()
             self._counts[key] = count
             if indexed:
                 self._indexed.add(key)
