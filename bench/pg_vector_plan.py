@@ -104,21 +104,12 @@ def scripted(settings: str | None, sql: str) -> bytes:
     return translate(sql if settings is None else f"BEGIN; {settings}; {sql}; COMMIT")
 
 
-def last_rows(cursor: psycopg.ClientCursor[Any]) -> list[Any]:
-    rows: list[Any] = []
-    while True:
-        if cursor.description is not None:
-            rows = cursor.fetchall()
-        if not cursor.nextset():
-            return rows
-
-
 def record_scan(cursor: psycopg.ClientCursor[Any], search: str, statement: Any, query: Any) -> str:
     """How the plan reads `memories` (or joins to it), from EXPLAIN ANALYZE."""
     settings, sql = statement
     explain = scripted(settings, f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")
     cursor.execute(explain, bound(search, query))
-    nodes = [last_rows(cursor)[0][0][0]["Plan"]]
+    nodes = [vector_search.last_rows(cursor)[0][0][0]["Plan"]]
     while nodes:
         node = nodes.pop()
         nodes.extend(node.get("Plans", []))
@@ -144,7 +135,7 @@ def measure(url: str, search: str, queries: np.ndarray) -> dict[str, Any]:
             for name, (settings, sql) in statements.items():
                 started = time.perf_counter()
                 cursor.execute(scripted(settings, sql), bound(search, query))
-                answers.append(last_rows(cursor))
+                answers.append(vector_search.last_rows(cursor))
                 samples[name].append((time.perf_counter() - started) * 1000)
             assert answers[0] == answers[1], "the statements disagree"
     for name, values in samples.items():

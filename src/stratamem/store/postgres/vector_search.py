@@ -188,9 +188,14 @@ def _scripted(conn: PgConn, script: str, bound: list[Any]) -> list[Any]:
     cursor = psycopg.ClientCursor(conn.raw)
     with translated_errors():
         cursor.execute(translate(script), bound)
-        rows: list[Any] = []
-        while True:
-            if cursor.description is not None:
-                rows = cursor.fetchall()
-            if not cursor.nextset():
-                return rows
+        return last_rows(cursor)
+
+
+def last_rows(cursor: psycopg.ClientCursor[Any]) -> list[Any]:
+    """The rows of the last statement of an executed script that returns rows."""
+    rows: list[Any] = []
+    while True:
+        if cursor.description is not None:
+            rows = cursor.fetchall()
+        if not cursor.nextset():
+            return rows
