@@ -11,17 +11,11 @@ import re
 from pathlib import Path
 
 from click.testing import CliRunner
-from pydantic_settings import BaseSettings
 
-from stratamem.api.settings import ServerSettings
 from stratamem.cli import envcheck
 from stratamem.cli.main import cli
-from stratamem.config import Settings
 from stratamem.eval import qa
-from stratamem.layers.settings import LayerSettings
-from stratamem.llm.settings import STAGE_MAX_TOKENS, LLMSettings, StageSettings, stage_key
-from stratamem.offload.settings import OffloadSettings
-from stratamem.pipeline.settings import PipelineSettings
+from stratamem.llm.settings import STAGE_MAX_TOKENS, split_stage, stage_key
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "integrations" / "openclaw"
@@ -29,14 +23,6 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), PLUGIN / "REA
 #: Where scripts and tests of this checkout read variables of their own.
 TOOLING = [ROOT / "scripts", ROOT / "tests", ROOT / ".ci", ROOT / "Makefile",
            PLUGIN / "src", PLUGIN / "test"]  # fmt: skip
-PREFIXED: list[tuple[type[BaseSettings], str]] = [
-    (ServerSettings, "STRATAMEM_SERVER_"),
-    (PipelineSettings, "STRATAMEM_PIPELINE_"),
-    (LayerSettings, "STRATAMEM_LAYERS_"),
-    (OffloadSettings, "STRATAMEM_OFFLOAD_"),
-    (LLMSettings, "STRATAMEM_LLM_"),
-    (Settings, "STRATAMEM_"),
-]
 #: Files that name variables without reading them: the start-up check's lists, and this test's
 #: misspelt names.
 LISTS = {ROOT / "src" / "stratamem" / "cli" / "envcheck.py", Path(__file__).resolve()}
@@ -61,15 +47,12 @@ def _literals(paths: list[Path]) -> set[str]:
 def _by_settings(name: str) -> bool:
     """Whether a settings class reads `name`: its prefix and a field, or an LLM stage override
     (`STRATAMEM_LLM_<STAGE>_<FIELD>`)."""
-    for cls, prefix in PREFIXED:
+    for cls, prefix in envcheck.PREFIXED:
         rest = name.removeprefix(prefix).lower()
         if name.startswith(prefix) and rest in cls.model_fields and rest != "stages":
             return True
-    rest = name.removeprefix("STRATAMEM_LLM_").lower()
-    return name.startswith("STRATAMEM_LLM_") and any(
-        rest.endswith(f"_{field}") and len(rest) > len(field) + 1
-        for field in StageSettings.model_fields
-    )
+    rest = name.removeprefix("STRATAMEM_LLM_")
+    return name.startswith("STRATAMEM_LLM_") and split_stage(rest) is not None
 
 
 def test_every_variable_read_by_name_is_documented() -> None:

@@ -17,7 +17,7 @@ from stratamem.api.settings import ServerSettings
 from stratamem.config import ENV_PREFIX, Settings
 from stratamem.layers.settings import LayerSettings
 from stratamem.llm.settings import ENV_PREFIX as LLM_PREFIX
-from stratamem.llm.settings import STAGE_MAX_TOKENS, LLMSettings, StageSettings, stage_key
+from stratamem.llm.settings import STAGE_MAX_TOKENS, LLMSettings, StageSettings, split_stage
 from stratamem.offload.settings import OffloadSettings
 from stratamem.pipeline.settings import PipelineSettings
 
@@ -79,15 +79,7 @@ def _hint(name: str, known: frozenset[str]) -> str:
     found = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
     if found:
         return f" (did you mean {found[0]}?)"
-    if name.startswith(LLM_PREFIX) and _stage_of(name.removeprefix(LLM_PREFIX)) is not None:
+    if name.startswith(LLM_PREFIX) and split_stage(name.removeprefix(LLM_PREFIX)) is not None:
         return f" (the stages are {', '.join(s.upper() for s in STAGES)})"
     return ""
 
-
-def _stage_of(rest: str) -> str | None:
-    """The stage part of `<STAGE>_<FIELD>`, when a stage field ends it."""
-    for field in sorted(StageSettings.model_fields, key=len, reverse=True):
-        suffix = "_" + field.upper()
-        if rest.endswith(suffix) and len(rest) > len(suffix):
-            return stage_key(rest[: -len(suffix)])
-    return None

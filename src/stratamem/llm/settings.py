@@ -224,13 +224,13 @@ class _StageEnvSource(PydanticBaseSettingsSource):
             rest = upper[len(ENV_PREFIX) :]
             if rest in top_level:
                 continue
-            found = _split_stage(rest)
+            found = split_stage(rest)
             if found is not None:
                 stages.setdefault(found[0], {})[found[1]] = value
         return {"stages": stages} if stages else {}
 
 
-def _split_stage(rest: str) -> tuple[str, str] | None:
+def split_stage(rest: str) -> tuple[str, str] | None:
     """`L1_BASE_URL` → (`l1`, `base_url`); None when no stage field ends the name."""
     for field in _STAGE_FIELDS:
         suffix = "_" + field.upper()
