@@ -29,7 +29,7 @@ from stratamem.core import AsyncMemory
 from stratamem.domain import Scope
 from stratamem.layers.service import Run
 from stratamem.llm import LLMClient, LLMSettings
-from stratamem.store.failures import FailureKind, FailureQuery
+from stratamem.store.failures.records import FailureKind, FailureQuery
 from stratamem.testing import RecordedRequest, RecordingSleep, Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers
 

@@ -41,8 +41,8 @@ import numpy as np
 import psycopg
 
 from stratamem.domain import Layer, MemoryRecord, MemoryType, Mode, Scope
-from stratamem.store.base import Filters
-from stratamem.store.filters_sql import filter_sql
+from stratamem.store.core.filters import filter_sql
+from stratamem.store.core.port import Filters
 from stratamem.store.opening import RecordStore, open_url
 from stratamem.store.postgres import vector_search
 from stratamem.store.postgres.connection import translate

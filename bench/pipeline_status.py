@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stratamem.domain import Role, Scope, Turn
-from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.sqlite import SqliteStore
 
 TENANT = Scope("busy")

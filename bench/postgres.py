@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from stratamem.domain import Layer, MemoryRecord, MemoryType, Mode, Role, Scope, Turn
-from stratamem.store.base import Filters
+from stratamem.store.core.port import Filters
 from stratamem.store.opening import RecordStore, open_url
 
 _SYLLABLES = [c + v for c in "bcdfghjklmnpqrstvwxz" for v in "aeiou"]

@@ -31,8 +31,8 @@ from typing import Any
 from stratamem.pipeline.retention import LogPruner
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.store.layers_sql import SqlLayerStore
-from stratamem.store.log_retention import LogRow, LogTable, ThreadedRetainedLog
+from stratamem.store.evidence.retention import LogRow, LogTable, ThreadedRetainedLog
+from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.sqlite import SqliteStore
 
 NOW = 1_000_000_000.0

@@ -29,7 +29,7 @@ from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.domain import Layer, MemoryRecord, MemoryType, Mode, Scope
 from stratamem.retrieval.search import SearchRequest, hybrid_search
-from stratamem.store.base import Filters
+from stratamem.store.core.port import Filters
 from stratamem.store.sqlite import SqliteStore
 
 # A Zipf-distributed vocabulary of 20,000 pseudo-words, like the words of real memories: a few

@@ -29,7 +29,7 @@ import sqlite_vec
 
 from stratamem.datasets import locomo
 from stratamem.embed import LocalEmbedder
-from stratamem.store.vectors import VectorCache
+from stratamem.store.core.vectors import VectorCache
 
 DIM = 384
 

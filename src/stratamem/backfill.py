@@ -9,7 +9,7 @@ from stratamem.cancelling import cancel_and_wait
 from stratamem.domain import Layer
 from stratamem.embed.base import Embedder
 from stratamem.errors import EmbeddingError, EmbeddingMismatch
-from stratamem.store.base import EmbeddingInfo, Store
+from stratamem.store.core.port import EmbeddingInfo, Store
 
 log = logging.getLogger(__name__)
 

@@ -38,9 +38,9 @@ from stratamem.offload.background import EmbeddedOffload
 from stratamem.retrieval.config import RetrievalConfig
 from stratamem.retrieval.render import render_recall, render_stable
 from stratamem.retrieval.search import SearchRequest, hybrid_search
-from stratamem.store.base import EmbeddingInfo, Filters, Store
-from stratamem.store.layers_base import LayerStore
-from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.core.port import EmbeddingInfo, Filters, Store
+from stratamem.store.layers.port import LayerStore
+from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.opening import RecordStore, open_store
 
 ProgressFn = Callable[[int], None]

@@ -1,5 +1,5 @@
 """Failure records of the LLM stages, read and retried: what `stratamem failures` and
-`/v1/failures` call. The records themselves are described in `stratamem.store.failures`.
+`/v1/failures` call. The records themselves are described in `stratamem.store.failures.records`.
 
 A retry re-runs, now, what an open record is about:
 - a quarantined turn: its extraction again (`LayerService.retry_quarantine`); an accepted reply
@@ -25,7 +25,7 @@ from stratamem.offload.facade import Offload, StageOutcome
 from stratamem.offload.l1_summaries import L1Outcome
 from stratamem.offload.l2_diagram import L2Outcome
 from stratamem.offload.schedule import Stage
-from stratamem.store.failures import (
+from stratamem.store.failures.records import (
     RETRYABLE,
     Failure,
     FailureKind,

@@ -20,7 +20,7 @@ from stratamem.capture import MAX_METADATA_CHARS, strip_injected
 from stratamem.domain import MemoryRecord, MemoryType, Mode, Scope, check_ident
 from stratamem.errors import InvalidInput, NotFound
 from stratamem.inputs import check_json, nfc
-from stratamem.store.base import Store
+from stratamem.store.core.port import Store
 
 MIN_PRIORITY, MAX_PRIORITY = 0, 100
 

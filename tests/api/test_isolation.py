@@ -13,7 +13,7 @@ import httpx
 
 from stratamem.api import Services
 from stratamem.pipeline.task import Task, TaskType
-from stratamem.store.failures import Failure, FailureKind
+from stratamem.store.failures.records import Failure, FailureKind
 from tests.api.conftest import ADMIN, Caller, message
 
 SECRET = "zanzibar"

@@ -20,7 +20,7 @@ from stratamem.api.app import UNWIND_S
 from stratamem.config import Settings
 from stratamem.pipeline.runner import SQLITE_FILE
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.opening import open_store
 from stratamem.testing import Reply, ScriptedLLM
 from tests.api.process import serving, stratamem

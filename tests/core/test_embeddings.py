@@ -12,7 +12,7 @@ from stratamem.core import AsyncMemory
 from stratamem.domain import Layer, Scope
 from stratamem.embed import HashingEmbedder, LocalEmbedder
 from stratamem.errors import EmbeddingMismatch
-from stratamem.store.base import Filters
+from stratamem.store.core.port import Filters
 
 
 def settings(tmp_path: Path) -> Settings:

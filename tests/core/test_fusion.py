@@ -6,7 +6,7 @@ import pytest
 
 from stratamem.domain import Layer
 from stratamem.retrieval.fusion import reciprocal_rank_fusion
-from stratamem.store.base import Candidate
+from stratamem.store.core.port import Candidate
 
 
 def ranked(*ids: str) -> list[Candidate]:

@@ -1,6 +1,6 @@
-"""The execution log (`store/executions.py`) on a real SQLite file and PostgreSQL: a start under
-a newer token or of the same task fences the open execution, a fenced execution can neither
-start again nor commit a receipt, and windows are read back as recorded."""
+"""The execution log (`store/evidence/executions.py`) on a real SQLite file and PostgreSQL: a
+start under a newer token or of the same task fences the open execution, a fenced execution
+can neither start again nor commit a receipt, and windows are read back as recorded."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from stratamem.clock import ManualClock
 from stratamem.domain import Scope
 from stratamem.errors import StaleFencingToken
-from stratamem.store.executions import ExecutionStart
-from stratamem.store.layers_sql import SqlLayerStore
-from stratamem.store.receipts import Attempt, ReceiptDraft
+from stratamem.store.evidence.executions import ExecutionStart
+from stratamem.store.evidence.receipts import Attempt, ReceiptDraft
+from stratamem.store.layers.store import SqlLayerStore
 from tests.stores import StoreFactory
 
 SCOPE = Scope("acme")

@@ -11,9 +11,15 @@ import pytest
 
 from stratamem.domain import MemoryRecord, MemoryType, Mode, Role, Scope, Turn
 from stratamem.errors import LayerConflict, NotFound
-from stratamem.store.failures import RETRYABLE, Failure, FailureKind, FailureQuery, FailureStatus
-from stratamem.store.layers_base import L1Commit, RetryCommit
-from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.failures.records import (
+    RETRYABLE,
+    Failure,
+    FailureKind,
+    FailureQuery,
+    FailureStatus,
+)
+from stratamem.store.layers.port import L1Commit, RetryCommit
+from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.opening import RecordStore
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.connection import connect

@@ -20,9 +20,9 @@ from stratamem.failures import Failures
 from stratamem.layers.service import Run
 from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLMClient, LLMHTTPError, LLMTimeout
-from stratamem.store.base import Fence
-from stratamem.store.failures import FailureKind, FailureQuery, FailureStatus
-from stratamem.store.layers_base import L1Commit
+from stratamem.store.core.port import Fence
+from stratamem.store.failures.records import FailureKind, FailureQuery, FailureStatus
+from stratamem.store.layers.port import L1Commit
 from stratamem.store.sqlite import SqliteStore
 from stratamem.testing import RecordedRequest, RecordingSleep, Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers, l1_reply

@@ -9,9 +9,9 @@ import pytest
 
 from stratamem.domain import MemoryRecord, MemoryType, Mode, Profile, Role, Scope, Turn
 from stratamem.errors import LayerConflict, NotFound, StaleFencingToken
-from stratamem.store.base import Fence
-from stratamem.store.layers_base import L1Commit, L3Commit, Supersede
-from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.core.port import Fence
+from stratamem.store.layers.port import L1Commit, L3Commit, Supersede
+from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.opening import RecordStore
 from tests.stores import StoreFactory
 

@@ -30,10 +30,10 @@ from stratamem.pipeline.status import WORKERS_SCOPE
 from stratamem.pipeline.task import Delivery, Task, TaskType
 from stratamem.pipeline.timers import l2_timer_key, lock_key_for
 from stratamem.pipeline.worker import Outcome, Worker
-from stratamem.store.base import Fence
-from stratamem.store.executions import Execution
-from stratamem.store.failures import FailureKind, FailureQuery
-from stratamem.store.receipts import Attempt, Receipt, ReceiptDraft
+from stratamem.store.core.port import Fence
+from stratamem.store.evidence.executions import Execution
+from stratamem.store.evidence.receipts import Attempt, Receipt, ReceiptDraft
+from stratamem.store.failures.records import FailureKind, FailureQuery
 from stratamem.store.sqlite import SqliteStore
 from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers, l1_reply

@@ -31,7 +31,7 @@ from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.pipeline.timers import lock_key_for
 from stratamem.pipeline.worker import Outcome, Worker
-from stratamem.store.base import Fence
+from stratamem.store.core.port import Fence
 from stratamem.testing import ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers
 from tests.store.helpers import memory

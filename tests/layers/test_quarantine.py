@@ -32,8 +32,8 @@ from stratamem.layers.service import LayerService, Run
 from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLMCircuitOpen, LLMClient, LLMUnavailable
 from stratamem.stages.bisect import attempts_to_first
-from stratamem.store.failures import FailureKind, FailureQuery, FailureStatus
-from stratamem.store.layers_base import LayerStore
+from stratamem.store.failures.records import FailureKind, FailureQuery, FailureStatus
+from stratamem.store.layers.port import LayerStore
 from stratamem.testing import RecordedRequest, RecordingSleep, Reply, ScriptedLLM
 from stratamem.testing.layers import reconcile_reply
 

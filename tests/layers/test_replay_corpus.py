@@ -24,7 +24,7 @@ from stratamem.domain import Scope
 from stratamem.errors import LLMError, StageOutputRejected
 from stratamem.layers.service import Run
 from stratamem.layers.settings import LayerSettings
-from stratamem.store.failures import FailureKind, FailureQuery, FailureStatus
+from stratamem.store.failures.records import FailureKind, FailureQuery, FailureStatus
 from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers
 from tests.replay_corpus import Exchange, exchanges

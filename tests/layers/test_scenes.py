@@ -10,7 +10,7 @@ from stratamem.core import AsyncMemory
 from stratamem.domain import Scope
 from stratamem.errors import StageOutputRejected
 from stratamem.layers.service import Run
-from stratamem.store.failures import FailureKind, FailureQuery, FailureStatus
+from stratamem.store.failures.records import FailureKind, FailureQuery, FailureStatus
 from stratamem.testing import Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers
 

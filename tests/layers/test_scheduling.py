@@ -5,7 +5,7 @@ from __future__ import annotations
 from stratamem.layers import scheduling
 from stratamem.layers.scheduling import Trigger
 from stratamem.layers.settings import LayerSettings
-from stratamem.store.layers_base import SessionState, TenantState
+from stratamem.store.layers.port import SessionState, TenantState
 
 SETTINGS = LayerSettings(l1_every_turns=8, idle_timeout_s=300)
 NOW = 1_000_000.0

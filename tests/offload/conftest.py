@@ -11,7 +11,7 @@ import pytest
 from stratamem.clock import CountingIdFactory, ManualClock
 from stratamem.llm import LLMClient, LLMSettings
 from stratamem.offload import InProcessRunner, Offload, OffloadSettings
-from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import RecordStore
 from stratamem.testing import RecordingSleep, ScriptedLLM
 from tests.stores import StoreFactory

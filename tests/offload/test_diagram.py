@@ -14,9 +14,9 @@ from stratamem.offload.l1_summaries import run_l1
 from stratamem.offload.l2_diagram import ORPHAN_NODE, run_l2
 from stratamem.offload.mermaid import Edit, InvalidDiagram, apply_edits, validate
 from stratamem.offload.schedule import l2_timer_key
-from stratamem.store.base import Fence
-from stratamem.store.failures import FailureKind, FailureQuery, FailureStatus
-from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.core.port import Fence
+from stratamem.store.failures.records import FailureKind, FailureQuery, FailureStatus
+from stratamem.store.layers.store import SqlLayerStore
 from stratamem.testing import Reply, ScriptedLLM
 
 from . import model

@@ -12,9 +12,9 @@ from stratamem.offload import TaskStatus, ToolPair
 from stratamem.offload.l1_summaries import run_l1
 from stratamem.offload.l15_judgment import JudgmentConflict, run_l15
 from stratamem.offload.schedule import l2_timer_key
-from stratamem.store.failures import FailureKind, FailureStatus
-from stratamem.store.layers_sql import SqlLayerStore
-from stratamem.store.offload_records import Decision, DiagramWrite, VersionConflict
+from stratamem.store.failures.records import FailureKind, FailureStatus
+from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.offload.records import Decision, DiagramWrite, VersionConflict
 from stratamem.testing import Reply, ScriptedLLM
 
 from . import model

@@ -13,10 +13,10 @@ from stratamem.offload import Stage, ToolPair
 from stratamem.offload.l1_summaries import run_l1
 from stratamem.offload.schedule import l1_timer_key
 from stratamem.offload.stage import ref_id_for
-from stratamem.store.failures import FailureKind
-from stratamem.store.layers_sql import SqlLayerStore
-from stratamem.store.offload_records import NewEntry
-from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.failures.records import FailureKind
+from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.offload.records import NewEntry
+from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.testing import Reply, ScriptedLLM
 
 from . import model

@@ -26,7 +26,7 @@ from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Delivery, TaskType
 from stratamem.pipeline.timers import offload_l2_timer_key
 from stratamem.pipeline.worker import Outcome, Worker
-from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import RecordStore
 from stratamem.testing import Reply, ScriptedLLM
 

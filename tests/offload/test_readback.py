@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stratamem.offload.readback import read_slice
-from stratamem.store.offload_records import Ref
+from stratamem.store.offload.records import Ref
 
 LOG = "\n".join(f"{i:04d} INFO request handled in {i % 7} ms" for i in range(2000))
 LOG = LOG.replace("1500 INFO request handled", "1500 ERROR database timeout on orders")

@@ -20,8 +20,8 @@ import pytest
 
 from stratamem.domain import Mode, Scope
 from stratamem.offload import ToolPair
-from stratamem.store.failures import FailureKind, FailureQuery
-from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.failures.records import FailureKind, FailureQuery
+from stratamem.store.layers.store import SqlLayerStore
 from stratamem.testing import ScriptedLLM
 from tests.replay_corpus import Exchange, exchanges
 

@@ -9,7 +9,7 @@ import pytest
 from stratamem.domain import Scope
 from stratamem.errors import StoreError
 from stratamem.offload import ToolPair
-from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.sqlite import SqliteStore
 
 

@@ -13,9 +13,9 @@ from stratamem.llm import LLMClient, LLMHTTPError
 from stratamem.offload.compaction import compact
 from stratamem.offload.l1_summaries import run_l1
 from stratamem.offload.tokens import context_tokens
-from stratamem.store.failures import Failure, FailureKind, FailureQuery, FailureStatus
-from stratamem.store.layers_sql import SqlLayerStore
-from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.failures.records import Failure, FailureKind, FailureQuery, FailureStatus
+from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
 
 from . import model

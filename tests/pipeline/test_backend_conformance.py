@@ -9,7 +9,7 @@ import pytest
 from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, PipelineBackend, retry_timer_key
 from stratamem.pipeline.errors import DeadLetterNotFound, UnknownTaskType
 from stratamem.pipeline.task import DeadLetter, Task, TaskType
-from stratamem.store.receipts import Attempt
+from stratamem.store.evidence.receipts import Attempt
 
 from .conftest import Harness
 

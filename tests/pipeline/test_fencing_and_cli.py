@@ -21,8 +21,8 @@ from stratamem.errors import StaleFencingToken
 from stratamem.pipeline.fencing import ensure_fences, fence_check
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Task, TaskType
-from stratamem.store.executions import ExecutionStart
-from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.evidence.executions import ExecutionStart
+from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.opening import open_store
 
 

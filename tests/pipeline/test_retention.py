@@ -31,10 +31,10 @@ from stratamem.pipeline.scheduler import (
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import DeadLetter, Task, TaskType
-from stratamem.store.executions import ExecutionStart
-from stratamem.store.layers_sql import SqlLayerStore
-from stratamem.store.log_retention import LogPage, ThreadedRetainedLog
-from stratamem.store.receipts import Attempt, Receipt, ReceiptDraft
+from stratamem.store.evidence.executions import ExecutionStart
+from stratamem.store.evidence.receipts import Attempt, Receipt, ReceiptDraft
+from stratamem.store.evidence.retention import LogPage, ThreadedRetainedLog
+from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.sqlite import SqliteStore
 from tests.stores import StoreFactory
 

@@ -26,8 +26,8 @@ from stratamem.pipeline.timers import (
     lock_key_for,
 )
 from stratamem.pipeline.worker import Outcome, Worker
-from stratamem.store.executions import ExecutionStart, ThreadedExecutionLog
-from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.evidence.executions import ExecutionStart, ThreadedExecutionLog
+from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.opening import open_url
 
 from .conftest import Harness

@@ -29,9 +29,9 @@ from stratamem.layers.service import Run
 from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLMClient, LLMSettings
 from stratamem.offload import InProcessRunner, Offload, ToolPair
-from stratamem.store.failures import FailureKind, FailureQuery
-from stratamem.store.layers_sql import SqlLayerStore
-from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.failures.records import FailureKind, FailureQuery
+from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.sqlite import SqliteStore
 from tests.layers.conftest import settle_l1
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stratamem.retrieval.fts_query import phrase_terms, query_terms, terms_expression
+from stratamem.store.core.fts_query import phrase_terms, query_terms, terms_expression
 
 
 def test_query_terms_are_distinct_content_words_in_order() -> None:

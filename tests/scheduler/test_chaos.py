@@ -7,10 +7,10 @@ scene change, every tool result summarised, judged and mapped to a diagram node;
 extracted twice; and the LLM was called no more often than tasks were executed.
 
 Overlap and the LLM bound are judged from what the system records, the execution log of the
-store (`stratamem.store.executions`), which every worker writes when an execution starts and
-ends: no two executions of one task, and no two under one lock (session, tenant, diagram),
-had windows that overlapped; every commit lies inside its execution's window; tokens grow in
-the order executions started; only killed workers left an execution open. The LLM calls of
+store (`stratamem.store.evidence.executions`), which every worker writes when an execution
+starts and ends: no two executions of one task, and no two under one lock (session, tenant,
+diagram), had windows that overlapped; every commit lies inside its execution's window; tokens
+grow in the order executions started; only killed workers left an execution open. The LLM calls of
 each stage, counted on the scripted endpoint, are at most the executions of its task type
 (every task, retry and redelivery that started, a killed worker's included); offload-l2,
 which asks once per task diagram of its session, at most that many times its executions.
@@ -43,8 +43,8 @@ from stratamem.offload.executors import PipelineScheduler
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.redis_backend import RedisBackend
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.store.executions import Execution
-from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.evidence.executions import Execution
+from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.testing import ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers
 

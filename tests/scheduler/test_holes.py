@@ -12,7 +12,7 @@ from stratamem.layers.settings import LayerSettings
 from stratamem.pipeline.scheduler import BacklogScheduler
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.sqlite import SqliteStore
 
 NOW = 1_800_000_000.0

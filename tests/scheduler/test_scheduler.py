@@ -26,8 +26,8 @@ from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.pipeline.worker import Worker
-from stratamem.store.layers_base import L1Commit
-from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.layers.port import L1Commit
+from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.sqlite import SqliteStore
 
 NOW = 1_000_000.0

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from stratamem.domain import MemoryRecord, MemoryType, Mode, Role, Scene, Scope, Turn
-from stratamem.store.layers_base import L1Commit, L2Commit, L3Commit
-from stratamem.store.layers_sql import SqlLayerStore
-from stratamem.store.offload_records import ToolPair
-from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.layers.port import L1Commit, L2Commit, L3Commit
+from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.offload.records import ToolPair
+from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.sqlite import SqliteStore
 
 

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from stratamem.store.base import Store
+from stratamem.store.core.port import Store
 from stratamem.store.opening import open_url
 from tests.stores import StoreFactory
 

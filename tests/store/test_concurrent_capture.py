@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from stratamem.domain import Layer, Scope
-from stratamem.store.base import Filters
+from stratamem.store.core.port import Filters
 from stratamem.store.opening import open_url
 from tests.store.conftest import StoreFactory
 from tests.store.helpers import turn

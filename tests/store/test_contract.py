@@ -16,7 +16,7 @@ from stratamem.errors import (
     StaleFencingToken,
     StoreError,
 )
-from stratamem.store.base import EmbeddingInfo, Fence, Filters, Store
+from stratamem.store.core.port import EmbeddingInfo, Fence, Filters, Store
 from tests.store.conftest import StoreFactory
 from tests.store.helpers import T0, memory, turn, unit
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from stratamem.domain import Layer, Scope
-from stratamem.store.base import Filters
+from stratamem.store.core.port import Filters
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.erase import BOOKKEEPING_TABLES, SESSION_TABLES, TENANT_TABLES
 from tests.store.helpers import memory, turn, unit

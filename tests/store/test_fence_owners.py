@@ -13,7 +13,7 @@ import pytest
 
 from stratamem.domain import Scope
 from stratamem.errors import StaleFencingToken
-from stratamem.store.base import Fence, Store
+from stratamem.store.core.port import Fence, Store
 from stratamem.store.opening import open_url
 from stratamem.store.postgres import schema as pg_schema
 from stratamem.store.sqlite import migrations as lite_schema

@@ -9,7 +9,7 @@ import pytest
 
 from stratamem.domain import Layer, MemoryType, Scope
 from stratamem.errors import NotFound, StoreError
-from stratamem.store.base import Filters, Store
+from stratamem.store.core.port import Filters, Store
 from tests.store.helpers import T0, memory, turn, unit
 
 A, B = Scope("tenant-a"), Scope("tenant-b")

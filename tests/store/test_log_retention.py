@@ -1,4 +1,4 @@
-"""Retention of the execution log and receipts (`store/log_retention.py`) on a real SQLite file
+"""Retention of the execution log and receipts (`store/evidence/retention.py`) on a real SQLite file
 and PostgreSQL: over a log holding every kind of row, pruning in small batches deletes exactly
 the rows past the retention that nothing reads any more; open executions and the rows of tasks
 still held stay, a kept receipt still replays, and fencing holds after the log was pruned."""
@@ -10,10 +10,10 @@ import pytest
 from stratamem.clock import ManualClock
 from stratamem.domain import Scope
 from stratamem.errors import StaleFencingToken
-from stratamem.store.executions import Execution, ExecutionStart
-from stratamem.store.layers_sql import SqlLayerStore
-from stratamem.store.log_retention import LogTable, task_ids
-from stratamem.store.receipts import ReceiptDraft
+from stratamem.store.evidence.executions import Execution, ExecutionStart
+from stratamem.store.evidence.receipts import ReceiptDraft
+from stratamem.store.evidence.retention import LogTable, task_ids
+from stratamem.store.layers.store import SqlLayerStore
 from tests.stores import StoreFactory
 
 SCOPES = (Scope("acme"), Scope("beta"))

@@ -14,15 +14,15 @@ from stratamem.cli.main import cli
 from stratamem.domain import Layer, MemoryRecord, MemoryType, Mode, Profile, Role, Scene, Scope
 from stratamem.domain import Turn as T
 from stratamem.embed.hashing import HashingEmbedder
-from stratamem.store.base import NO_FILTERS, EmbeddingInfo
-from stratamem.store.layers_base import L1Commit, L2Commit, L3Commit, Supersede
-from stratamem.store.layers_sql import SqlLayerStore
-from stratamem.store.offload_records import NewEntry, ToolPair
-from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.core.port import NO_FILTERS, EmbeddingInfo
+from stratamem.store.layers.port import L1Commit, L2Commit, L3Commit, Supersede
+from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.offload.records import NewEntry, ToolPair
+from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import RecordStore, open_url
 from stratamem.store.postgres import PostgresStore
 from stratamem.store.postgres.copy import copy_store
-from stratamem.store.tenants_base import TenantStore
+from stratamem.store.tenants.store import TenantStore
 from tests.stores import fresh_pg_url
 
 pytestmark = pytest.mark.postgres

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from stratamem.capture import build_turns
 from stratamem.domain import Layer, Scope
-from stratamem.store.pieces import fair_share
+from stratamem.store.core.pieces import fair_share
 from stratamem.store.sqlite import SqliteStore
 
 

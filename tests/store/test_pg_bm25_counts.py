@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stratamem.domain import Layer, Scope
-from stratamem.store.base import Filters
+from stratamem.store.core.port import Filters
 from stratamem.store.opening import open_url
 from tests.stores import fresh_pg_url
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from stratamem.domain import Layer, MemoryRecord, MemoryType, Mode, Scope
-from stratamem.store.base import Filters
+from stratamem.store.core.port import Filters
 from stratamem.store.opening import RecordStore
 from stratamem.store.postgres import text_search
 from stratamem.store.postgres.store import PostgresStore

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from stratamem.domain import Layer, Scope
-from stratamem.store.base import EmbeddingInfo, Filters
+from stratamem.store.core.port import EmbeddingInfo, Filters
 from stratamem.store.opening import open_url
 from stratamem.store.postgres import vector_search
 from stratamem.store.postgres.connection import translate

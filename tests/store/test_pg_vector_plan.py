@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from stratamem.domain import Layer, Scope
-from stratamem.store.base import Filters
-from stratamem.store.filters_sql import filter_sql
+from stratamem.store.core.filters import filter_sql
+from stratamem.store.core.port import Filters
 from stratamem.store.postgres import vector_search
 from stratamem.store.postgres.connection import translate
 from stratamem.store.postgres.store import PostgresStore

@@ -7,7 +7,7 @@ import pytest
 
 from stratamem.domain import Layer
 from stratamem.errors import StoreError
-from stratamem.store.pieces import MAX_PIECES, embedding_pieces, sentences, vector_blobs
+from stratamem.store.core.pieces import MAX_PIECES, embedding_pieces, sentences, vector_blobs
 
 
 def test_sentences_split_at_end_marks_and_line_breaks() -> None:

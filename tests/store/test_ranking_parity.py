@@ -12,7 +12,7 @@ import pytest
 
 from stratamem.datasets.locomo import load
 from stratamem.domain import Layer, MemoryRecord, MemoryType, Mode, Role, Scope, Turn
-from stratamem.store.base import NO_FILTERS, Filters, TurnFieldWeights
+from stratamem.store.core.port import NO_FILTERS, Filters, TurnFieldWeights
 from stratamem.store.opening import RecordStore, open_url
 from tests.stores import fresh_pg_url
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from stratamem.domain import Layer, Scope
-from stratamem.store.base import Filters
-from stratamem.store.scope_tokens import memory_fts_scope, tenant_token
+from stratamem.store.core.port import Filters
+from stratamem.store.core.scope_tokens import memory_fts_scope, tenant_token
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.connection import connect
 from stratamem.store.sqlite.migrations import MIGRATIONS, migrate

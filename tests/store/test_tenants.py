@@ -7,7 +7,7 @@ import pytest
 from stratamem.clock import ManualClock
 from stratamem.errors import AlreadyExists, InvalidIdentifier, NotFound
 from stratamem.store.opening import RecordStore
-from stratamem.store.tenants_base import TenantStore, hash_token, key_id_of
+from stratamem.store.tenants.store import TenantStore, hash_token, key_id_of
 from tests.stores import StoreFactory
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from stratamem.domain import Layer, Role, Scope, Turn
-from stratamem.store.base import NO_FILTERS, TurnFieldWeights
-from stratamem.store.scope_tokens import tenant_token
+from stratamem.store.core.port import NO_FILTERS, TurnFieldWeights
+from stratamem.store.core.scope_tokens import tenant_token
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.connection import connect
 from stratamem.store.sqlite.migrations import MIGRATIONS, migrate

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from stratamem.domain import Layer, Scope
-from stratamem.store.base import Filters
+from stratamem.store.core.port import Filters
+from stratamem.store.core.vectors import VectorCaches
 from stratamem.store.sqlite.store import _SIZES_MAX, SqliteStore
-from stratamem.store.vectors import VectorCaches
 from tests.store.helpers import memory, unit
 
 DIM = 16

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from stratamem.domain import Layer, Scope
-from stratamem.store.base import Filters, Store
+from stratamem.store.core.port import Filters, Store
 from tests.store.helpers import memory, turn
 
 DIM = 16

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stratamem.store.vectors import VectorCache
+from stratamem.store.core.vectors import VectorCache
 
 
 def cache_of(vectors: np.ndarray, exact_max: int) -> VectorCache:

@@ -29,8 +29,8 @@ import pytest
 from stratamem.domain import Scope
 from stratamem.pipeline.redis_backend import RedisBackend
 from stratamem.pipeline.status import WORKERS_SCOPE
-from stratamem.store.layers_sql import SqlLayerStore
-from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import RecordStore, open_url
 from stratamem.testing import ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers

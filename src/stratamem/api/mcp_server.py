@@ -36,7 +36,7 @@ from stratamem.errors import StratamemError, Throttled, Unauthenticated
 from stratamem.offload import Offload
 from stratamem.retrieval.search import MAX_QUERY_CHARS
 from stratamem.store.opening import RecordStore
-from stratamem.store.tenants_base import TenantStore
+from stratamem.store.tenants.store import TenantStore
 
 MCP_PATH = "/mcp"
 INSTRUCTIONS = (

@@ -20,10 +20,10 @@ from stratamem.offload.executors import PipelineScheduler
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
-from stratamem.store.layers_base import LayerStore
-from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.layers.port import LayerStore
+from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import RecordStore
-from stratamem.store.tenants_base import TenantStore
+from stratamem.store.tenants.store import TenantStore
 
 
 @dataclass

@@ -15,8 +15,8 @@ from stratamem.core import AsyncMemory
 from stratamem.errors import ConfigError
 from stratamem.failures import Failures
 from stratamem.offload import InProcessRunner, Offload
-from stratamem.store.failures import Failure, FailureKind, FailureQuery, FailureStatus
-from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.failures.records import Failure, FailureKind, FailureQuery, FailureStatus
+from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import RecordStore
 from stratamem.timestamps import utc_text
 

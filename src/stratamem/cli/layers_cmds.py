@@ -25,8 +25,8 @@ from stratamem.layers.executors import LayerExecutors
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task
-from stratamem.store.base import Filters
-from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.core.port import Filters
+from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.opening import RecordStore, open_store
 from stratamem.timestamps import utc_text
 

@@ -25,7 +25,7 @@ from stratamem.offload import InProcessRunner, Offload, RunReport, Scheduler, To
 from stratamem.offload.executors import PipelineScheduler
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
-from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import open_store
 
 T = TypeVar("T")

@@ -26,10 +26,10 @@ from stratamem.pipeline.runner import load_registry, open_backend, serve
 from stratamem.pipeline.scheduler import SNAPSHOT_COUNTERS, read_snapshot
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import worker_statuses
-from stratamem.store.executions import Execution
-from stratamem.store.layers_sql import SqlLayerStore
+from stratamem.store.evidence.executions import Execution
+from stratamem.store.evidence.receipts import Receipt
+from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.opening import open_store
-from stratamem.store.receipts import Receipt
 
 T = TypeVar("T")
 DEFAULT_DATA_DIR = "./stratamem-data"

@@ -13,7 +13,7 @@ import click
 from stratamem.cli.common import handle_errors, print_json, settings_from
 from stratamem.errors import ConfigError
 from stratamem.store.opening import open_store
-from stratamem.store.tenants_base import TenantStore
+from stratamem.store.tenants.store import TenantStore
 
 
 @click.command()

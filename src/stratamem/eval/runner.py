@@ -26,8 +26,8 @@ from stratamem.eval.qa import QAResult, answer_and_judge, qa_summary
 from stratamem.eval.questions import Probe
 from stratamem.llm import LLM, LLMSettings
 from stratamem.retrieval.config import RetrievalConfig
-from stratamem.store.failures import FailureQuery
-from stratamem.store.layers_base import LayerStore
+from stratamem.store.failures.records import FailureQuery
+from stratamem.store.layers.port import LayerStore
 
 #: `raw`: search the captured turns. `offline` / `llm`: run the memory layers first.
 MODES = ("raw", "offline", "llm")

@@ -20,7 +20,7 @@ from stratamem.layers import scheduling
 from stratamem.layers.settings import LayerSettings
 from stratamem.pipeline.scheduler import Cursor, Owed, Page, Source
 from stratamem.pipeline.task import Task, TaskType
-from stratamem.store.layers_base import FlushRequest, LayerStore, TenantOwed
+from stratamem.store.layers.port import FlushRequest, LayerStore, TenantOwed
 
 
 def _pair(after: Cursor | None) -> tuple[str, str] | None:

@@ -27,10 +27,10 @@ from stratamem.pipeline.locking import holding
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.pipeline.timers import l2_timer_key, lock_key_for
-from stratamem.store.base import Fence
-from stratamem.store.executions import ExecutionStart, ThreadedExecutionLog
-from stratamem.store.log_retention import ThreadedRetainedLog
-from stratamem.store.receipts import Attempt, Receipt, ReceiptDraft
+from stratamem.store.core.port import Fence
+from stratamem.store.evidence.executions import ExecutionStart, ThreadedExecutionLog
+from stratamem.store.evidence.receipts import Attempt, Receipt, ReceiptDraft
+from stratamem.store.evidence.retention import ThreadedRetainedLog
 
 log = logging.getLogger(__name__)
 

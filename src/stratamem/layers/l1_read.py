@@ -32,7 +32,7 @@ from stratamem.llm.prompts import load_prompt
 from stratamem.stages.bisect import Bisection, bisect
 from stratamem.stages.checked import Dropped, ask_checked
 from stratamem.stages.records import Origin, reason
-from stratamem.store.failures import Failure, FailureKind
+from stratamem.store.failures.records import Failure, FailureKind
 
 STAGE = l1_extract.STAGE
 

@@ -23,8 +23,8 @@ from stratamem.llm.prompts import Prompt
 from stratamem.retrieval.config import RetrievalConfig
 from stratamem.retrieval.search import SearchRequest, hybrid_search
 from stratamem.stages.checked import Items, check_items, require_some
-from stratamem.store.base import Filters, Store
-from stratamem.store.layers_base import Supersede
+from stratamem.store.core.port import Filters, Store
+from stratamem.store.layers.port import Supersede
 
 STAGE = "L1-reconcile"
 _SHOWN_CHARS = 400

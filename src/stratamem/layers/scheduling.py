@@ -16,7 +16,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from stratamem.layers.settings import LayerSettings
-from stratamem.store.layers_base import SessionState, TenantState
+from stratamem.store.layers.port import SessionState, TenantState
 
 
 class Trigger(StrEnum):

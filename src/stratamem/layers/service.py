@@ -40,10 +40,10 @@ from stratamem.llm import LLM, LLMOutputInvalid
 from stratamem.llm.prompts import load_prompt
 from stratamem.stages.checked import Answer, ask_checked
 from stratamem.stages.records import Origin, reason, recordable
-from stratamem.store.base import Fence, Filters, Store
-from stratamem.store.failures import Failure, FailureKind
-from stratamem.store.layers_base import L1Commit, L2Commit, L3Commit, LayerStore, RetryCommit
-from stratamem.store.receipts import Attempt
+from stratamem.store.core.port import Fence, Filters, Store
+from stratamem.store.evidence.receipts import Attempt
+from stratamem.store.failures.records import Failure, FailureKind
+from stratamem.store.layers.port import L1Commit, L2Commit, L3Commit, LayerStore, RetryCommit
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)

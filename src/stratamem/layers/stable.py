@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from stratamem.domain import Scope
 from stratamem.layers.l2_scenes import scene_index
-from stratamem.store.layers_base import LayerStore
+from stratamem.store.layers.port import LayerStore
 
 
 def stable_parts(layers: LayerStore, scope: Scope) -> tuple[str | None, list[str]]:

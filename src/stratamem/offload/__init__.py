@@ -15,7 +15,7 @@ from stratamem.offload.readback import ReadBack
 from stratamem.offload.runner import InProcessRunner, RunReport
 from stratamem.offload.schedule import Scheduler, Stage, StageTask
 from stratamem.offload.settings import OffloadSettings
-from stratamem.store.offload_records import Diagram, Entry, Ref, TaskStatus, ToolPair
+from stratamem.store.offload.records import Diagram, Entry, Ref, TaskStatus, ToolPair
 
 __all__ = [
     "Compaction",

@@ -18,7 +18,7 @@ from stratamem.llm.base import LLM
 from stratamem.offload.facade import Offload
 from stratamem.offload.runner import InProcessRunner, RunReport
 from stratamem.offload.settings import OffloadSettings
-from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import RecordStore
 
 #: Longest sleep of the background task between two looks at its timers.

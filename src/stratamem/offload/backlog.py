@@ -15,8 +15,8 @@ import asyncio
 
 from stratamem.pipeline.scheduler import Cursor, Owed, Page
 from stratamem.pipeline.task import Task, TaskType
-from stratamem.store.offload_base import OffloadStore
-from stratamem.store.offload_records import OffloadOwed
+from stratamem.store.offload.port import OffloadStore
+from stratamem.store.offload.records import OffloadOwed
 
 _PREFIX = {TaskType.OFFLOAD_L1: "l1", TaskType.OFFLOAD_L15: "l15", TaskType.OFFLOAD_L2: "l2"}
 

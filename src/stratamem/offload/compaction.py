@@ -28,7 +28,7 @@ from stratamem.errors import InvalidInput
 from stratamem.offload.offline import shorten
 from stratamem.offload.settings import OffloadSettings
 from stratamem.offload.tokens import context_tokens, message_tokens, text_tokens
-from stratamem.store.offload_records import Diagram, Entry
+from stratamem.store.offload.records import Diagram, Entry
 
 ChatMessage = dict[str, Any]
 

@@ -26,9 +26,9 @@ from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorR
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task, TaskType
-from stratamem.store.offload_sql import SqlOffloadStore
+from stratamem.store.evidence.receipts import Receipt
+from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import open_store
-from stratamem.store.receipts import Receipt
 
 _TYPES = {
     Stage.L1: TaskType.OFFLOAD_L1,

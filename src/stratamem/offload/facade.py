@@ -20,10 +20,10 @@ from stratamem.offload.readback import ReadBack, read_slice
 from stratamem.offload.schedule import Scheduler, Stage, StageTask
 from stratamem.offload.settings import OffloadSettings
 from stratamem.offload.stage import StageDeps
-from stratamem.store.base import Fence
-from stratamem.store.offload_base import OffloadStore
-from stratamem.store.offload_records import Diagram, Entry, ToolPair
-from stratamem.store.receipts import Attempt
+from stratamem.store.core.port import Fence
+from stratamem.store.evidence.receipts import Attempt
+from stratamem.store.offload.port import OffloadStore
+from stratamem.store.offload.records import Diagram, Entry, ToolPair
 
 StageOutcome = l1_summaries.L1Outcome | l15_judgment.L15Outcome | l2_diagram.L2Outcome
 

@@ -11,7 +11,7 @@ from stratamem.errors import InvalidInput
 from stratamem.inputs import check_text
 from stratamem.offload.schedule import Stage, StageTask, l1_timer_key
 from stratamem.offload.stage import StageDeps, arm_diagram_timer, derived_id
-from stratamem.store.offload_records import Mark, ToolPair
+from stratamem.store.offload.records import Mark, ToolPair
 from stratamem.timestamps import check_timestamp
 
 MAX_MARK_CHARS = 20_000

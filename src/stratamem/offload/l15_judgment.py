@@ -30,8 +30,9 @@ from stratamem.stages.checked import Unusable, ask_checked
 from stratamem.stages.content import content_problem
 from stratamem.stages.envelope import StrictReply
 from stratamem.stages.records import Origin, recordable
-from stratamem.store.failures import Failure, FailureKind
-from stratamem.store.offload_records import (
+from stratamem.store.evidence.receipts import Attempt, ReceiptDraft
+from stratamem.store.failures.records import Failure, FailureKind
+from stratamem.store.offload.records import (
     Boundary,
     Decision,
     Diagram,
@@ -39,7 +40,6 @@ from stratamem.store.offload_records import (
     Mark,
     VersionConflict,
 )
-from stratamem.store.receipts import Attempt, ReceiptDraft
 
 STAGE = Stage.L15.value
 LABEL_CHARS = 80

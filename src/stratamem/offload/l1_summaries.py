@@ -45,9 +45,9 @@ from stratamem.stages.checked import (
 from stratamem.stages.content import content_problem
 from stratamem.stages.envelope import StrictReply, array_of
 from stratamem.stages.records import Origin, reason, recordable
-from stratamem.store.failures import Failure, FailureKind
-from stratamem.store.offload_records import Claim, Entry, NewEntry, ToolPair
-from stratamem.store.receipts import Attempt, ReceiptDraft
+from stratamem.store.evidence.receipts import Attempt, ReceiptDraft
+from stratamem.store.failures.records import Failure, FailureKind
+from stratamem.store.offload.records import Claim, Entry, NewEntry, ToolPair
 
 STAGE = Stage.L1.value
 

@@ -28,10 +28,10 @@ from stratamem.offload.stage import StageDeps
 from stratamem.stages.checked import Dropped, Unusable, ask_checked, check_items, require_kept
 from stratamem.stages.envelope import StrictReply, array_of
 from stratamem.stages.records import Origin, recordable
-from stratamem.store.base import Fence
-from stratamem.store.failures import Failure
-from stratamem.store.offload_records import Diagram, DiagramWrite, Entry
-from stratamem.store.receipts import Attempt, ReceiptDraft
+from stratamem.store.core.port import Fence
+from stratamem.store.evidence.receipts import Attempt, ReceiptDraft
+from stratamem.store.failures.records import Failure
+from stratamem.store.offload.records import Diagram, DiagramWrite, Entry
 
 STAGE = Stage.L2.value
 ORPHAN_NODE = "orphans"

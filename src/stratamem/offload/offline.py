@@ -11,7 +11,7 @@ import json
 import re
 
 from stratamem.domain import Mode
-from stratamem.store.offload_records import NewEntry, ToolPair
+from stratamem.store.offload.records import NewEntry, ToolPair
 
 _SPACE = re.compile(r"\s+")
 _PARAMS_CHARS = 80

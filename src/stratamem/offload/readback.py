@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from stratamem.store.offload_records import Ref
+from stratamem.store.offload.records import Ref
 
 CHARS_PER_TOKEN = 4
 _TERM = re.compile(r"\w{2,}")

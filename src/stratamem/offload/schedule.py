@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stratamem.pipeline.timers import offload_l2_timer_key
-from stratamem.store.offload_records import OffloadStage as Stage
+from stratamem.store.offload.records import OffloadStage as Stage
 
 __all__ = ["Stage", "StageTask", "l1_timer_key", "l2_timer_key"]
 

@@ -12,7 +12,7 @@ from stratamem.domain import Scope
 from stratamem.llm.base import LLM
 from stratamem.offload.schedule import Scheduler, Stage, StageTask, l2_timer_key
 from stratamem.offload.settings import OffloadSettings
-from stratamem.store.offload_base import OffloadStore
+from stratamem.store.offload.port import OffloadStore
 
 
 @dataclass(frozen=True, slots=True)

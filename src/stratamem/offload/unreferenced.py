@@ -18,7 +18,7 @@ from typing import Any
 from stratamem.domain import Scope
 from stratamem.offload.offline import offline_entry
 from stratamem.offload.stage import StageDeps, ref_id_for
-from stratamem.store.offload_records import Entry, ToolPair
+from stratamem.store.offload.records import Entry, ToolPair
 
 UNKNOWN_TOOL = "tool"
 

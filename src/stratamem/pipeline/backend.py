@@ -39,7 +39,7 @@ from stratamem.pipeline.task import (
     Task,
     TaskType,
 )
-from stratamem.store.receipts import Attempt
+from stratamem.store.evidence.receipts import Attempt
 
 Types = Collection[TaskType] | None
 

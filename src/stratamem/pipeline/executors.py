@@ -16,9 +16,10 @@ an `ExecutorRegistry`. The worker calls it once per delivery, with:
 - `ctx.clock` (injected time), `ctx.enqueued_at` (when the task was enqueued);
 - `ctx.attempt`: this execution (task id, attempt, delivery count, fencing token, worker, start
   time). An executor that writes commits a completion receipt carrying it with its effects
-  (`stratamem.store.receipts`), so a recovering worker can tell finished work from lost work.
-  With an execution log (`ExecutorRegistry.executions`), the worker records the execution's
-  start before it calls the executor and its end when it returns (`stratamem.store.executions`).
+  (`stratamem.store.evidence.receipts`), so a recovering worker can tell finished work from
+  lost work. With an execution log (`ExecutorRegistry.executions`), the worker records the
+  execution's start before it calls the executor and its end when it returns
+  (`stratamem.store.evidence.executions`).
 
 To choose the retry time itself (a rate limit's Retry-After), the executor raises
 `stratamem.pipeline.errors.RetryLater(delay_s)`; it still counts against the retry limit.
@@ -44,9 +45,9 @@ from stratamem.pipeline.retention import RetainedLog
 from stratamem.pipeline.scheduler import SchedulerLoop, Source, backlog_loop
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task, TaskType
-from stratamem.store.base import Fence
-from stratamem.store.executions import ExecutionStart
-from stratamem.store.receipts import Attempt, Receipt
+from stratamem.store.core.port import Fence
+from stratamem.store.evidence.executions import ExecutionStart
+from stratamem.store.evidence.receipts import Attempt, Receipt
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class Executor(Protocol):
 
 
 class ExecutionLog(Protocol):
-    """Where the worker records each execution (`stratamem.store.executions`)."""
+    """Where the worker records each execution (`stratamem.store.evidence.executions`)."""
 
     async def started(self, tenant: str, start: ExecutionStart, clock: Clock) -> Attempt:
         """Record the start (time read from `clock` when recorded): the execution's `Attempt`;

@@ -18,8 +18,8 @@ import sqlite3
 from stratamem.errors import StaleFencingToken
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.task import LockGrant
-from stratamem.store.base import Fence
-from stratamem.store.fencing_sql import check_and_record
+from stratamem.store.core.port import Fence
+from stratamem.store.fencing import check_and_record
 
 FENCES_DDL = (
     "CREATE TABLE IF NOT EXISTS fences (key TEXT PRIMARY KEY, token INTEGER NOT NULL, owner TEXT)"
@@ -41,7 +41,7 @@ def fence_check(conn: sqlite3.Connection, key: str, token: int, owner: str | Non
     Call inside the write transaction (after `BEGIN IMMEDIATE`); when it raises, roll back.
     An equal token passes from the owner it was recorded for: one lock holder may write many
     times (pass `ctx.fence_owner`). The rule lives with the store
-    (`stratamem.store.fencing_sql`); this is its form for pipeline executors.
+    (`stratamem.store.fencing`); this is its form for pipeline executors.
     """
     check_and_record(conn, Fence(key, token, owner))
 

@@ -7,7 +7,7 @@ Evidence, per delivery:
 - the execution stamp its worker recorded when it started (`PipelineBackend.stamp`: attempt,
   delivery count, fencing token, worker, start time), or none if no execution started;
 - the completion receipt the task's executor committed with its effects, read from the store
-  (`ReceiptReader`), authenticated by its MAC (`stratamem.store.receipts`);
+  (`ReceiptReader`), authenticated by its MAC (`stratamem.store.evidence.receipts`);
 - the delivery's idle time, the newest fencing token of its lock, its worker's published status.
 
 Authority (first that applies): `fenced` (a newer lock grant exists: the execution's writes are
@@ -26,7 +26,7 @@ completion was observed and the execution has lost its authority (a current one 
 
 With an `ExecutionReader`, each report also carries the execution log's row of the stamped
 execution (`logged`: its commit, end, outcome, and when a later execution fenced it;
-`stratamem.store.executions`): what that execution did, even when it wrote no receipt.
+`stratamem.store.evidence.executions`): what that execution did, even when it wrote no receipt.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import RUNNING, UNRESPONSIVE, worker_statuses
 from stratamem.pipeline.task import Delivery, InFlight, Task
 from stratamem.pipeline.timers import lock_key_for
-from stratamem.store.executions import Execution
-from stratamem.store.receipts import Attempt, Receipt
+from stratamem.store.evidence.executions import Execution
+from stratamem.store.evidence.receipts import Attempt, Receipt
 
 #: Reads the execution log of a task id in a tenant (oldest first). Raises when it cannot.
 ExecutionReader = Callable[[str, str], Awaitable[list[Execution]]]

@@ -43,7 +43,7 @@ from stratamem.pipeline.task import (
     Task,
     TaskType,
 )
-from stratamem.store.receipts import Attempt
+from stratamem.store.evidence.receipts import Attempt
 
 P = ParamSpec("P")
 R = TypeVar("R")

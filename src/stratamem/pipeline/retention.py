@@ -3,7 +3,7 @@ loop (`pipeline.scheduler.SchedulerLoop`) under its lease, so by one process of 
 at a time, every `log_prune_interval_s`.
 
 A pass deletes the ended executions and the receipts older than `log_retention_s` (0: never)
-that nothing needs any more (the rule: `stratamem.store.log_retention`). The pipeline's part of
+that nothing needs any more (the rule: `stratamem.store.evidence.retention`). The pipeline's part of
 that rule is which tasks it still holds: queued or in flight (`list_tasks`), waiting for a
 retry (its `retry/<id>` timer), dead-lettered (`list_dead`: an operator may requeue it, under
 the same id). They are read for each batch, after its page and just before its delete, for the
@@ -38,13 +38,13 @@ from typing import Any, Protocol
 
 from stratamem.pipeline.backend import PipelineBackend, retry_timer_key_for
 from stratamem.pipeline.settings import PipelineSettings
-from stratamem.store.log_retention import LogPage, LogRow, LogTable, task_ids
+from stratamem.store.evidence.retention import LogPage, LogRow, LogTable, task_ids
 
 log = logging.getLogger(__name__)
 
 
 class RetainedLog(Protocol):
-    """The store side (`stratamem.store.log_retention.ThreadedRetainedLog`)."""
+    """The store side (`stratamem.store.evidence.retention.ThreadedRetainedLog`)."""
 
     async def page(
         self, table: LogTable, before: float, after: tuple[Any, ...] | None, limit: int

@@ -16,7 +16,7 @@ from typing import Any
 from stratamem.domain import check_ident
 from stratamem.errors import InvalidInput
 from stratamem.pipeline.errors import UnknownTaskType
-from stratamem.store.receipts import Attempt
+from stratamem.store.evidence.receipts import Attempt
 
 
 class TaskType(StrEnum):

@@ -9,7 +9,7 @@ One delivery goes through `Worker.handle`:
    (offload-l2 is skipped at once); its work is still owed in the store, where the backlog
    scheduler finds it again (`pipeline.scheduler`);
 2. record the execution's start in the execution log, when the registry has one
-   (`stratamem.store.executions`: it records the lock's token as a fence, fences the open
+   (`stratamem.store.evidence.executions`: it records the lock's token as a fence, fences the open
    executions of the task and lock, and refuses a start under a stale token), stamp the
    delivery with it (`Attempt`: attempt, delivery count, fencing token, worker, start time;
    `PipelineBackend.stamp`, which also checks the delivery is still ours), then run the
@@ -69,8 +69,8 @@ from stratamem.pipeline.timers import (
     clear_session_timers,
     lock_key_for,
 )
-from stratamem.store.executions import ExecutionStart
-from stratamem.store.receipts import Attempt
+from stratamem.store.evidence.executions import ExecutionStart
+from stratamem.store.evidence.receipts import Attempt
 
 log = logging.getLogger(__name__)
 FIRST_COMPLETED = asyncio.FIRST_COMPLETED

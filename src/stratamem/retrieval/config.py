@@ -16,7 +16,7 @@ from typing import Any
 from stratamem.errors import InvalidInput
 from stratamem.retrieval.feedback import FEEDBACK_HITS, FEEDBACK_TERMS
 from stratamem.retrieval.speakers import OTHER_SPEAKER_FACTOR
-from stratamem.store.base import TurnFieldWeights
+from stratamem.store.core.port import TurnFieldWeights
 
 _FIELDS = TurnFieldWeights()
 

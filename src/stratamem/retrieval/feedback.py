@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from stratamem.domain import Hit
-from stratamem.retrieval.fts_query import STOPWORDS, query_terms
+from stratamem.store.core.fts_query import STOPWORDS, query_terms
 
 #: First-pass hits the words are taken from, how many words, the shortest word kept.
 FEEDBACK_HITS = 3

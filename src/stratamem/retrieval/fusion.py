@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stratamem.domain import Layer
-from stratamem.store.base import Candidate
+from stratamem.store.core.port import Candidate
 
 DEFAULT_RRF_K = 60
 

@@ -19,7 +19,7 @@ from stratamem.retrieval.config import RetrievalConfig
 from stratamem.retrieval.feedback import feedback_terms
 from stratamem.retrieval.fusion import Fused, reciprocal_rank_fusion
 from stratamem.retrieval.speakers import prefer_named_speaker
-from stratamem.store.base import Candidate, Filters, Store
+from stratamem.store.core.port import Candidate, Filters, Store
 
 MAX_K = 200
 MAX_QUERY_CHARS = 4000

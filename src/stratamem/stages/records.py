@@ -10,7 +10,7 @@ from typing import Any
 from stratamem.errors import LLMError, Postponed
 from stratamem.llm.errors import LLMHTTPError, LLMOutputInvalid
 from stratamem.stages.checked import Dropped
-from stratamem.store.failures import (
+from stratamem.store.failures.records import (
     RETRYABLE,
     Failure,
     FailureKind,

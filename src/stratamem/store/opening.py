@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from stratamem.errors import ConfigError
-from stratamem.store.base import Store
+from stratamem.store.core.port import Store
 from stratamem.store.sql import SqlStore
 from stratamem.store.sqlite import SqliteStore
 

@@ -1,7 +1,7 @@
 """What the store modules shared by SQLite and PostgreSQL need of a database connection.
 
 The layer, offload, failure and tenant records are written by the same code on both databases
-(`layers_sql.py`, `offload_sql.py`, `failure_rows.py`, `tenants_base.py`): their SQL is the
+(`layers/store.py`, `offload/store.py`, `failures/rows.py`, `tenants/store.py`): their SQL is the
 common subset (`?` placeholders, `ON CONFLICT … DO NOTHING / DO UPDATE`, `RETURNING`), and the
 store they run on lends them a connection through `reading()` and `writing()`. A
 `sqlite3.Connection` is such a connection as it is; the PostgreSQL store adapts psycopg's
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from stratamem.domain import Scope
 from stratamem.errors import StoreError
-from stratamem.store.base import Fence
+from stratamem.store.core.port import Fence
 
 
 class DuplicateRow(StoreError):

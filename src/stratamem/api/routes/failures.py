@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from stratamem.api.deps import ServicesDep, TenantDep
 from stratamem.api.schemas import ERRORS, FailureOut, Ident, RetryOut
-from stratamem.store.failures import FailureKind, FailureQuery, FailureStatus
+from stratamem.store.failures.records import FailureKind, FailureQuery, FailureStatus
 
 router = APIRouter(prefix="/v1", tags=["failures"], responses=ERRORS)
 Stage = Annotated[str, Query(min_length=1, max_length=32, description="L1, L2, offload-l1 …")]

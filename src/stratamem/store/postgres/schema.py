@@ -3,7 +3,8 @@
 
 Columns keep the SQLite store's names and meanings (so the shared record modules run unchanged):
 times are epoch seconds (`DOUBLE PRECISION`), flags are integers, JSON is text. A record's
-vectors are one float32 blob (`store/pieces.py`), searched per tenant (`vector_search.py`).
+vectors are one float32 blob (`store/core/pieces.py`), searched per tenant
+(`postgres/vector_search.py`).
 The text index is a table of terms per row (`text_index.py`), with per-tenant totals.
 """
 

@@ -6,7 +6,7 @@ a sequence number read inside a write holds until it commits), except captures: 
 session are serialised by the session's lock, and hold the tenant's lock shared, so captures of
 a tenant's sessions run side by side but never beside another write of the tenant.
 
-What it shares with the SQLite store is `store/core_sql.py`; here are the pool, the text index
+What it shares with the SQLite store is `store/core/store.py`; here are the pool, the text index
 that follows each write and BM25 from the tenant's own text statistics (`text_index.py`,
 `text_search.py`), vectors sequenced by a database sequence and searched on pgvector, exact
 within the tenant or through the tenant's own HNSW index (`vectors.py`), and erasing (which also
@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from stratamem.domain import Layer, Scope, Turn
-from stratamem.store import fencing_sql
-from stratamem.store.base import Candidate, Fence, Filters, TurnFieldWeights
-from stratamem.store.core_sql import EMBEDDING_KEY, TABLES, SqlCoreStore
-from stratamem.store.pieces import vector_blobs
+from stratamem.store import fencing
+from stratamem.store.core.pieces import vector_blobs
+from stratamem.store.core.port import Candidate, Fence, Filters, TurnFieldWeights
+from stratamem.store.core.store import EMBEDDING_KEY, TABLES, SqlCoreStore
 from stratamem.store.postgres import capture_index, erase, text_index, text_search
 from stratamem.store.postgres.connection import PgConn, PgPool, session_key
 from stratamem.store.postgres.migrations import migrate
@@ -73,7 +73,7 @@ class PostgresStore(SqlCoreStore):
         unless its token is the newest."""
         with self._pool.writing(() if key is None else (key,)) as conn:
             if fence is not None:
-                fencing_sql.check_and_record(conn, fence)
+                fencing.check_and_record(conn, fence)
             yield conn
 
     def store_embeddings(

@@ -11,9 +11,9 @@ index, so one tenant alone in a store ranks the same on both; `test_ranking_pari
 from __future__ import annotations
 
 from stratamem.domain import Layer
-from stratamem.retrieval.fts_query import phrase_terms, query_terms
-from stratamem.store.base import Candidate, Filters, TurnFieldWeights
-from stratamem.store.filters_sql import filter_sql
+from stratamem.store.core.filters import filter_sql
+from stratamem.store.core.fts_query import phrase_terms, query_terms
+from stratamem.store.core.port import Candidate, Filters, TurnFieldWeights
 from stratamem.store.postgres.connection import PgConn, PgCursor
 from stratamem.store.postgres.text_index import TERM_TABLES
 from stratamem.store.postgres.tokens import Tokenizer

@@ -25,8 +25,8 @@ import numpy as np
 import psycopg
 
 from stratamem.domain import Layer
-from stratamem.store.base import Candidate, Filters
-from stratamem.store.filters_sql import filter_sql
+from stratamem.store.core.filters import filter_sql
+from stratamem.store.core.port import Candidate, Filters
 from stratamem.store.postgres.connection import PgConn, translate, translated_errors
 from stratamem.store.postgres.vector_rows import RECORD_TABLES, VECTOR_TABLES, vector_text
 

@@ -16,7 +16,7 @@ import numpy as np
 import psycopg
 
 from stratamem.domain import Layer
-from stratamem.store.base import Candidate, Filters
+from stratamem.store.core.port import Candidate, Filters
 from stratamem.store.postgres import vector_index, vector_rows, vector_search
 from stratamem.store.postgres.connection import PgConn
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sqlite3
 
 from stratamem.domain import Layer
-from stratamem.retrieval.fts_query import phrase_terms, query_terms, terms_expression
-from stratamem.store.base import Candidate, Filters, TurnFieldWeights
-from stratamem.store.filters_sql import filter_sql
-from stratamem.store.scope_tokens import scope_match
+from stratamem.store.core.filters import filter_sql
+from stratamem.store.core.fts_query import phrase_terms, query_terms, terms_expression
+from stratamem.store.core.port import Candidate, Filters, TurnFieldWeights
+from stratamem.store.core.scope_tokens import scope_match
 from stratamem.store.sqlite import turn_context
 from stratamem.store.sqlite.tenant_words import tenant_words
 

@@ -20,11 +20,11 @@ import numpy as np
 
 from stratamem.domain import Layer, Scope
 from stratamem.errors import StoreError
-from stratamem.store import fencing_sql as fencing
-from stratamem.store.base import Candidate, Fence, Filters, TurnFieldWeights
-from stratamem.store.core_sql import TABLES, SqlCoreStore, next_counter
-from stratamem.store.pieces import vector_blobs
-from stratamem.store.scope_tokens import tenant_token
+from stratamem.store import fencing
+from stratamem.store.core.pieces import vector_blobs
+from stratamem.store.core.port import Candidate, Fence, Filters, TurnFieldWeights
+from stratamem.store.core.scope_tokens import tenant_token
+from stratamem.store.core.store import TABLES, SqlCoreStore, next_counter
 from stratamem.store.sqlite import erase, retrieval
 from stratamem.store.sqlite.connection import connect, write_transaction
 from stratamem.store.sqlite.migrations import migrate

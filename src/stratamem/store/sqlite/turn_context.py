@@ -16,7 +16,7 @@ words in its neighbours' context columns until they are rewritten.
 
 from __future__ import annotations
 
-from stratamem.store.base import TurnFieldWeights
+from stratamem.store.core.port import TurnFieldWeights
 
 #: The columns of the turns' index a query's words are matched against.
 TEXT_COLUMNS = "text speaker context around dated"

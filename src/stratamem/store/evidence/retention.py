@@ -23,7 +23,7 @@ A batch is one page read (`page`, keyset-ordered by the end time, through an ind
 short write transaction deleting at most a page (`delete`, which checks the age again), so a
 backlog of any size never holds the store's write lock for long.
 
-The keys that sign receipts (`receipt_keys`, `store/receipts.py`) go too, once nothing needs
+The keys that sign receipts (`receipt_keys`, `evidence/receipts.py`) go too, once nothing needs
 them: a key retired more than the retention ago that no receipt names (`unused_keys`, a read;
 `delete_keys`, a short write). The active key (the newest one not retired) and every other key
 not retired are never deleted, nor is a key any receipt still names, the receipts of held tasks

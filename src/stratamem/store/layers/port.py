@@ -3,7 +3,8 @@
 Every write that a pipeline task makes goes through one `commit_*` call: one transaction that
 checks the task's fencing token, checks that the state it read (session cursor, tenant L2 mark)
 has not moved (`LayerConflict` otherwise), applies the effects, and writes a completion receipt
-under the task id (authenticated, bound to the attempt that ran it: `stratamem.store.receipts`).
+under the task id (authenticated, bound to the attempt that ran it:
+`stratamem.store.evidence.receipts`).
 A task that finds its own authentic receipt has already finished and does nothing again.
 """
 
@@ -15,11 +16,11 @@ from typing import Any, Protocol
 
 from stratamem.clock import Clock
 from stratamem.domain import MemoryRecord, Profile, Scene, Scope
-from stratamem.store.base import Fence
-from stratamem.store.executions import Execution, ExecutionStart
-from stratamem.store.failures import Failure, FailureQuery
-from stratamem.store.log_retention import LogPage, LogRow, LogTable
-from stratamem.store.receipts import Attempt, Receipt, ReceiptDraft
+from stratamem.store.core.port import Fence
+from stratamem.store.evidence.executions import Execution, ExecutionStart
+from stratamem.store.evidence.receipts import Attempt, Receipt, ReceiptDraft
+from stratamem.store.evidence.retention import LogPage, LogRow, LogTable
+from stratamem.store.failures.records import Failure, FailureQuery
 
 __all__ = ["Attempt", "Receipt", "ReceiptDraft"]
 
@@ -164,7 +165,7 @@ class LayerStore(Protocol):
         """Add a new key that signs receipts from now on; the older keys still verify until
         retired (`retire_old`: retire them now, and their receipts stop verifying)."""
 
-    # -- the execution log (`stratamem.store.executions`) ------------------------------------
+    # -- the execution log (`stratamem.store.evidence.executions`) --------------------------
     def start_execution(self, scope: Scope, start: ExecutionStart, clock: Clock) -> Attempt:
         """Record an execution starting now (`clock`, read in the transaction), fencing the open
         ones of its task and lock key; `StaleFencingToken` if a newer token of its lock was
@@ -178,7 +179,7 @@ class LayerStore(Protocol):
     ) -> list[Execution]:
         """The tenant's executions (of one task), in the order they started."""
 
-    # -- retention of the log and receipts (`stratamem.store.log_retention`; any tenant) -----
+    # -- retention of the log and receipts (`stratamem.store.evidence.retention`; any tenant) -----
     def log_page(
         self, table: LogTable, before: float, after: tuple[Any, ...] | None, limit: int
     ) -> LogPage:

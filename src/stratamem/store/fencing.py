@@ -12,7 +12,7 @@ every row did before, until a greater token takes it over.
 from __future__ import annotations
 
 from stratamem.errors import StaleFencingToken
-from stratamem.store.base import Fence
+from stratamem.store.core.port import Fence
 from stratamem.store.sql import SqlConn
 
 _CHECK_AND_RECORD = (

@@ -8,8 +8,8 @@ import secrets
 import uuid
 
 from stratamem.errors import LayerConflict
-from stratamem.store import executions
-from stratamem.store.receipts import Attempt, Receipt, ReceiptDraft, mac, verifies
+from stratamem.store.evidence import executions
+from stratamem.store.evidence.receipts import Attempt, Receipt, ReceiptDraft, mac, verifies
 from stratamem.store.sql import DUPLICATE, SqlConn
 
 

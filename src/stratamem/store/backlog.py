@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from stratamem.store.layer_rows import session_state_from_row
-from stratamem.store.layers_base import FlushRequest, SessionState, TenantOwed
-from stratamem.store.offload_records import OffloadOwed
+from stratamem.store.layers.port import FlushRequest, SessionState, TenantOwed
+from stratamem.store.layers.rows import session_state_from_row
+from stratamem.store.offload.records import OffloadOwed
 from stratamem.store.sql import SqlConn
 
 _NOWHERE = ("", "")  # sorts before every (tenant, session): identifiers are never empty

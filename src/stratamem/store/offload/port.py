@@ -2,7 +2,7 @@
 
 Every method takes the tenant `Scope` first and a session validated by `check_ident`. Methods
 are synchronous (the facade runs them in a thread); each write is one short transaction.
-Implementation: `stratamem.store.offload_sql.SqlOffloadStore` (on either store).
+Implementation: `stratamem.store.offload.store.SqlOffloadStore` (on either store).
 
 - Tool pairs are appended durably and idempotently (one per tenant, session and call id).
 - `claim_pairs` hands pending pairs to one L1 run under a lease: a run that crashes leaves its
@@ -23,9 +23,10 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from stratamem.domain import Scope
-from stratamem.store.base import Fence
-from stratamem.store.failures import Failure
-from stratamem.store.offload_records import (
+from stratamem.store.core.port import Fence
+from stratamem.store.evidence.receipts import Receipt, ReceiptDraft
+from stratamem.store.failures.records import Failure
+from stratamem.store.offload.records import (
     Appended,
     Boundary,
     Claim,
@@ -40,7 +41,6 @@ from stratamem.store.offload_records import (
     Routed,
     ToolPair,
 )
-from stratamem.store.receipts import Receipt, ReceiptDraft
 
 
 class OffloadStore(Protocol):

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stratamem.errors import LayerConflict, NotFound
-from stratamem.store.failures import Failure, FailureKind, FailureQuery, FailureStatus
+from stratamem.store.failures.records import Failure, FailureKind, FailureQuery, FailureStatus
 from stratamem.store.sql import DUPLICATE, SqlConn
 
 _COLUMNS = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from stratamem.domain import Layer
-from stratamem.store.base import Filters
+from stratamem.store.core.port import Filters
 
 
 def filter_sql(

@@ -14,11 +14,13 @@ from typing import Any, ParamSpec, TypeVar
 
 from stratamem.domain import Mode, Scope
 from stratamem.errors import NotFound, StoreError
-from stratamem.store import backlog_sql as backlog
-from stratamem.store import failure_rows, receipt_rows
-from stratamem.store.base import Fence
-from stratamem.store.failures import Failure
-from stratamem.store.offload_records import (
+from stratamem.store import backlog
+from stratamem.store.core.port import Fence
+from stratamem.store.evidence import receipt_rows
+from stratamem.store.evidence.receipts import Receipt, ReceiptDraft
+from stratamem.store.failures import rows as failure_rows
+from stratamem.store.failures.records import Failure
+from stratamem.store.offload.records import (
     Appended,
     Boundary,
     Claim,
@@ -36,7 +38,6 @@ from stratamem.store.offload_records import (
     ToolPair,
     VersionConflict,
 )
-from stratamem.store.receipts import Receipt, ReceiptDraft
 from stratamem.store.sql import DATABASE_ERRORS, SqlConn, SqlStore
 
 _ENTRY_COLUMNS = (

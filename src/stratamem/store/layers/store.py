@@ -12,22 +12,24 @@ from typing import Any
 from stratamem.clock import Clock
 from stratamem.domain import MemoryRecord, Profile, Scene, Scope
 from stratamem.errors import LayerConflict, NotFound
-from stratamem.store import backlog_sql as backlog
-from stratamem.store import executions as execution_rows
-from stratamem.store import failure_rows, log_retention, receipt_rows
-from stratamem.store.base import Fence
-from stratamem.store.executions import Execution, ExecutionStart
-from stratamem.store.failures import Failure, FailureQuery
-from stratamem.store.layer_rows import (
-    PROFILE_COLUMNS,
-    SCENE_COLUMNS,
-    profile_from_row,
-    scene_from_row,
-    scene_params,
-    session_state_from_row,
-    tenant_state_from_row,
+from stratamem.store import backlog
+from stratamem.store.core.port import Fence
+from stratamem.store.core.rows import (
+    MEMORY_COLUMNS,
+    MEMORY_WRITE_COLUMNS,
+    memory_from_row,
+    memory_params,
 )
-from stratamem.store.layers_base import (
+from stratamem.store.core.scope_tokens import memory_fts_scope
+from stratamem.store.evidence import executions as execution_rows
+from stratamem.store.evidence import receipt_rows
+from stratamem.store.evidence import retention as log_retention
+from stratamem.store.evidence.executions import Execution, ExecutionStart
+from stratamem.store.evidence.receipts import COMPLETED, SKIPPED, Attempt, ReceiptDraft
+from stratamem.store.evidence.retention import LogPage, LogRow, LogTable
+from stratamem.store.failures import rows as failure_rows
+from stratamem.store.failures.records import Failure, FailureQuery
+from stratamem.store.layers.port import (
     FlushRequest,
     L1Commit,
     L2Commit,
@@ -39,15 +41,15 @@ from stratamem.store.layers_base import (
     TenantOwed,
     TenantState,
 )
-from stratamem.store.log_retention import LogPage, LogRow, LogTable
-from stratamem.store.receipts import COMPLETED, SKIPPED, Attempt, ReceiptDraft
-from stratamem.store.rows import (
-    MEMORY_COLUMNS,
-    MEMORY_WRITE_COLUMNS,
-    memory_from_row,
-    memory_params,
+from stratamem.store.layers.rows import (
+    PROFILE_COLUMNS,
+    SCENE_COLUMNS,
+    profile_from_row,
+    scene_from_row,
+    scene_params,
+    session_state_from_row,
+    tenant_state_from_row,
 )
-from stratamem.store.scope_tokens import memory_fts_scope
 from stratamem.store.sql import DUPLICATE, SqlConn, SqlStore
 
 MAX_HISTORY = 500

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 
 from stratamem.domain import Layer
-from stratamem.store.base import Filters
+from stratamem.store.core.port import Filters
 
 CURRENT, PAST = "current", "past"
 

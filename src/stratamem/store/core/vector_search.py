@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from stratamem.domain import Layer
-from stratamem.store.base import Candidate, Filters
-from stratamem.store.filters_sql import filter_sql
+from stratamem.store.core.filters import filter_sql
+from stratamem.store.core.port import Candidate, Filters
+from stratamem.store.core.vectors import VectorCache
 from stratamem.store.sql import SqlConn
-from stratamem.store.vectors import VectorCache
 
 TABLES = {Layer.L0: "turns", Layer.L1: "memories"}
 # How many vector neighbours to take before filtering, per wanted result.

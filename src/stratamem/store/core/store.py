@@ -21,8 +21,11 @@ import numpy as np
 
 from stratamem.domain import Hit, Layer, MemoryRecord, Scope, Turn
 from stratamem.errors import EmbeddingMismatch, MemoryChanged, NotFound, StoreError
-from stratamem.store import fencing_sql, vector_search
-from stratamem.store.base import (
+from stratamem.store import fencing
+from stratamem.store.core import vector_search
+from stratamem.store.core.filters import filter_sql
+from stratamem.store.core.pieces import embedding_pieces, embedding_text, fair_share
+from stratamem.store.core.port import (
     NO_FILTERS,
     Candidate,
     EmbeddingInfo,
@@ -30,9 +33,7 @@ from stratamem.store.base import (
     Filters,
     PendingText,
 )
-from stratamem.store.filters_sql import filter_sql
-from stratamem.store.pieces import embedding_pieces, embedding_text, fair_share
-from stratamem.store.rows import (
+from stratamem.store.core.rows import (
     MEMORY_COLUMNS,
     MEMORY_WRITE_COLUMNS,
     TURN_COLUMNS,
@@ -42,8 +43,8 @@ from stratamem.store.rows import (
     memory_params,
     turn_from_row,
 )
+from stratamem.store.core.vectors import VectorCaches
 from stratamem.store.sql import SqlConn
-from stratamem.store.vectors import VectorCaches
 
 TABLES = vector_search.TABLES
 #: The lock key of the writes that bind, reset or sequence vectors (PostgreSQL serialises them
@@ -307,7 +308,7 @@ class SqlCoreStore(ABC):
     # -- fencing and statistics --------------------------------------------------------------
     def newest_fence(self, key: str) -> int:
         with self.reading() as conn:
-            return fencing_sql.newest(conn, key)
+            return fencing.newest(conn, key)
 
     def stats(self, scope: Scope | None = None) -> dict[str, Any]:
         where, params = ("WHERE tenant = ?", [scope.tenant]) if scope else ("", [])

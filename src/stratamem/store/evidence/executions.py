@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from stratamem.clock import Clock
 from stratamem.domain import Scope
 from stratamem.errors import StaleFencingToken
-from stratamem.store.receipts import Attempt
+from stratamem.store.evidence.receipts import Attempt
 from stratamem.store.sql import SqlConn
 
 _COLUMNS = (

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from stratamem.domain import Hit, Layer, MemoryRecord, MemoryType, Mode, Role, Turn
-from stratamem.store.scope_tokens import memory_fts_scope
+from stratamem.store.core.scope_tokens import memory_fts_scope
 
 TURN_COLUMNS = "id, tenant, session, seq, role, speaker, text, ts, metadata"
 MEMORY_COLUMNS = (

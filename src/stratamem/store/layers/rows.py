@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from stratamem.domain import Mode, Profile, Scene
-from stratamem.store.layers_base import SessionState, TenantState
+from stratamem.store.layers.port import SessionState, TenantState
 
 SCENE_COLUMNS = (
     "tenant, id, version, title, summary, body, heat, memory_ids, created_at, updated_at,"

@@ -89,7 +89,7 @@ class PendingText:
     id: str
     text: str
     pieces: tuple[str, ...] = ()
-    """The texts to embed, one vector each (`store/pieces.py`); empty means `(text,)`."""
+    """The texts to embed, one vector each (`store/core/pieces.py`); empty means `(text,)`."""
 
     @property
     def texts(self) -> tuple[str, ...]:

@@ -1,0 +1,1 @@
+"""The pipeline's evidence: the execution log, completion receipts and their retention."""
