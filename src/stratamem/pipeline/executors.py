@@ -67,7 +67,7 @@ class ExecutionContext:
     attempt: Attempt | None = None
     fence_owner: str | None = None
     """The lock grant's owner: a fenced write carries it with `fence_token`, so the store
-    refuses the same token from another holder (`store.fencing_sql`)."""
+    refuses the same token from another holder (`store.fencing`)."""
 
     @property
     def fence(self) -> Fence | None:

@@ -21,7 +21,7 @@ where it went; back to the queue: the last read). When more than `log_prune_scan
 queued or dead, nobody can tell: the pass stops there.
 
 Then the keys that signed receipts go once retired more than `log_retention_s` ago and named by
-no receipt left (`store.log_retention`): never the active key, nor one a kept receipt names.
+no receipt left (`store.evidence.retention`): never the active key, nor one a kept receipt names.
 
 Each table gets at most `log_prune_batches` batches of `log_prune_batch` rows a pass: a read
 and one short write transaction each, so a backlog of any size is worked off over passes
