@@ -69,6 +69,33 @@ async def test_depth_and_listing(harness: Harness) -> None:
     assert await b.list_tasks(limit=1) == tasks[:1]
 
 
+# -- wake-ups (the backlog scheduler refills the queue when consumers are free) ----------------
+
+L1_ONLY, OFFLOAD = [TaskType.L1], [TaskType.OFFLOAD_L1, TaskType.OFFLOAD_L2]
+
+
+async def test_a_notice_wakes_a_waiter_in_another_process(harness: Harness) -> None:
+    peer = await harness.make_peer()
+    waiting = asyncio.create_task(harness.backend.wait_free(L1_ONLY, timeout_s=30))
+    await asyncio.sleep(0)  # the waiter is waiting
+    await peer.notify_free([TaskType.L1, TaskType.L2])
+    assert await asyncio.wait_for(waiting, timeout=10) is True
+
+
+async def test_a_notice_given_before_the_wait_is_kept_and_taken_once(harness: Harness) -> None:
+    peer = await harness.make_peer()
+    await peer.notify_free(OFFLOAD)
+    assert await harness.backend.wait_free([TaskType.OFFLOAD_L2], timeout_s=5) is True
+    assert await harness.backend.wait_free([TaskType.OFFLOAD_L2], timeout_s=0.01) is False
+
+
+async def test_a_notice_of_other_types_wakes_nobody(harness: Harness) -> None:
+    await harness.backend.notify_free(OFFLOAD)
+    assert await harness.backend.wait_free(L1_ONLY, timeout_s=0.01) is False
+    assert await harness.backend.wait_free([], timeout_s=0.01) is False
+    assert await harness.backend.wait_free(OFFLOAD, timeout_s=5) is True  # still there
+
+
 # -- reclaim ----------------------------------------------------------------------------------
 
 

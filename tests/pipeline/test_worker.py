@@ -512,6 +512,29 @@ async def test_graceful_stop(harness: Harness, finish: bool) -> None:
     assert published["counters"]["completed"] == (1 if finish else 0)
 
 
+async def test_free_consumers_wake_the_scheduler_of_their_types(harness: Harness) -> None:
+    """A worker's consumers say they are free when they start and after each task, through
+    the backend, so the backlog scheduler (in any process) refills the queue at once."""
+    finished = asyncio.Event()
+
+    async def done(ctx: ExecutionContext) -> ExecResult:
+        finished.set()
+        return ExecResult()
+
+    settings = PipelineSettings(consume_block_ms=20, grace_period_s=1)
+    registry = ExecutorRegistry([(TaskType.L1, done)])
+    worker = Worker(harness.backend, registry, settings, clock=harness.clock, name="w")
+    scheduler = await harness.make_peer()
+    run = asyncio.create_task(worker.run())
+    assert await scheduler.wait_free([TaskType.L1], timeout_s=10)  # started: free
+    assert not await scheduler.wait_free([TaskType.L2], timeout_s=0.01)  # it runs no L2
+    await harness.backend.enqueue(Task(TaskType.L1, "t", "s"), now=harness.clock.now())
+    await asyncio.wait_for(finished.wait(), timeout=10)
+    assert await scheduler.wait_free([TaskType.L1], timeout_s=10)  # the task finished
+    worker.request_stop()
+    await asyncio.wait_for(run, timeout=10)
+
+
 async def test_flush_moves_l2_timer_to_now(harness: Harness) -> None:
     worker, _ = make_worker(harness, ok, l2_delay_s=60)
     b, t0 = harness.backend, harness.clock.now()

@@ -17,6 +17,10 @@ Ownership: `ack`, `extend`, `retry`, `dead_letter` (and `release_and_ack`) act o
 delivery is still pending for that very hand-over (its consumer and its lease/delivery count);
 once `reclaim` handed the task to someone else, they change nothing and say so.
 
+Wake-ups: `notify_free` tells whoever waits in `wait_free` (the backlog schedulers, in any
+process) that consumers of some task types are free, so the queue is refilled at once instead
+of at the next interval; a notice given while nobody waits is kept until the next wait.
+
 Delivery semantics are at-least-once: a task stays pending from `consume` until `ack` (or
 `retry` / `dead_letter`, which acknowledge atomically with their own write). A delivery whose
 consumer went silent for longer than an idle threshold is handed to another consumer by `reclaim`;
@@ -204,6 +208,18 @@ class PipelineBackend(Protocol):
 
     async def purge_dead(self, dead_ids: list[str] | None = None) -> int:
         """Delete the named dead letters (all when `dead_ids` is None); returns how many."""
+
+    # -- wake-ups ---------------------------------------------------------------------------
+
+    async def notify_free(self, types: Collection[TaskType]) -> None:
+        """Consumers of `types` are free (one started, or finished a task): wake a waiter of
+        each of them (`wait_free`), in this process or another."""
+
+    async def wait_free(self, types: Collection[TaskType], *, timeout_s: float) -> bool:
+        """Wait until `notify_free` names one of `types`, at most `timeout_s` (a wait may end
+        sooner, saying False: the caller waits again if it wants). A notice given since this
+        backend's previous wait for those types returns at once, so none is lost between two
+        waits. True if notified."""
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -15,7 +15,9 @@ Keys (all under one prefix, see `RedisKeys`):
   raised (never lowered) by a Lua max when the store refused a grant below its recorded token;
 - `timers` sorted set (score = due time) + `timer-data` hash (key -> task); `ZADD … LT` is
   set-if-earlier, a Lua script pops due timers and XADDs their tasks in one step;
-- `state:<scope>` hashes for per-session counters and cursors.
+- `state:<scope>` hashes for per-session counters and cursors;
+- `wake:<type>` lists of at most one element: a notice that consumers of the type are free
+  (`notify_free` pushes it, `wait_free` pops it with BLPOP), kept until a waiter takes it.
 
 Stream entries carry the task JSON in field `task` and the enqueue time in field `at`.
 """
@@ -25,7 +27,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Collection, Coroutine, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, ParamSpec, TypeVar
 
@@ -49,6 +51,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 GROUP = "workers"
+WAIT_FREE_CAP_S = 1.0
+"""The longest one BLPOP of `wait_free` blocks a connection (its caller waits again)."""
 REQUEUE_ATTEMPTS = 5
 
 ACQUIRE_LUA = """
@@ -204,6 +208,9 @@ class RedisKeys:
 
     def state(self, scope: str) -> str:
         return f"{self.prefix}state:{scope}"
+
+    def wake(self, task_type: TaskType) -> str:
+        return f"{self.prefix}wake:{task_type.value}"
 
 
 def _translated(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
@@ -558,6 +565,24 @@ class RedisBackend:
         if not fields:
             return 0
         return int(await self._redis.hdel(self.keys.state(scope), *fields))
+
+    # -- wake-ups ---------------------------------------------------------------------------
+
+    @_translated
+    async def notify_free(self, types: Collection[TaskType]) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for task_type in types:
+                pipe.lpush(self.keys.wake(task_type), 1)
+                pipe.ltrim(self.keys.wake(task_type), 0, 0)
+            await pipe.execute()
+
+    @_translated
+    async def wait_free(self, types: Collection[TaskType], *, timeout_s: float) -> bool:
+        if not types:
+            return False
+        timeout = min(max(timeout_s, 0.01), WAIT_FREE_CAP_S)
+        keys = [self.keys.wake(t) for t in sorted(types)]
+        return await self._redis.blpop(keys, timeout=timeout) is not None
 
     # -- dead letters -----------------------------------------------------------------------
 

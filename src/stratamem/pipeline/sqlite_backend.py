@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import sqlite3
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
@@ -34,6 +34,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 POLL_INTERVAL_S = 0.002
+WAKE_POLL_S = 0.01
+"""How often a `wait_free` reads the wake counters (other processes' notices)."""
 
 
 class SqliteBackend:
@@ -49,6 +51,10 @@ class SqliteBackend:
         self._polling = False
         # The task types each waiting consumer runs (None: all); the poller looks for any.
         self._wanted: dict[asyncio.Future[None], list[TaskType] | None] = {}
+        # Wake-ups: notices given before this backend was opened are not news; a notice of
+        # this process ends its waits at once, another process's at the next poll.
+        self._seen_wakes = self._core.wake_counters()
+        self._wake_waiters: set[asyncio.Future[None]] = set()
 
     def _wake_one(self) -> None:
         while self._waiters:
@@ -241,6 +247,31 @@ class SqliteBackend:
 
     async def purge_dead(self, dead_ids: list[str] | None = None) -> int:
         return await self._call(self._core.purge_dead, dead_ids)
+
+    async def notify_free(self, types: Collection[TaskType]) -> None:
+        await self._call(self._core.notify_free, sorted(types))
+        for waiter in self._wake_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_free(self, types: Collection[TaskType], *, timeout_s: float) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline, wanted = loop.time() + timeout_s, {t.value for t in types}
+        while True:
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._wake_waiters.add(waiter)
+            try:
+                counters = await self._call(self._core.wake_counters)
+                seen = self._seen_wakes
+                fresh = any(counters.get(t, 0) > seen.get(t, 0) for t in wanted)
+                seen.update((t, n) for t, n in counters.items() if t in wanted)
+                remaining = deadline - loop.time()
+                if fresh or remaining <= 0:
+                    return fresh
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter, min(WAKE_POLL_S, remaining))
+            finally:
+                self._wake_waiters.discard(waiter)
 
     async def close(self) -> None:
         await self._call(self._core.conn.close)

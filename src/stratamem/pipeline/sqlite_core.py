@@ -88,6 +88,11 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX dead_letters_by_tenant ON dead_letters (tenant, seq)
         """,
     ),
+    (
+        # A counter per task type that `notify_free` raises: waiters in other processes poll it.
+        "0005_wake_counters",
+        "CREATE TABLE wakes (type TEXT PRIMARY KEY, notices INTEGER NOT NULL)",
+    ),
 )
 
 
@@ -273,6 +278,20 @@ class SqliteCore:
                 return False
             _upsert_timer(c, retry_timer_key(task), task, due_at)
         return True
+
+    # wake-ups
+    def notify_free(self, types: Sequence[TaskType]) -> None:
+        with self.write() as c:
+            c.executemany(
+                "INSERT INTO wakes (type, notices) VALUES (?, 1) ON CONFLICT (type)"
+                " DO UPDATE SET notices = notices + 1",
+                [(t.value,) for t in types],
+            )
+
+    def wake_counters(self) -> dict[str, int]:
+        """The notices given per task type so far."""
+        with self.read() as c:
+            return {row[0]: int(row[1]) for row in c.execute("SELECT type, notices FROM wakes")}
 
     def depth(self) -> QueueDepth:
         with self.read() as c:

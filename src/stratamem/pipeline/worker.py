@@ -29,7 +29,9 @@ One delivery goes through `Worker.handle`:
    ack are owner-checked: when the delivery was reclaimed meanwhile they change nothing and the
    outcome is `ABORTED`.
 
-The worker consumes and reclaims only the task types its registry runs (routing).
+The worker consumes and reclaims only the task types its registry runs (routing). Its consumers
+say when they are free (at start, and after each task) through the backend
+(`pipeline.wakeup.FreeSignal`), so the backlog scheduler refills the queue at once.
 
 Time comes from the injected clock and waits go through the injected `sleep`, so tests drive
 conflicts, renewals and retries with a `ManualClock` and never sleep.
@@ -69,6 +71,7 @@ from stratamem.pipeline.timers import (
     clear_session_timers,
     lock_key_for,
 )
+from stratamem.pipeline.wakeup import FreeSignal
 from stratamem.store.evidence.executions import ExecutionStart
 from stratamem.store.evidence.receipts import Attempt
 
@@ -128,6 +131,7 @@ class Worker:
         self._reclaimed: asyncio.Queue[tuple[Delivery, float]] = asyncio.Queue()
         self._stopping = asyncio.Event()
         self._idle_consumers = 0
+        self._free = FreeSignal(backend, self.executors.types)
 
     # -- one delivery -----------------------------------------------------------------------
 
@@ -475,6 +479,7 @@ class Worker:
             asyncio.ensure_future(self._every(self.settings.reclaim_interval_s, self.reclaim_once)),
         ]
         stop = asyncio.ensure_future(self._stopping.wait())
+        self._free.signal()
         done, _ = await asyncio.wait([stop, *consumers, *duties], return_when=FIRST_COMPLETED)
         self.request_stop()
         for duty in [stop, *duties]:
@@ -483,6 +488,7 @@ class Worker:
         _, late = await asyncio.wait(consumers, timeout=self.settings.grace_period_s)
         for consumer in late:
             await cancel_and_wait(consumer)
+        await self._free.close()
         await self.publish_status(stopped=True)
         for crashed in done - {stop}:
             crashed.result()
@@ -501,6 +507,7 @@ class Worker:
                     self._idle_consumers -= 1
                 for delivery, _leased_at in got:
                     await self.handle(delivery)
+                    self._free.signal()
             except StratamemError:
                 log.exception("consumer %s: pipeline error, pausing", consumer)
                 await asyncio.sleep(BACKEND_ERROR_PAUSE_S)
