@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -21,6 +23,47 @@ Sleep = Callable[[float], Awaitable[None]]
 """How to wait `seconds`; tests pass a function that records the delay and returns at once."""
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+#: A URL in a text: a scheme, `://`, and what follows up to white space or a quote (trailing
+#: punctuation of the sentence left out).
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`]*[^\s'\"<>`.,;:)\]}]")
+TENANT_ENDPOINT = "the endpoint"
+"""What a tenant sees in place of a URL: where a stage's endpoint is, is the operator's business."""
+
+
+def redact_url(url: str) -> str:
+    """`url` as scheme://host[:port]: no user or password, path, query or fragment (any of
+    them may carry a credential), for errors and logs that operators read."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:  # a port that is not a number, a broken IPv6 address
+        return f"{url.partition('://')[0]}://(unreadable address)"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}" + ("" if port is None else f":{port}")
+
+
+def scrub_reply(text: str, url: str, *secrets: str | None) -> str:
+    """An endpoint's error reply as an error message may quote it: URLs redacted, and the
+    credentials of `url` (password, query values) and `secrets` (an API key) cut out, in case
+    the reply echoes the request it refuses."""
+    parts = urlsplit(url)
+    known = [parts.password, *(v for _, _, v in (q.partition("=") for q in parts.query.split("&"))),
+             *secrets]  # fmt: skip
+    for secret in sorted({k for k in known if k and len(k) >= 4}, key=len, reverse=True):
+        text = text.replace(secret, "(redacted)")
+    return redact_urls(text)
+
+
+def redact_urls(text: str, *, for_tenant: bool = False) -> str:
+    """`text` with every URL in it redacted: to scheme://host[:port] (`redact_url`) for
+    operators, or, `for_tenant`, to "the endpoint" (a tenant learns no internal address)."""
+    if "://" not in text:
+        return text
+    if for_tenant:
+        return _URL_IN_TEXT.sub(TENANT_ENDPOINT, text)
+    return _URL_IN_TEXT.sub(lambda found: redact_url(found.group(0)), text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ import httpx
 
 from stratamem.domain import Role, Turn
 from stratamem.errors import LLMError
+from stratamem.httpretry import redact_url, redact_urls
 from stratamem.layers import l1_read
 from stratamem.layers.settings import LayerSettings
 from stratamem.llm.client import LLMClient
@@ -53,7 +54,8 @@ async def check_endpoint(
     """Run the three steps against `stage`'s endpoint; never raises for an endpoint failure
     (each becomes a problem of the report)."""
     config = client.settings.for_stage(stage)
-    report = CheckReport(config.base_url, config.model, stage, client.settings.structured_profile)
+    shown = redact_url(config.base_url)
+    report = CheckReport(shown, config.model, stage, client.settings.structured_profile)
     report.model_listed = await _model_listed(client, config.base_url, config.model, report)
     started = timer()
     try:
@@ -85,7 +87,9 @@ async def _model_listed(
             listed = await http.get(f"{base_url}/models", headers=headers)
         ids = [str(m.get("id")) for m in listed.json().get("data", [])]
     except (httpx.HTTPError, ValueError, AttributeError) as exc:
-        report.problems.append(f"models route (not needed by the stages): {exc}")
+        report.problems.append(
+            f"models route (not needed by the stages): {redact_urls(str(exc))}"
+        )
         return None
     return model in ids
 

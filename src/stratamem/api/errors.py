@@ -31,6 +31,7 @@ from stratamem.errors import (
     Throttled,
     Unauthenticated,
 )
+from stratamem.httpretry import redact_urls
 from stratamem.pipeline.errors import DeadLetterNotFound
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,14 @@ def error_response(
     return JSONResponse(error_body(kind, message), status_code=status, headers=headers or None)
 
 
+def public_message(error: StratamemError) -> str:
+    """What a caller is told of `error`: its message, less the addresses of the endpoints and
+    backends behind a failure (5xx; the log keeps them for the operator)."""
+    if status_of(error)[0] >= 500:
+        return redact_urls(str(error), for_tenant=True)
+    return str(error)
+
+
 def status_of(error: StratamemError) -> tuple[int, str]:
     for family, status, kind in STATUS_OF_ERROR:
         if isinstance(error, family):
@@ -98,9 +107,10 @@ async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
         raise exc
     status, kind = status_of(exc)
     if status >= 500:
-        log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
+        # An expected failure (an endpoint or backend down) is one WARNING line (`stratamem.logs`).
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
     retry_after = exc.retry_after_s if isinstance(exc, Throttled) else None
-    return error_response(status, kind, str(exc), retry_after)
+    return error_response(status, kind, public_message(exc), retry_after)
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -11,6 +11,7 @@ message is read.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, Literal
@@ -24,9 +25,10 @@ from pydantic import ConfigDict, Field
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from stratamem import logs
 from stratamem.api import auth
 from stratamem.api.deps import declared_length
-from stratamem.api.errors import error_response
+from stratamem.api.errors import error_response, public_message
 from stratamem.api.views import package_version, profile_json
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
@@ -62,7 +64,7 @@ def tool_errors() -> Iterator[None]:
     try:
         yield
     except StratamemError as exc:
-        raise ToolError(str(exc)) from exc
+        raise ToolError(public_message(exc)) from exc
 
 
 def strict_tool(fn: Callable[..., Any]) -> Tool:
@@ -108,10 +110,26 @@ def build_mcp(
     functions = _tools(memory, tenant_of)
     if offload is not None:
         functions.append(_read_tool_result(offload, tenant_of))
-    return MCPServer(
-        "stratamem", version=package_version(), instructions=INSTRUCTIONS, log_level="WARNING",
-        tools=[strict_tool(fn) for fn in functions],
-    )  # fmt: skip
+    with _root_logging_kept():
+        return MCPServer(
+            "stratamem", version=package_version(), instructions=INSTRUCTIONS,
+            log_level="WARNING", tools=[strict_tool(fn) for fn in functions],
+        )  # fmt: skip
+
+
+@contextmanager
+def _root_logging_kept() -> Iterator[None]:
+    """The SDK's server configures the process's logging when it is built (a rich handler on
+    the root logger, unless it has one): the process's logging is the program's to set
+    (`stratamem.logs`), so the root logger's handlers and level are put back as they were."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        for added in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(added)
+        root.setLevel(level)
 
 
 def _read_tool_result(offload: Offload, tenant_of: TenantOf) -> Callable[..., Any]:
@@ -259,7 +277,9 @@ def _read_only_offload(memory: AsyncMemory) -> Offload | None:
 
 
 def run_stdio(core: Settings, tenant: str) -> None:
-    """Serve the tools for `tenant` over stdin/stdout until the client closes them."""
+    """Serve the tools for `tenant` over stdin/stdout until the client closes them (the log
+    on stderr: stdout is the protocol's)."""
+    logs.configure(logging.WARNING)
     tenant_of = fixed_tenant(tenant)
 
     async def main() -> None:

@@ -12,13 +12,25 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from stratamem import logs
 from stratamem.api.app import create_app
 from stratamem.api.background import Background
+from stratamem.api.connections import (
+    ConnectionLimits,
+    GuardedServer,
+    check_descriptors,
+)
 from stratamem.api.services import Services
-from stratamem.api.settings import AllSettings, load_settings
+from stratamem.api.settings import AllSettings, ServerSettings, load_settings
+from stratamem.core import AsyncMemory
 from stratamem.errors import ConfigError
+from stratamem.httpretry import redact_url
+from stratamem.llm import LLMClient
 
-__all__ = ["DrainingServer", "bind", "load_settings", "serve", "server_config"]
+__all__ = [
+    "DrainingServer", "GuardedServer", "bind", "limits_of", "load_settings", "serve",
+    "server_config",
+]  # fmt: skip
 
 ACCESS_LOGGER = "uvicorn.access"
 
@@ -42,11 +54,12 @@ def _without_query(value: object) -> object:
 def server_config(
     app: FastAPI, shutdown_timeout_s: int, log_level: str = "info"
 ) -> uvicorn.Config:
-    """How uvicorn serves `app`: lifespan on, no server header, no query strings logged; at a
-    stop, requests in flight get `shutdown_timeout_s`, then are cancelled and the lifespan's
-    shutdown runs (without a bound, one open request would keep the process up for ever)."""
+    """How uvicorn serves `app`: lifespan on, no server header, no query strings logged, the
+    process's logging left as it is (`stratamem.logs`); at a stop, requests in flight get
+    `shutdown_timeout_s`, then are cancelled and the lifespan's shutdown runs (without a bound,
+    one open request would keep the process up for ever). Serve it with a `GuardedServer`."""
     config = uvicorn.Config(
-        app, lifespan="on", server_header=False, log_level=log_level,
+        app, lifespan="on", server_header=False, log_level=log_level, log_config=None,
         timeout_graceful_shutdown=shutdown_timeout_s,
     )  # fmt: skip
     access = logging.getLogger(ACCESS_LOGGER)
@@ -55,14 +68,22 @@ def server_config(
     return config
 
 
-class DrainingServer(uvicorn.Server):
-    """uvicorn's server that, when it starts to stop, also stops the pipeline work beside it:
+def limits_of(settings: ServerSettings) -> ConnectionLimits:
+    return ConnectionLimits(
+        settings.max_connections, settings.header_timeout_s, settings.keep_alive_timeout_s
+    )
+
+
+class DrainingServer(GuardedServer):
+    """The guarded server that, when it starts to stop, also stops the pipeline work beside it:
     the workers take no new task and their running tasks drain alongside the requests in
     flight, under one bound (the worker's grace period is capped by it, see `Background`),
     instead of getting their own grace period after the requests' bound."""
 
-    def __init__(self, config: uvicorn.Config, background: Background) -> None:
-        super().__init__(config)
+    def __init__(
+        self, config: uvicorn.Config, limits: ConnectionLimits, background: Background
+    ) -> None:
+        super().__init__(config, limits)
         self.background = background
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
@@ -91,6 +112,8 @@ def bind(host: str, port: int) -> socket.socket:
 def serve(settings: AllSettings, announce: Callable[[str], None]) -> None:
     """Open the store and pipeline, listen, announce the address and serve until stopped."""
     core, server, pipeline = settings
+    logs.configure()
+    check_descriptors(server.max_connections)
     services = Services.open(core, server, pipeline)
     try:
         background = Background(
@@ -105,14 +128,31 @@ def serve(settings: AllSettings, announce: Callable[[str], None]) -> None:
         f"{server.workers} pipeline consumers" if server.workers
         else "API only: pipeline tasks are left to `stratamem worker` processes"
     )
-    announce(f"stratamem listening on http://{host}:{port} ({workers}; data in {core.data_dir})")
+    announce(
+        f"stratamem listening on http://{host}:{port} ({workers}; data in {core.data_dir};"
+        f" {layers_mode(services.memory)})"
+    )
     app = create_app(services, close_on_shutdown=True, background=background)
-    uvicorn_server = DrainingServer(server_config(app, server.shutdown_timeout_s), background)
+    config = server_config(app, server.shutdown_timeout_s)
+    uvicorn_server = DrainingServer(config, limits_of(server), background)
     previous = signal.signal(signal.SIGTERM, _stopped)
     try:
         uvicorn_server.run(sockets=[sock])
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def layers_mode(memory: AsyncMemory) -> str:
+    """Whether the memory layers call an LLM (which model, where) or run offline."""
+    llm = memory.llm
+    if llm is None:
+        return (
+            "the layers run offline: no LLM endpoint (STRATAMEM_LLM_BASE_URL and"
+            " STRATAMEM_LLM_MODEL)"
+        )
+    if isinstance(llm, LLMClient) and llm.settings.base_url:
+        return f"the layers call {llm.settings.model} at {redact_url(llm.settings.base_url)}"
+    return "the layers call an LLM"
 
 
 def _stopped(signum: int, frame: FrameType | None) -> None:

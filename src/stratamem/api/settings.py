@@ -60,6 +60,18 @@ class ServerSettings(BaseSettings):
     body_timeout_s: float = Field(
         30.0, gt=0, le=3600, description="Longest wait for a request body to arrive (else 408)."
     )
+    max_connections: int = Field(
+        1000, ge=1, le=1_000_000, description="Connections open at once; a new one over the bound"
+        " takes the place of the idlest, or gets 503 when every one has a request in flight.",
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="Longest wait for a request's headers to arrive whole"
+        " (from the connection's opening, or a later request's first byte); then it is closed.",
+    )
+    keep_alive_timeout_s: int = Field(
+        5, ge=1, le=3600, description="A kept-alive connection that sends no new request for"
+        " this long is closed.",
+    )
     shutdown_timeout_s: int = Field(
         20, ge=1, le=3600, description="At SIGTERM / SIGINT, longest wait for the requests in"
         " flight and the workers' running tasks, together (it caps the pipeline's grace period);"

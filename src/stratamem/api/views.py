@@ -6,7 +6,10 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from stratamem.domain import MemoryRecord, Profile, Scene, Turn
+from stratamem.failures import RetryOutcome
+from stratamem.httpretry import redact_urls
 from stratamem.pipeline.task import DeadLetter, Task
+from stratamem.store.failures.records import Failure
 
 
 def package_version() -> str:
@@ -91,6 +94,21 @@ def dead_letter_json(dead: DeadLetter) -> dict[str, Any]:
     return {
         "id": dead.id,
         "task": task_json(dead.task),
-        "error": dead.error,
+        "error": tenant_text(dead.error),
         "failed_at": dead.failed_at,
     }
+
+
+def tenant_text(error: str) -> str:
+    """An error as a tenant may read it: the endpoints' addresses (internal, perhaps with a
+    credential) are the operator's, and read "the endpoint"; the stage is named in the text."""
+    return redact_urls(error, for_tenant=True)
+
+
+def failure_json(failure: Failure) -> dict[str, Any]:
+    """A failure record as its tenant sees it (the operator's CLI shows the stored text)."""
+    return {**failure.to_json(), "error": tenant_text(failure.error)}
+
+
+def retry_json(outcome: RetryOutcome) -> dict[str, Any]:
+    return {"failure": failure_json(outcome.failure), "result": outcome.result}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -15,6 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
+from stratamem import logs
 from stratamem.cli.common import existing_store, sqlite_file
 from stratamem.config import Settings
 from stratamem.domain import Scope
@@ -95,7 +95,7 @@ def worker(
 ) -> None:
     """Run a pipeline worker until SIGTERM / SIGINT (then stop gracefully)."""
     settings = _settings(backend=backend, concurrency=concurrency)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.configure()
     try:
         registry = load_registry(executors)
         done = asyncio.run(serve(settings, _data_dir(ctx), registry, name))

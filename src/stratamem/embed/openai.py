@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from stratamem.clock import Clock, SystemClock
 from stratamem.embed.base import Vectors, check_texts, empty, normalise_rows
 from stratamem.errors import EmbeddingError
-from stratamem.httpretry import RetryPolicy, Sleep, send_with_retry
+from stratamem.httpretry import RetryPolicy, Sleep, redact_url, redact_urls, send_with_retry
 
 DEFAULT_BATCH_SIZE = 64
 DEFAULT_TIMEOUT_S = 30.0
@@ -61,6 +61,7 @@ class OpenAIEmbedder:
             raise ValueError("batch_size must be >= 1 and timeout_s > 0")
         self._model = model
         self._url = base_url.rstrip("/") + "/embeddings"
+        self._shown = redact_url(self._url)  # in errors: no credential, path or query
         self._dim = dim
         self._batch_size = batch_size
         self._retry = retry or RetryPolicy()
@@ -108,7 +109,7 @@ class OpenAIEmbedder:
         response = await self._post({"model": self._model, "input": texts})
         rows = self._parse(response, expected=len(texts))
         self._check_dim(rows.shape[1])
-        return normalise_rows(rows, source=f"the endpoint {self._url}")
+        return normalise_rows(rows, source=f"the endpoint {self._shown}")
 
     async def _post(self, body: dict[str, object]) -> httpx.Response:
         async def send() -> httpx.Response:
@@ -121,13 +122,15 @@ class OpenAIEmbedder:
                 send, self._retry, sleep=self._sleep, clock=self._clock
             )
         except httpx.TimeoutException as e:
-            raise EmbeddingError(f"embedding request to {self._url} timed out") from e
+            raise EmbeddingError(f"embedding request to {self._shown} timed out") from e
         except httpx.HTTPError as e:
-            raise EmbeddingError(f"embedding request to {self._url} failed: {e}") from e
-        if not response.is_success:
-            excerpt = response.text[:_BODY_EXCERPT_CHARS]
             raise EmbeddingError(
-                f"embedding endpoint {self._url} answered HTTP {response.status_code}: {excerpt}"
+                f"embedding request to {self._shown} failed: {redact_urls(str(e))}"
+            ) from e
+        if not response.is_success:
+            excerpt = redact_urls(response.text[:_BODY_EXCERPT_CHARS])
+            raise EmbeddingError(
+                f"embedding endpoint {self._shown} answered HTTP {response.status_code}: {excerpt}"
             )
         return response
 
@@ -135,20 +138,20 @@ class OpenAIEmbedder:
         try:
             reply = _Reply.model_validate_json(response.content)
         except ValidationError as e:
-            excerpt = response.text[:_BODY_EXCERPT_CHARS]
+            excerpt = redact_urls(response.text[:_BODY_EXCERPT_CHARS])
             raise EmbeddingError(
-                f"embedding endpoint {self._url} sent a malformed reply: {excerpt!r}"
+                f"embedding endpoint {self._shown} sent a malformed reply: {excerpt!r}"
             ) from e
         ordered = sorted(reply.data, key=lambda item: item.index)
         if [item.index for item in ordered] != list(range(expected)):
             raise EmbeddingError(
-                f"embedding endpoint {self._url} returned {len(ordered)} vectors with indices "
+                f"embedding endpoint {self._shown} returned {len(ordered)} vectors with indices "
                 f"{[item.index for item in ordered][:10]}, expected 0..{expected - 1}"
             )
         widths = {len(item.embedding) for item in ordered}
         if len(widths) != 1 or 0 in widths:
             raise EmbeddingError(
-                f"embedding endpoint {self._url} returned vectors of widths {sorted(widths)}"
+                f"embedding endpoint {self._shown} returned vectors of widths {sorted(widths)}"
             )
         return np.asarray([item.embedding for item in ordered], dtype=np.float64)
 
@@ -157,6 +160,6 @@ class OpenAIEmbedder:
             self._dim = width
         elif width != self._dim:
             raise EmbeddingError(
-                f"embedding endpoint {self._url} changed dimension from {self._dim} to {width} "
+                f"embedding endpoint {self._shown} changed dimension from {self._dim} to {width} "
                 f"for model {self._model}; vectors of different widths cannot share an index"
             )

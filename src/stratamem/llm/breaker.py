@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from stratamem.clock import Clock
+from stratamem.httpretry import redact_url
 from stratamem.llm.errors import LLMCircuitOpen
 
 
@@ -59,8 +60,8 @@ class CircuitBreaker:
                 return True
             wait_s = self._wait_s(current)
         raise LLMCircuitOpen(
-            f"the circuit breaker of {endpoint} is open after {self.failures} consecutive"
-            f" transport failures; next try in {wait_s:.0f} s",
+            f"the circuit breaker of {redact_url(endpoint)} is open after {self.failures}"
+            f" consecutive transport failures; next try in {wait_s:.0f} s",
             retry_after_s=wait_s,
         )
 

@@ -21,7 +21,15 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from stratamem.clock import Clock, SystemClock
-from stratamem.httpretry import RetryPolicy, Sleep, parse_retry_after, send_with_retry
+from stratamem.httpretry import (
+    RetryPolicy,
+    Sleep,
+    parse_retry_after,
+    redact_url,
+    redact_urls,
+    scrub_reply,
+    send_with_retry,
+)
 from stratamem.llm import profiles, wire
 from stratamem.llm.breaker import CircuitBreaker
 from stratamem.llm.errors import (
@@ -181,11 +189,12 @@ class LLMClient:
         self, config: StageConfig, profile: Profile, refusal: _FormatRejected
     ) -> LLMHTTPError:
         return LLMHTTPError(
-            f"stage {config.stage}: {config.base_url} refused the `{profile}` structured-output"
-            f" form (HTTP {refusal.status}: {refusal.body[:_EXCERPT_CHARS]}); set"
-            " STRATAMEM_LLM_STRUCTURED to another profile, or to auto",
+            f"stage {config.stage}: {redact_url(config.base_url)} refused the `{profile}`"
+            f" structured-output form (HTTP {refusal.status}:"
+            f" {_excerpt(config, refusal.body)}); set STRATAMEM_LLM_STRUCTURED to"
+            " another profile, or to auto",
             status=refusal.status,
-            body=refusal.body,
+            body=scrub_reply(refusal.body, config.base_url, config.api_key),
         )
 
     async def _chat(
@@ -204,10 +213,11 @@ class LLMClient:
 
     def _http_error(self, config: StageConfig, response: httpx.Response) -> LLMHTTPError:
         message = (
-            f"stage {config.stage}: {config.base_url} answered HTTP {response.status_code}: "
-            f"{response.text[:_EXCERPT_CHARS]}"
+            f"stage {config.stage}: {redact_url(config.base_url)} answered HTTP"
+            f" {response.status_code}: {_excerpt(config, response.text)}"
         )
-        status, body = response.status_code, response.text
+        status = response.status_code
+        body = scrub_reply(response.text, config.base_url, config.api_key)  # kept in records
         asked_s = parse_retry_after(response.headers.get("retry-after"), self._now())
         if status == 429 or (status == 503 and asked_s is not None):
             return LLMRateLimited(message, status=status, body=body, retry_after_s=asked_s)
@@ -252,11 +262,15 @@ class LLMClient:
         except (httpx.TimeoutException, TimeoutError) as e:
             up = False
             raise LLMTimeout(
-                f"stage {config.stage}: no answer from {url} within {config.timeout_s:g} s"
+                f"stage {config.stage}: no answer from {redact_url(url)} within"
+                f" {config.timeout_s:g} s"
             ) from e
         except httpx.HTTPError as e:
             up = False
-            raise LLMUnavailable(f"stage {config.stage}: request to {url} failed: {e}") from e
+            raise LLMUnavailable(
+                f"stage {config.stage}: request to {redact_url(url)} failed:"
+                f" {redact_urls(str(e)) or type(e).__name__}"
+            ) from e
         finally:
             self._report(config.base_url, up, probe)
 
@@ -297,6 +311,11 @@ class LLMClient:
             prompt = wire.estimate_tokens(wire.prompt_chars(messages))
             completion = wire.estimate_tokens(len(content))
         self.usage.count_tokens(config.stage, prompt, completion)
+
+
+def _excerpt(config: StageConfig, reply: str) -> str:
+    """The start of an endpoint's error reply, fit to quote in an error (`scrub_reply`)."""
+    return scrub_reply(reply[:_EXCERPT_CHARS], config.base_url, config.api_key)
 
 
 def _gateway_down(response: httpx.Response) -> bool:

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 
 from stratamem.api.deps import ServicesDep, TenantDep
 from stratamem.api.schemas import ERRORS, FailureOut, Ident, RetryOut
+from stratamem.api.views import failure_json, retry_json
 from stratamem.store.failures.records import FailureKind, FailureQuery, FailureStatus
 
 router = APIRouter(prefix="/v1", tags=["failures"], responses=ERRORS)
@@ -28,13 +29,13 @@ async def list_failures(
     """Failure records of the LLM stages, newest first: quarantined turns, failed stages,
     rejected batches, dropped items, offline fallbacks, each with its raw replies."""
     query = FailureQuery(session, stage, kind, status, limit, offset)
-    return [f.to_json() for f in await services.failures.list(tenant, query)]
+    return [failure_json(f) for f in await services.failures.list(tenant, query)]
 
 
 @router.get("/failures/{failure_id}", response_model=FailureOut)
 async def get_failure(failure_id: str, tenant: TenantDep, services: ServicesDep) -> dict[str, Any]:
     """One failure record with its raw replies."""
-    return (await services.failures.get(tenant, failure_id)).to_json()
+    return failure_json(await services.failures.get(tenant, failure_id))
 
 
 @router.post("/failures/{failure_id}/retry", response_model=RetryOut)
@@ -43,4 +44,4 @@ async def retry_failure(
 ) -> dict[str, Any]:
     """Re-run a quarantined turn or a failed stage now and answer with the record after it
     (resolved, or still open) and what the re-run did; a retry that fails answers its error."""
-    return (await services.failures.retry(tenant, failure_id)).to_json()
+    return retry_json(await services.failures.retry(tenant, failure_id))
