@@ -81,14 +81,10 @@ class RedactingFormatter(logging.Formatter):
 
 
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to the stderr of the moment (tests and the CLI runner replace `sys.stderr`)."""
+    """The process's one handler: plain lines on the stderr it had when logging was set up."""
 
     def __init__(self) -> None:
         super().__init__(sys.stderr)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.stream = sys.stderr  # not `setStream`: it would flush the old one, maybe closed
-        super().emit(record)
 
 
 def configure(level: int = logging.INFO) -> None:

@@ -4,6 +4,7 @@ expected failures in one WARNING line, the MCP SDK kept off the root logger."""
 
 from __future__ import annotations
 
+import io
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -73,14 +74,17 @@ async def test_the_llm_client_never_names_a_credential_in_its_errors() -> None:
 
 
 @pytest.fixture
-def stderr(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[[], str]]:
-    """The process logging of `stratamem.logs`; what it wrote to stderr."""
+def stderr() -> Iterator[Callable[[], str]]:
+    """The process logging of `stratamem.logs`; what it wrote (to a buffer standing in for
+    stderr)."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     for handler in handlers:
         root.removeHandler(handler)
     logs.configure()
-    yield lambda: capsys.readouterr().err
+    [ours] = [h for h in root.handlers if isinstance(h, logs.StderrHandler)]
+    ours.stream = written = io.StringIO()
+    yield written.getvalue
     for handler in list(root.handlers):
         root.removeHandler(handler)
     for handler in handlers:
