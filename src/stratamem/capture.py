@@ -12,13 +12,12 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Any
 
 from stratamem.domain import Message, Role, Turn, check_ident
 from stratamem.errors import InvalidInput
 from stratamem.inputs import check_json, nfc
-from stratamem.timestamps import check_timestamp
+from stratamem.timestamps import check_timestamp, parse_rfc3339
 
 #: Tags of the blocks `recall()` renders; any text inside them is removed on capture.
 INJECTED_TAGS = ("stratamem-recall", "stratamem-profile", "stratamem-context")
@@ -93,27 +92,18 @@ def parse_role(value: object, position: int) -> Role:
 
 
 def parse_timestamp(value: object, position: int) -> float | None:
-    """Epoch seconds, or an ISO 8601 string (naive times are taken as UTC), within the accepted
-    range (`stratamem.timestamps`)."""
+    """Epoch seconds, or an RFC 3339 string (a time without an offset is taken as UTC), within
+    the accepted range (`stratamem.timestamps`)."""
     if value is None:
         return None
     what = f"message {position}: timestamp"
     if isinstance(value, bool):
-        raise InvalidInput(f"{what} must be epoch seconds or ISO 8601")
+        raise InvalidInput(f"{what} must be epoch seconds or an RFC 3339 time")
     if isinstance(value, int | float):
         return check_timestamp(value, f"{what} {value!r}")
     if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-            if parsed.tzinfo is None:
-                parsed = parsed.replace(tzinfo=UTC)
-            seconds = parsed.timestamp()
-        except (ValueError, OverflowError) as exc:
-            raise InvalidInput(f"{what}: bad timestamp {value!r}: {exc}") from exc
-        return check_timestamp(seconds, f"{what} {value!r}")
-    raise InvalidInput(f"{what} must be epoch seconds or ISO 8601")
-
-
+        return parse_rfc3339(value.strip(), what)
+    raise InvalidInput(f"{what} must be epoch seconds or an RFC 3339 time")
 
 
 def turn_id(tenant: str, session: str, key: str) -> str:

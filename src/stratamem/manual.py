@@ -108,7 +108,10 @@ def update_memory(
     priority: int | None = None,
 ) -> MemoryRecord:
     """A new version of a current memory (mode `manual`) that supersedes it; the old version
-    stays in its history. Retrying the same update returns the same version."""
+    stays in its history. Retrying the same update returns the same version; an update that
+    names nothing to change is refused (`{}` is a caller's mistake, not a no-op)."""
+    if content is None and memory_type is None and priority is None:
+        raise InvalidInput("the correction names nothing to change: give content, type or priority")
     old = _current(store, scope, memory_id)
     text = old.content if content is None else _checked_text(content, max_chars)
     new_type = memory_type or old.type

@@ -10,9 +10,10 @@ pytest this project uses.)
 from __future__ import annotations
 
 import json
+import math
 import unicodedata
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -122,11 +123,23 @@ UNICODE = st.text(
     min_size=1,
     max_size=40,
 )
+OFFSETS = st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)),
+                           timezone(timedelta(hours=-8)), None])  # fmt: skip
+RFC3339 = st.datetimes(timezones=OFFSETS).map(lambda d: d.isoformat())
+NOT_RFC3339 = st.one_of(
+    st.sampled_from([
+        "20240101", "2024-W01-1", "2024-001", "2024-01-01T10:00", "2024-01-01T10",
+        "2024-01-01T10:00:00+05:30:15", "2024-01-01T10:00:00.1234567890Z", "2024-1-1",
+        "2024-01-01 " + "0" * 100_000, "2024-01-01" + "0" * 100_000, "1e3", "now", "",
+        "2024-01-01T10:00:00Z junk", "+002024-01-01", "2024-02-30", "2024-01-01T24:00:00",
+    ]),
+    st.text(max_size=30).filter(lambda t: not t.strip()[:4].isdigit()),
+)  # fmt: skip
 TIMES = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
     st.integers(min_value=-(10**20), max_value=10**20),
     st.floats(min_value=MIN_TS, max_value=MAX_TS),
-    st.datetimes(timezones=st.timezones()).map(lambda d: d.isoformat()),
+    RFC3339,
 )
 
 
@@ -155,7 +168,7 @@ def is_text(value: str) -> bool:
 
 
 def in_range(value: float | int | str) -> bool:
-    if isinstance(value, str):
+    if isinstance(value, str):  # made by RFC3339
         parsed = datetime.fromisoformat(value)
         parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
         return MIN_TS <= parsed.timestamp() <= MAX_TS
@@ -172,6 +185,104 @@ def test_any_time_is_stored_or_refused_and_recall_keeps_working(service: tuple[s
                                                   "timestamp": when}]}  # fmt: skip
         expect(post_raw(url, token, "/v1/capture", body), in_range(when))
         expect(post_raw(url, token, "/v1/recall", {"query": "time"}), True)
+
+    check()
+
+
+def test_a_time_that_is_not_rfc_3339_is_refused_naming_the_field(
+    service: tuple[str, str],
+) -> None:
+    url, token = service
+
+    @property_settings
+    @given(when=NOT_RFC3339)
+    def check(when: str) -> None:
+        body = {"session": "times", "messages": [{"role": "user", "content": "at a time",
+                                                  "timestamp": when}]}  # fmt: skip
+        response = post_raw(url, token, "/v1/capture", body)
+        expect(response, False)
+        assert "message 0: timestamp" in response.json()["error"]["message"]
+
+    check()
+
+
+NUMBERS = st.one_of(
+    st.floats(),  # NaN and the infinities included
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.integers(min_value=-(10**4000), max_value=10**4000),
+)
+
+
+def is_json_number(value: float | int) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return abs(value) <= 2**63 - 1
+
+
+def test_a_number_json_does_not_have_is_refused_wherever_it_is(service: tuple[str, str]) -> None:
+    url, token = service
+
+    @property_settings
+    @given(number=NUMBERS, key=st.sampled_from(["score", "n"]))
+    def check(number: float | int, key: str) -> None:
+        raw = json.dumps({"session": "numbers", "messages": [
+            {"role": "user", "content": "a number", "metadata": {"deep": [{key: number}]}}]})
+        response = httpx.post(f"{url}/v1/capture", content=raw, timeout=60, headers={
+            "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        expect(response, is_json_number(number))
+        if not is_json_number(number):  # the message names where it is
+            assert f"messages[0].metadata.deep[0].{key}" in response.json()["error"]["message"]
+        pair = {"pairs": [{"call_id": "c", "tool": "t", "result": "r", "params": {key: number}}]}
+        raw = json.dumps(pair)
+        tools = httpx.post(f"{url}/v1/offload/sessions/numbers/tool-results", content=raw,
+                           headers={"Authorization": f"Bearer {token}",
+                                    "Content-Type": "application/json"}, timeout=60)
+        expect(tools, is_json_number(number))
+
+    check()
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400", "9" * 5000])
+def test_literals_json_does_not_have_are_refused_not_stored_as_null(
+    service: tuple[str, str], literal: str
+) -> None:
+    url, token = service
+    raw = ('{"session": "literals", "messages": [{"role": "user", "content": "x",'
+           f' "metadata": {{"v": {literal}}}}}]}}')  # fmt: skip
+    response = httpx.post(f"{url}/v1/capture", content=raw, headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    expect(response, False)
+    assert "string" in response.json()["error"]["message"]  # says what to send instead
+
+
+def test_a_correction_that_names_nothing_is_refused(service: tuple[str, str]) -> None:
+    url, token = service
+    auth = {"Authorization": f"Bearer {token}"}
+    made = httpx.post(f"{url}/v1/memories", json={"content": "Keeps bees"}, headers=auth)
+    response = httpx.patch(f"{url}/v1/memories/{made.json()['id']}", json={}, headers=auth)
+    expect(response, False)
+    assert "content, type or priority" in response.json()["error"]["message"]
+
+
+def test_mcp_ids_are_strings_or_integers(service: tuple[str, str]) -> None:
+    url, token = service
+    ids = st.one_of(st.none(), st.booleans(), st.floats(), st.integers(), st.text(max_size=8),
+                    st.lists(st.integers(), max_size=2),
+                    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))  # fmt: skip
+
+    @property_settings
+    @given(request_id=ids)
+    def check(request_id: Any) -> None:
+        call = {"jsonrpc": "2.0", "id": request_id, "method": "tools/list"}
+        response = post_raw(url, token, "/mcp", call, Accept="application/json, text/event-stream")
+        valid = isinstance(request_id, str) or (
+            isinstance(request_id, int) and not isinstance(request_id, bool))
+        if valid:
+            assert response.status_code == 200 and response.json()["id"] == request_id
+        else:
+            assert response.status_code == 400, response.text
+            assert response.json()["error"]["code"] == -32600
+            assert "id must be a string or an integer" in response.json()["error"]["message"]
 
     check()
 

@@ -44,7 +44,7 @@ async def test_text_is_stored_verbatim_with_speaker_and_time(memory: AsyncMemory
     result = await memory.capture(
         "acme",
         "s1",
-        [{"role": "assistant", "content": text, "name": "Bot", "timestamp": "2024-05-01T10:00"}],
+        [{"role": "assistant", "content": text, "name": "Bot", "timestamp": "2024-05-01T10:00:00"}],
     )
     stored = memory.store.get_turns(Scope("acme"), result.ids)[0]
     assert stored.text == text.strip()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -116,18 +118,61 @@ async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     if not isinstance(exc, HTTPException):  # registered for HTTPException only
         raise exc
+    if exc.status_code == 400 and isinstance(exc.__cause__, ValueError):
+        return error_response(422, "invalid_input", _unreadable_body(exc.__cause__))
     kind = TYPE_OF_STATUS.get(exc.status_code, "http_error")
     return error_response(exc.status_code, kind, str(exc.detail))
+
+
+def _unreadable_body(cause: ValueError) -> str:
+    """FastAPI's 400 for a body its JSON reader raised on (past the 4,300 digits Python
+    converts to an integer), said as what to change."""
+    return (
+        f"the request body is not JSON this service reads ({cause}): integers beyond 64 bits"
+        " are refused, send such a number as a string"
+    )
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     if not isinstance(exc, RequestValidationError):  # registered for RequestValidationError only
         raise exc
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(p) for p in error.get("loc", ()))
-        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    parts = [_explained(error, request) for error in exc.errors()]
     return error_response(422, "invalid_input", "; ".join(parts) or "invalid request")
+
+
+def _explained(error: Mapping[str, Any], request: Request) -> str:
+    """One validation error as what to fix: where (`messages[0].role`), and why."""
+    loc = [str(p) for p in error.get("loc", ())]
+    kind, context = error.get("type"), error.get("ctx") or {}
+    if kind == "json_invalid":
+        return (
+            f"the request body is not valid JSON: {context.get('error', 'unreadable')} at"
+            f" character {loc[-1] if len(loc) > 1 else '?'}"
+        )
+    if loc == ["body"] and kind in _NOT_AN_OBJECT and not _declares_json(request):
+        return "the request body must be a JSON object, sent with Content-Type: application/json"
+    if kind == "value_error" and "error" in context:  # our own checks name the place
+        return str(context["error"])
+    if loc[:1] in (["query"], ["path"]) and len(loc) > 1:
+        return f"{loc[0]} parameter {loc[1]}: {error.get('msg', 'invalid')}"
+    where = _path(loc[1:] if loc[:1] == ["body"] else loc) or "the request body"
+    return f"{where}: {error.get('msg', 'invalid')}"
+
+
+_NOT_AN_OBJECT = frozenset({"model_attributes_type", "dict_type", "model_type", "missing"})
+
+
+def _declares_json(request: Request) -> bool:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return kind == "application/json" or kind.endswith("+json")
+
+
+def _path(loc: list[str]) -> str:
+    """`["messages", "0", "role"]` as `messages[0].role`."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if part.isdigit() else (f".{part}" if text else part)
+    return text
 
 
 def install(app: FastAPI) -> None:

@@ -26,7 +26,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stratamem import logs
-from stratamem.api import auth
+from stratamem.api import auth, mcp_messages
 from stratamem.api.deps import declared_length
 from stratamem.api.errors import error_response, public_message
 from stratamem.api.views import package_version, profile_json
@@ -227,7 +227,8 @@ def _read_profile(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[..., Any
 
 class RequireKey:
     """401 in the service's error shape unless the request carries a live tenant key; 429 when
-    the tenant is over its limits (`admit`)."""
+    the tenant is over its limits (`admit`); a JSON-RPC error for a message the SDK would take
+    wrongly (`mcp_messages`)."""
 
     def __init__(self, app: ASGIApp, tenants: TenantStore, admit: Admit) -> None:
         self.app = app
@@ -246,7 +247,12 @@ class RequireKey:
             response = error_response(429, "rate_limited", str(exc), exc.retry_after_s)
             await response(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        body = await mcp_messages.read_body(receive)
+        refused = mcp_messages.refusal(body)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
+        await self.app(scope, mcp_messages.replaying(body, receive), send)
 
 
 def http_route(server: MCPServer, tenants: TenantStore, admit: Admit) -> Route:

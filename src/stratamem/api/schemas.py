@@ -50,7 +50,9 @@ class MessageIn(Strict):
     content: str = Field(description="The message, verbatim.", examples=["I adopted a dog"])
     speaker: str | None = Field(None, max_length=200, description="Who said it (a name).")
     timestamp: Timestamp | str | None = Field(
-        None, description=f"Epoch seconds or ISO 8601, {RANGE_TEXT}; default now."
+        None,
+        description=f"Epoch seconds or RFC 3339 (`2024-05-08T14:30:00Z`), {RANGE_TEXT};"
+        " default now.",
     )
     id: str | None = Field(None, max_length=200, description="Caller's id, for idempotence.")
     metadata: dict[str, Any] = Field(default_factory=dict)

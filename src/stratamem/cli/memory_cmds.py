@@ -25,7 +25,9 @@ _LAYERS = click.Choice(["L0", "L1", "all"], case_sensitive=False)
 @click.option("--role", type=click.Choice([r.value for r in Role]), default="user")
 @click.option("--text", required=True, help="The message, verbatim.")
 @click.option("--speaker", default=None, help="Who said it (a name).")
-@click.option("--timestamp", default=None, help="Epoch seconds or ISO 8601; default now.")
+@click.option(
+    "--timestamp", default=None, help="Epoch seconds or RFC 3339 (2024-05-08T14:30:00Z); now."
+)
 @click.option("--id", "message_id", default=None, help="Caller's id, for idempotent re-capture.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
@@ -70,8 +72,8 @@ def _search_options(command: Any) -> Any:
             "--type", "types", multiple=True, type=click.Choice([t.value for t in MemoryType])
         ),
         click.option("--session", "sessions", multiple=True, help="Only these sessions."),
-        click.option("--since", default=None, help="Not before (epoch or ISO 8601)."),
-        click.option("--until", default=None, help="Not after (epoch or ISO 8601)."),
+        click.option("--since", default=None, help="Not before (epoch seconds or RFC 3339)."),
+        click.option("--until", default=None, help="Not after (epoch seconds or RFC 3339)."),
         click.option("--json", "as_json", is_flag=True, help="Print hits as a JSON list."),
     ]
     for option in reversed(options):
