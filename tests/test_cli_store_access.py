@@ -100,3 +100,29 @@ def test_reading_commands_read_the_store_a_url_names(
     code, out, err = run(data, *command, env={"STRATAMEM_STORE_URL": url})
     assert code == 0, (out, err)
     assert not (data / "stratamem.db").exists()
+
+
+def test_mcp_refuses_a_directory_with_no_store_and_a_tenant_it_does_not_know(
+    tmp_path: Path,
+) -> None:
+    code, _, err = run(tmp_path / "mistyped", "mcp", "--tenant", "t1")
+    assert code == 5 and "no store in" in err
+    assert not (tmp_path / "mistyped").exists()  # nothing made where an MCP host points by typo
+    data = tmp_path / "data"
+    assert run(data, "tenants", "create", "bob")[0] == 0
+    code, _, err = run(data, "mcp", "--tenant", "t1")
+    assert code == 5
+    assert "`stratamem tenants create t1` (registered: bob)" in err
+
+
+def test_empty_answers_say_why_on_stderr(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    code, out, _ = run(data, "capture", "--tenant", "t1", "--session", "s1", "--role", "Human",
+                       "--text", "I keep bees", "--json")  # fmt: skip
+    assert code == 0 and '"stored"' in out  # `human` is an alias of user, as in REST
+    code, out, err = run(data, "search", "--tenant", "nobody", "bees")
+    assert (code, out) == (0, "")
+    assert "tenant 'nobody' has nothing stored here" in err
+    code, out, err = run(data, "memories", "list", "--tenant", "t1")
+    assert (code, out) == (0, "")
+    assert "no memories (tenant 't1' has 1 turns and 0 memories)" in err

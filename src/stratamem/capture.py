@@ -26,7 +26,7 @@ _BLOCK = re.compile(
     re.DOTALL | re.IGNORECASE,
 )
 MAX_METADATA_CHARS = 16_384
-_ROLE_ALIASES = {"human": Role.USER, "ai": Role.ASSISTANT, "bot": Role.ASSISTANT}
+ROLE_ALIASES = {"human": Role.USER, "ai": Role.ASSISTANT, "bot": Role.ASSISTANT}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +81,8 @@ def parse_role(value: object, position: int) -> Role:
         return value
     if isinstance(value, str):
         lowered = value.strip().lower()
-        if lowered in _ROLE_ALIASES:
-            return _ROLE_ALIASES[lowered]
+        if lowered in ROLE_ALIASES:
+            return ROLE_ALIASES[lowered]
         try:
             return Role(lowered)
         except ValueError:

@@ -113,6 +113,18 @@ def open_memory(
         memory.close()
 
 
+def why_nothing(stats: dict[str, Any], tenant: str, what: str) -> str:
+    """The line a command prints on stderr when it found nothing: whether the tenant has
+    anything at all (a mistyped tenant finds nothing, and said nothing, before)."""
+    if not stats["L0"]["records"] and not stats["L1"]["records"]:
+        return (
+            f"no {what}: tenant {tenant!r} has nothing stored here (no turns, no memories);"
+            " check --tenant and --data-dir (`stratamem stats` lists the counts)"
+        )
+    return f"no {what} (tenant {tenant!r} has {stats['L0']['records']} turns and"  \
+        f" {stats['L1']['records']} memories)"
+
+
 def print_json(value: Any) -> None:
     click.echo(json.dumps(value, ensure_ascii=False, indent=2))
 

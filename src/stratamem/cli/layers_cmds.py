@@ -17,6 +17,7 @@ from stratamem.cli.common import (
     open_memory,
     print_json,
     settings_from,
+    why_nothing,
 )
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
@@ -177,6 +178,8 @@ def memories_list(
     )
     with _open_layers(ctx) as (store, _):
         found = store.list_memories(Scope(tenant), filters, limit)
+        if not found:
+            click.echo(why_nothing(store.stats(Scope(tenant)), tenant, "memories"), err=True)
     if as_json:
         print_json([memory_json(m) for m in found])
         return

@@ -8,8 +8,14 @@ from typing import Any
 
 import click
 
-from stratamem.capture import parse_timestamp
-from stratamem.cli.common import handle_errors, open_memory, print_json, progress
+from stratamem.capture import ROLE_ALIASES, parse_timestamp
+from stratamem.cli.common import (
+    handle_errors,
+    open_memory,
+    print_json,
+    progress,
+    why_nothing,
+)
 from stratamem.datasets import locomo
 from stratamem.domain import Hit, Layer, MemoryType, Role
 from stratamem.importing import read_jsonl
@@ -22,7 +28,11 @@ _LAYERS = click.Choice(["L0", "L1", "all"], case_sensitive=False)
 @click.command()
 @click.option("--tenant", required=True, help="Tenant the conversation belongs to.")
 @click.option("--session", required=True, help="Session (conversation) id.")
-@click.option("--role", type=click.Choice([r.value for r in Role]), default="user")
+@click.option(
+    "--role", default="user", show_default=True,
+    type=click.Choice([*(r.value for r in Role), *ROLE_ALIASES], case_sensitive=False),
+    help="human is taken as user, ai and bot as assistant (as capture does everywhere).",
+)
 @click.option("--text", required=True, help="The message, verbatim.")
 @click.option("--speaker", default=None, help="Who said it (a name).")
 @click.option(
@@ -112,6 +122,8 @@ def search(
             since=None if since is None else _timestamp_arg(since),
             until=None if until is None else _timestamp_arg(until),
         )
+        if not hits:
+            click.echo(why_nothing(memory.stats(tenant), tenant, "hits"), err=True)
     if as_json:
         print_json([h.to_json() for h in hits])
         return
@@ -155,6 +167,8 @@ def recall(
     with open_memory(ctx, existing=True) as memory:
         _catch_up(memory)
         result = memory.recall(tenant, query, session=session, k=k, budget_chars=budget)
+        if not result.hits and not result.stable:
+            click.echo(why_nothing(memory.stats(tenant), tenant, "memories to recall"), err=True)
     if as_json:
         print_json(result.to_json())
         return

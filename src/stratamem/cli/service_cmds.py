@@ -10,7 +10,9 @@ from types import ModuleType
 
 import click
 
-from stratamem.cli.common import handle_errors, print_json, settings_from
+from stratamem.cli.common import existing_store, handle_errors, print_json, settings_from
+from stratamem.config import Settings
+from stratamem.domain import Scope
 from stratamem.errors import ConfigError
 from stratamem.store.opening import open_store
 from stratamem.store.tenants.store import TenantStore
@@ -57,7 +59,27 @@ def serve(
 @handle_errors
 def mcp(ctx: click.Context, tenant: str) -> None:
     """Serve the MCP tools over stdio for one tenant (for an agent on this machine)."""
-    _server_module("stratamem.api.mcp_server").run_stdio(settings_from(ctx), tenant)
+    settings = existing_store(settings_from(ctx))  # a mistyped --data-dir: refused, not created
+    _check_tenant(settings, tenant)
+    _server_module("stratamem.api.mcp_server").run_stdio(settings, tenant)
+
+
+def _check_tenant(settings: Settings, tenant: str) -> None:
+    """`tenant` is registered or has records; else `ConfigError` naming the ones there are (an
+    MCP host configured with a typo would otherwise seem to work, recalling nothing)."""
+    store = open_store(settings)
+    try:
+        registered = [t.name for t in TenantStore(store).list_tenants()]
+        stats = store.stats(Scope(tenant))
+    finally:
+        store.close()
+    if tenant in registered or stats["L0"]["records"] or stats["L1"]["records"]:
+        return
+    known = ", ".join(registered[:20]) or "none"
+    raise ConfigError(
+        f"tenant {tenant!r} is not registered in {settings.data_dir} and has nothing stored:"
+        f" create it with `stratamem tenants create {tenant}` (registered: {known})"
+    )
 
 
 def _server_module(name: str = "stratamem.api.server") -> ModuleType:
