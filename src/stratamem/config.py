@@ -58,6 +58,10 @@ class Settings(BaseSettings):
         description="Candidates each retriever contributes before fusion.",
     )
     recall_k: int = Field(8, ge=1, le=100, description="Memories in a recall block.")
+    recall_recent_turns: int = Field(
+        20, ge=0, le=10_000, description="With a `session`, recall leaves out that session's"
+        " last turns, this many, which the agent has in its context already (0: none).",
+    )
     recall_budget_chars: int = Field(
         2000, ge=0, description="Character budget of the per-turn recall block."
     )

@@ -245,9 +245,17 @@ class AsyncMemory:
         stable_budget_chars: int | None = None,
         include_turns: bool = True,
     ) -> Recall:
-        """Memories relevant to `query`, rendered for the next model call."""
+        """Memories relevant to `query`, rendered for the next model call. With `session`
+        (the conversation the call belongs to), its last `recall_recent_turns` turns are left
+        out of the hits: the agent has them in its context, and the block has room for more."""
         layers = (Layer.L1, Layer.L0) if include_turns else (Layer.L1,)
-        hits = await self.search(tenant, query, k=k or self.settings.recall_k, layers=layers)
+        wanted = k or self.settings.recall_k
+        recent = self.settings.recall_recent_turns if session and include_turns else 0
+        hits = await self.search(tenant, query, k=min(wanted + recent, 100), layers=layers)
+        found = len(hits)
+        if recent:
+            hits = await self._without_recent(tenant, session or "", hits, recent)
+        left_out, hits = found - len(hits), hits[:wanted]
         budget = self.settings.recall_budget_chars if budget_chars is None else budget_chars
         stable_budget = (
             self.settings.stable_budget_chars if stable_budget_chars is None
@@ -260,8 +268,29 @@ class AsyncMemory:
             hits=hits,
             context=context,
             stable=stable,
-            stats={"context_chars": len(context), "stable_chars": len(stable), "session": session},
+            stats={
+                "context_chars": len(context),
+                "stable_chars": len(stable),
+                "session": session,
+                "left_out_recent_turns": left_out,
+            },
         )
+
+    async def _without_recent(
+        self, tenant: str, session: str, hits: list[Hit], recent: int
+    ) -> list[Hit]:
+        """`hits` less the turns among the last `recent` of `session`."""
+        ids = [h.id for h in hits if h.layer is Layer.L0 and h.session == session]
+        if not ids:
+            return hits
+        scope = Scope(tenant)
+        seqs = {t.id: t.seq for t in await asyncio.to_thread(self.store.get_turns, scope, ids)}
+        newest = max(seqs.values())
+        after = await asyncio.to_thread(self.store.list_turns, scope, session, newest, recent)
+        if len(after) >= recent:  # even the newest hit is older than the recent turns
+            return hits
+        first_recent = newest + len(after) - recent + 1
+        return [h for h in hits if h.id not in seqs or seqs[h.id] < first_recent]
 
     async def _stable_parts(self, tenant: str) -> tuple[str | None, list[str]]:
         if self.layers is None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from stratamem.clock import ManualClock
+from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.domain import Layer
 from stratamem.errors import InvalidInput
@@ -63,3 +66,27 @@ def test_stable_block_carries_profile_and_scenes_within_budget() -> None:
     block = render_stable("Ann, a nurse in Oslo.", ["Work: night shifts", "Family"], 500)
     assert block.startswith("<stratamem-profile>") and "Work: night shifts" in block
     assert len(render_stable("x" * 1000, [], 200)) <= 200
+
+
+async def test_recall_with_a_session_leaves_out_its_last_turns(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The agent has its session's last turns in context: recall gives room to the rest (older
+    turns of the session, other sessions) and says how many it left out."""
+    settings = Settings(data_dir=tmp_path / "data", embedder="none", recall_recent_turns=3)
+    memory = AsyncMemory.open(settings, clock=clock)
+    try:
+        await memory.capture("acme", "old", [{"role": "user", "content": "bees in the garden"}])
+        turns = [{"role": "user", "content": f"bees, turn {i}"} for i in range(6)]
+        ids = (await memory.capture("acme", "now", turns)).ids
+        everything = await memory.recall("acme", "bees", k=10)
+        assert set(ids) <= {h.id for h in everything.hits}
+        within = await memory.recall("acme", "bees", k=10, session="now")
+        kept = {h.id for h in within.hits}
+        assert kept.isdisjoint(ids[3:])  # the session's last 3 turns
+        assert set(ids[:3]) <= kept and any(h.session == "old" for h in within.hits)
+        assert within.stats["left_out_recent_turns"] == 3
+        other = await memory.recall("acme", "bees", k=10, session="elsewhere")
+        assert {h.id for h in other.hits} == {h.id for h in everything.hits}
+    finally:
+        await memory.aclose()

@@ -184,10 +184,13 @@ def _search_conversations(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[
 
 
 def _recall(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[..., Any]:
-    async def recall(query: QueryArg, ctx: Context) -> dict[str, Any]:
-        """What to know before answering `query`: relevant memories and the user's profile."""
+    async def recall(
+        query: QueryArg, ctx: Context, session: IdentArg | None = None
+    ) -> dict[str, Any]:
+        """What to know before answering `query`: relevant memories and the user's profile.
+        With `session` (this conversation), its last turns, which you have, are left out."""
         with tool_errors():
-            result = await memory.recall(await tenant_of(ctx), query)
+            result = await memory.recall(await tenant_of(ctx), query, session=session)
             return {"context": result.context, "stable": result.stable}
 
     return recall
