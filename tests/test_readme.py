@@ -65,7 +65,7 @@ HOW = {
     "OpenAI Agents SDK (python)": "agents",
     "Running in a container (sh)": "tests/test_container.py",
 }
-NOT_COMMANDS = {"toml"}  # a config file shown, read by tests/api/test_settings.py
+NOT_COMMANDS = {"toml", "text"}  # a config file (tests/api/test_settings.py), output shown
 
 
 def _blocks_run(how: str) -> list[Block]:
@@ -118,6 +118,19 @@ def test_python_block_runs(block: Block, tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.chdir(_sandbox(tmp_path))
     monkeypatch.setenv("STRATAMEM_EMBEDDER", "hash:64")
     exec(compile(block.text, f"README.md: {block.heading}", "exec"), {"__name__": "__readme__"})
+
+
+def test_the_library_block_prints_what_the_readme_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = "Quickstart: the library and the CLI"
+    [code] = [b for b in _blocks() if b.name == f"{name} (python)"]
+    [shown] = [b for b in _blocks() if b.name == f"{name} (text)"]
+    monkeypatch.chdir(_sandbox(tmp_path))
+    monkeypatch.setenv("STRATAMEM_EMBEDDER", "hash:64")
+    exec(compile(code.text, f"README.md: {name}", "exec"), {"__name__": "__readme__"})
+    day = re.compile(r"\d{4}-\d{2}-\d{2}")  # the capture's date: today
+    assert day.sub("DAY", capsys.readouterr().out) == day.sub("DAY", shown.text)
 
 
 @pytest.mark.slow
