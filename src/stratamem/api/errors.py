@@ -92,9 +92,13 @@ def error_response(
 def public_message(error: StratamemError) -> str:
     """What a caller is told of `error`: its message, less the addresses of the endpoints and
     backends behind a failure (5xx; the log keeps them for the operator)."""
-    if status_of(error)[0] >= 500:
-        return redact_urls(str(error), for_tenant=True)
-    return str(error)
+    return tenant_text(str(error)) if status_of(error)[0] >= 500 else str(error)
+
+
+def tenant_text(error: str) -> str:
+    """An error as a tenant may read it: the endpoints' addresses (internal, perhaps with a
+    credential) are the operator's, and read "the endpoint"; the stage is named in the text."""
+    return redact_urls(error, for_tenant=True)
 
 
 def status_of(error: StratamemError) -> tuple[int, str]:

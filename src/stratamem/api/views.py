@@ -5,9 +5,9 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from stratamem.api.errors import tenant_text
 from stratamem.domain import MemoryRecord, Profile, Scene, Turn
 from stratamem.failures import RetryOutcome
-from stratamem.httpretry import redact_urls
 from stratamem.pipeline.task import DeadLetter, Task
 from stratamem.store.failures.records import Failure
 
@@ -97,12 +97,6 @@ def dead_letter_json(dead: DeadLetter) -> dict[str, Any]:
         "error": tenant_text(dead.error),
         "failed_at": dead.failed_at,
     }
-
-
-def tenant_text(error: str) -> str:
-    """An error as a tenant may read it: the endpoints' addresses (internal, perhaps with a
-    credential) are the operator's, and read "the endpoint"; the stage is named in the text."""
-    return redact_urls(error, for_tenant=True)
 
 
 def failure_json(failure: Failure) -> dict[str, Any]:
