@@ -57,7 +57,9 @@ def prompt_for(user_text: str, recall: Recall) -> tuple[str, list[dict[str, str]
 def run(memory: Client, session: str, user_turns: Iterable[str]) -> None:
     tenant = memory.tenant()  # the key's tenant
     for user_text in user_turns:
-        recall = memory.recall(tenant, user_text, session=session)
+        # No session=: this loop sends the model no history, so the session's own turns
+        # come from recall (with it, recall leaves out the last turns, as in the context).
+        recall = memory.recall(tenant, user_text)
         system, messages = prompt_for(user_text, recall)
         answer = call_model(system, messages)
         print(f"user: {user_text}\nassistant: {answer}\n")
