@@ -53,6 +53,7 @@ def _tool_call(name: str, arguments: str) -> Reply:
 async def test_history_lives_in_l0_and_recall_comes_before_each_call(memory: Memory) -> None:
     session = StratamemSession(memory, "maya", "chat-1")
     config = RunConfig(session_input_callback=session.with_recall)
+    memory.add_memory("maya", "Wants the dog's walks in kilometres", type="instruction")
     with ScriptedLLM() as llm:
         agent = _agent(llm)
         llm.push(Reply.text("Nice to meet Biscuit!"))
@@ -65,7 +66,9 @@ async def test_history_lives_in_l0_and_recall_comes_before_each_call(memory: Mem
     assert result.final_output == "Walk 4 km."
     recalled = [m["content"] for m in second if m["role"] == "system" and "stratamem" in
                 str(m["content"])]  # fmt: skip
-    assert recalled and "Biscuit" in recalled[0]
+    assert recalled and "kilometres" in recalled[0]
+    # the session's own last turns are in the history already: recall leaves them out
+    assert "I adopted a dog called Biscuit" not in recalled[0]
     assert [m["content"] for m in second if m["role"] == "user"] == [
         "I adopted a dog called Biscuit", "How far should my dog walk?"]  # fmt: skip
     turns = memory.turns("maya", "chat-1")
