@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stratamem-installed
 ST_STAMP := $(VENV)/.stratamem-st-installed
 
-.PHONY: run test test-llm setup setup-st clean image-check
+.PHONY: run test test-llm setup setup-st clean image-check schema
 
 run: $(STAMP)
 	./scripts/run-service.sh
@@ -23,6 +23,11 @@ test: $(STAMP)
 setup: $(STAMP)
 
 setup-st: $(ST_STAMP)
+
+# The current-schema files (src/stratamem/store/{sqlite,postgres}/schema.sql) from the migrations,
+# read back from a fresh database of each; tests/store/test_schema.py fails while they differ.
+schema: $(STAMP)
+	$(PY) scripts/schema.py
 
 # The real-model tier (opt-in, not in CI): the LLM stages against SmolLM2-135M on llama-cpp-python's
 # server, built once into a cached venv (~20 minutes); prints calls, tokens and outcomes per stage.
