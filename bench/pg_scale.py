@@ -159,7 +159,7 @@ def _terms(
     postings, lengths = [], []
     for rid, columns in zip(rids.tolist(), tokens, strict=True):
         postings.extend((tenant, term, rid, counts)
-                        for term, counts in text_index._terms(columns).items())  # fmt: skip
+                        for term, counts in text_index.terms(columns).items())  # fmt: skip
         lengths.append(sum(len(c) for c in columns) + text_index.SCOPE_TOKENS[Layer.L1])
     return postings, lengths
 
