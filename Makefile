@@ -24,7 +24,7 @@ setup: $(STAMP)
 
 setup-st: $(ST_STAMP)
 
-# The current-schema files (src/stratamem/store/{sqlite,postgres}/schema.sql) from the migrations,
+# The current-schema files (docs/schema/sqlite.sql, postgres.sql) from the migrations,
 # read back from a fresh database of each; tests/store/test_schema.py fails while they differ.
 schema: $(STAMP)
 	$(PY) scripts/schema.py

@@ -19,8 +19,8 @@ from stratamem.store.postgres import introspect as pg_introspect
 from stratamem.store.sqlite import introspect as sqlite_introspect
 from stratamem.store.sqlite.store import SqliteStore
 
-STORE = Path(__file__).resolve().parent.parent / "src" / "stratamem" / "store"
-FILES = {"sqlite": STORE / "sqlite" / "schema.sql", "postgres": STORE / "postgres" / "schema.sql"}
+SCHEMA = Path(__file__).resolve().parent.parent / "docs" / "schema"
+FILES = {"sqlite": SCHEMA / "sqlite.sql", "postgres": SCHEMA / "postgres.sql"}
 
 
 def sqlite_schema(root: Path) -> str:

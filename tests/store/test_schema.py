@@ -1,6 +1,6 @@
 """The schema in one place per database, and the two databases' tables held to each other.
 
-- `store/sqlite/schema.sql` and `store/postgres/schema.sql` are what a fresh database of each
+- `docs/schema/sqlite.sql` and `docs/schema/postgres.sql` are what a fresh database of each
   holds after every migration (written by `make schema`): the file cannot drift from the
   migrations unseen.
 - Every table both databases have has the same columns, in the same order, with the same
@@ -23,7 +23,7 @@ from stratamem.store.sqlite.store import SqliteStore
 if TYPE_CHECKING:
     from stratamem.store.postgres.store import PostgresStore
 
-STORE = Path(__file__).resolve().parents[2] / "src" / "stratamem" / "store"
+SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "schema"
 REMEDY = "the schema file differs from a freshly migrated database: run `make schema`"
 
 #: Tables of one database only: PostgreSQL's text index and pgvector rows (SQLite's text index
@@ -51,7 +51,7 @@ def _sqlite_conn(tmp_path: Path) -> sqlite3.Connection:
 def test_the_sqlite_schema_file_is_a_fresh_database(tmp_path: Path) -> None:
     with _sqlite_conn(tmp_path) as conn:
         fresh = sqlite_introspect.schema_sql(conn)
-    assert fresh == (STORE / "sqlite" / "schema.sql").read_text(), REMEDY
+    assert fresh == (SCHEMA / "sqlite.sql").read_text(), REMEDY
 
 
 @pytest.mark.postgres
@@ -62,7 +62,7 @@ def test_the_postgres_schema_file_is_a_fresh_database(fresh_store: PostgresStore
 
     with psycopg.connect(fresh_store.url, autocommit=True) as conn:
         fresh = introspect.schema_sql(conn)
-    assert fresh == (STORE / "postgres" / "schema.sql").read_text(), REMEDY
+    assert fresh == (SCHEMA / "postgres.sql").read_text(), REMEDY
 
 
 @pytest.mark.postgres

@@ -1,7 +1,8 @@
 """The backlog scheduler's queries (`LayerStore` "owed work", `OffloadStore.sessions_owing`),
-shared by the SQL stores. Each pages by key with a row-value comparison; on SQLite the indexes
-of `sqlite/backlog_schema` hold only the owed rows, so a page costs what it returns. They need
-the `session_heads` table (kept by triggers) and `layer_flush_requests` of that schema."""
+shared by the SQL stores. Each pages by key with a row-value comparison; the partial indexes
+of migrations 13 and 21 (`layers/schema.py`, `offload/schema.py`) hold only the owed rows, so a
+page costs what it returns. They need the `session_heads` table (kept by each database's
+triggers) and `layer_flush_requests`."""
 
 from __future__ import annotations
 

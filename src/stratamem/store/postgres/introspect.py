@@ -1,5 +1,5 @@
 """What a PostgreSQL store's schema is, read from the catalogs of its schema (the connection's
-`current_schema()`): the current-schema file (`schema.sql` beside this module, written by
+`current_schema()`): the current-schema file (`docs/schema/postgres.sql`, written by
 `scripts/schema.py`) and the columns the dialect-parity test holds to SQLite's.
 
 The file lists the extensions, sequences and functions, then each table with its columns

@@ -1,5 +1,5 @@
 """What a SQLite store's schema is, read from the database itself: the current-schema file
-(`schema.sql` beside this module, written by `scripts/schema.py`) and the columns the
+(`docs/schema/sqlite.sql`, written by `scripts/schema.py`) and the columns the
 dialect-parity test holds to PostgreSQL's.
 
 The file is the schema a fresh database has after every migration, each table followed by its

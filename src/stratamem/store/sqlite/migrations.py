@@ -1,4 +1,15 @@
-"""Named, versioned schema migrations, recorded in `schema_migrations`."""
+"""SQLite's migrations, recorded in `schema_migrations`, and applying them on open.
+
+The tables both databases hold are defined once, in their families' `schema.py`
+(`store/migration.py` says how); here is what is SQLite's own: the FTS5 full-text indexes and
+their triggers (the turns' index: `turn_context.py`, `tenant_index.py`), the backlog's triggers,
+and the failure table of migration 10 that 12 replaced. The schema they add up to is
+`docs/schema/sqlite.sql`.
+
+Version ranges by part, so parts can add migrations independently: 1-9 core (turns, memories),
+10-19 memory layers (versions, scenes, profile, session state), 20-29 context offload, 30-39
+service (tenants, keys).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +17,12 @@ import sqlite3
 import time
 
 from stratamem.errors import StoreError
-from stratamem.store.migration import Migration
-from stratamem.store.sqlite.backlog_schema import BACKLOG_OFFLOAD_MIGRATION
-from stratamem.store.sqlite.layer_schema import LAYER_MIGRATIONS
+from stratamem.store.core import schema as core
+from stratamem.store.evidence import schema as evidence
+from stratamem.store.failures.schema import FAILURES
+from stratamem.store.layers import schema as layers
+from stratamem.store.migration import Migration, rendered
+from stratamem.store.shared_schema import SHARED
 from stratamem.store.sqlite.tenant_index import tenant_index_sql
 from stratamem.store.sqlite.turn_context import turn_context_sql
 
@@ -16,29 +30,7 @@ _FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 # The full-text tables index a scope column too: the tenant's token (`scope.py`) and, for
 # memories, whether the memory is current; so a tenant's query never walks other tenants' rows.
 
-M001_TURNS = f"""
-CREATE TABLE turns (
-    rid INTEGER PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    id TEXT NOT NULL,
-    session TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    role TEXT NOT NULL,
-    speaker TEXT,
-    text TEXT NOT NULL,
-    ts REAL NOT NULL,
-    metadata TEXT NOT NULL DEFAULT '{{}}',
-    created_at REAL NOT NULL,
-    scope_token TEXT NOT NULL,
-    embedding BLOB,
-    emb_seq INTEGER,
-    UNIQUE (tenant, id)
-);
-CREATE INDEX turns_by_session ON turns (tenant, session, seq);
-CREATE INDEX turns_by_time ON turns (tenant, ts);
-CREATE INDEX turns_emb_pending ON turns (rid) WHERE embedding IS NULL;
-CREATE INDEX turns_emb_seq ON turns (tenant, emb_seq) WHERE emb_seq IS NOT NULL;
-CREATE VIRTUAL TABLE turns_fts USING fts5 (
+TURNS_FTS = f"""CREATE VIRTUAL TABLE turns_fts USING fts5 (
     text, speaker, scope_token, content='turns', content_rowid='rid',
     tokenize='{_FTS_TOKENIZER}'
 );
@@ -58,36 +50,7 @@ CREATE TRIGGER turns_au AFTER UPDATE OF text, speaker ON turns BEGIN
 END;
 """
 
-M002_MEMORIES = f"""
-CREATE TABLE memories (
-    rid INTEGER PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    id TEXT NOT NULL,
-    type TEXT NOT NULL,
-    content TEXT NOT NULL,
-    priority INTEGER NOT NULL,
-    source_turn_ids TEXT NOT NULL,
-    session TEXT,
-    activity_start REAL,
-    activity_end REAL,
-    valid_from REAL NOT NULL,
-    valid_to REAL,
-    superseded_by TEXT,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    mode TEXT NOT NULL,
-    metadata TEXT NOT NULL DEFAULT '{{}}',
-    fts_scope TEXT NOT NULL,
-    embedding BLOB,
-    emb_seq INTEGER,
-    UNIQUE (tenant, id)
-);
-CREATE INDEX memories_current ON memories (tenant, valid_to, type);
-CREATE INDEX memories_by_session ON memories (tenant, session);
-CREATE INDEX memories_superseded_by ON memories (tenant, superseded_by);
-CREATE INDEX memories_emb_pending ON memories (rid) WHERE embedding IS NULL;
-CREATE INDEX memories_emb_seq ON memories (tenant, emb_seq) WHERE emb_seq IS NOT NULL;
-CREATE VIRTUAL TABLE memories_fts USING fts5 (
+MEMORIES_FTS = f"""CREATE VIRTUAL TABLE memories_fts USING fts5 (
     content, fts_scope, content='memories', content_rowid='rid', tokenize='{_FTS_TOKENIZER}'
 );
 CREATE TRIGGER memories_ai AFTER INSERT ON memories BEGIN
@@ -106,135 +69,68 @@ CREATE TRIGGER memories_au AFTER UPDATE OF content, fts_scope ON memories BEGIN
 END;
 """
 
-M003_META = """
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE fences (key TEXT PRIMARY KEY, token INTEGER NOT NULL);
-"""
-
-M020_OFFLOAD = """
-CREATE TABLE offload_pairs (
+#: Migration 10's failure records, one table for the layers' failed stages (12 replaced it).
+LAYER_FAILURES = """CREATE TABLE layer_failures (
     rid INTEGER PRIMARY KEY,
     tenant TEXT NOT NULL,
-    session TEXT NOT NULL,
-    call_id TEXT NOT NULL,
-    tool TEXT NOT NULL,
-    params TEXT NOT NULL,
-    result TEXT,
-    error TEXT,
-    ts REAL NOT NULL,
-    duration_ms REAL,
-    received_at REAL NOT NULL,
-    claim_id TEXT,
-    claim_expires REAL,
-    done INTEGER NOT NULL DEFAULT 0,
-    UNIQUE (tenant, session, call_id)
-);
-CREATE INDEX offload_pairs_pending ON offload_pairs (tenant, session, done, rid);
-CREATE TABLE offload_entries (
-    tenant TEXT NOT NULL,
-    session TEXT NOT NULL,
-    call_id TEXT NOT NULL,
-    tool TEXT NOT NULL,
-    summary TEXT NOT NULL,
-    score INTEGER NOT NULL,
-    ref_id TEXT NOT NULL,
-    ts REAL NOT NULL,
-    result_chars INTEGER NOT NULL,
-    mode TEXT NOT NULL,
-    task_id TEXT,
-    node_id TEXT,
-    created_at REAL NOT NULL,
-    PRIMARY KEY (tenant, session, call_id)
-);
-CREATE INDEX offload_entries_by_task ON offload_entries (tenant, session, task_id, node_id);
-CREATE INDEX offload_entries_by_time ON offload_entries (tenant, session, ts);
-CREATE TABLE offload_refs (
-    tenant TEXT NOT NULL,
-    ref_id TEXT NOT NULL,
-    session TEXT NOT NULL,
-    call_id TEXT NOT NULL,
-    tool TEXT NOT NULL,
-    content TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    PRIMARY KEY (tenant, ref_id)
-);
-CREATE TABLE offload_marks (
-    tenant TEXT NOT NULL,
-    session TEXT NOT NULL,
-    mark_id TEXT NOT NULL,
-    ts REAL NOT NULL,
-    text TEXT NOT NULL,
-    task_id TEXT,
-    judged INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (tenant, session, mark_id)
-);
-CREATE INDEX offload_marks_by_time ON offload_marks (tenant, session, ts);
-CREATE TABLE offload_boundaries (
-    tenant TEXT NOT NULL,
-    session TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    active_task TEXT,
-    last_mark_ts REAL,
-    updated_at REAL NOT NULL,
-    PRIMARY KEY (tenant, session)
-);
-CREATE TABLE offload_tasks (
-    tenant TEXT NOT NULL,
-    session TEXT NOT NULL,
     task_id TEXT NOT NULL,
-    label TEXT NOT NULL,
-    status TEXT NOT NULL,
-    long_task INTEGER NOT NULL DEFAULT 0,
-    mermaid TEXT NOT NULL DEFAULT '',
-    version INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    PRIMARY KEY (tenant, session, task_id)
+    session TEXT,
+    stage TEXT NOT NULL,
+    error TEXT NOT NULL,
+    raws TEXT NOT NULL,
+    failed_at REAL NOT NULL
 );
+CREATE INDEX layer_failures_by_tenant ON layer_failures (tenant, rid);
 """
 
-M030_TENANTS = """
-CREATE TABLE tenants (
-    name TEXT PRIMARY KEY,
-    label TEXT NOT NULL DEFAULT '',
-    created_at REAL NOT NULL
-);
-CREATE TABLE api_keys (
-    key_id TEXT PRIMARY KEY,
-    tenant TEXT NOT NULL REFERENCES tenants (name),
-    secret_sha256 TEXT NOT NULL,
-    label TEXT NOT NULL DEFAULT '',
-    created_at REAL NOT NULL,
-    revoked_at REAL
-);
-CREATE INDEX api_keys_by_tenant ON api_keys (tenant);
+FAILURES_FROM_LAYER_FAILURES = """
+INSERT INTO failures (tenant, id, kind, status, stage, session, task_id, error, raws, failed_at)
+SELECT tenant, 'f_' || lower(hex(randomblob(12))), 'stage', 'open', stage, session, task_id,
+       error, raws, failed_at
+FROM layer_failures ORDER BY rid;
+DROP TABLE layer_failures;
 """
 
-# Version ranges by part, so parts can add migrations independently: 1-9 core (turns, memories),
-# 10-19 memory layers (versions, scenes, profile, session state), 20-29 context offload,
-# 30-39 service (tenants, keys).
-M006_PENDING_BY_TENANT = """
-CREATE INDEX turns_emb_pending_by_tenant ON turns (tenant, rid) WHERE embedding IS NULL;
-CREATE INDEX memories_emb_pending_by_tenant ON memories (tenant, rid) WHERE embedding IS NULL;
+#: Migration 13's triggers: `session_heads` follows each new turn and the layers' cursor; a
+#: tenant with a memory has a `layer_tenants` row.
+SESSION_HEADS_TRIGGERS = """CREATE TRIGGER session_heads_turn AFTER INSERT ON turns BEGIN
+    INSERT OR IGNORE INTO session_heads (tenant, session, last_seq, last_turn_at, cursor_seq)
+    VALUES (new.tenant, new.session, new.seq, new.ts, COALESCE((SELECT cursor_seq FROM
+        layer_sessions WHERE tenant = new.tenant AND session = new.session), 0));
+    UPDATE session_heads SET last_seq = max(last_seq, new.seq),
+        last_turn_at = max(last_turn_at, new.ts)
+    WHERE tenant = new.tenant AND session = new.session;
+END;
+CREATE TRIGGER session_heads_cursor_ai AFTER INSERT ON layer_sessions BEGIN
+    UPDATE session_heads SET cursor_seq = new.cursor_seq
+    WHERE tenant = new.tenant AND session = new.session;
+END;
+CREATE TRIGGER session_heads_cursor_au AFTER UPDATE OF cursor_seq ON layer_sessions BEGIN
+    UPDATE session_heads SET cursor_seq = new.cursor_seq
+    WHERE tenant = new.tenant AND session = new.session;
+END;
+"""
+TENANTS_WITH_MEMORIES = """
+INSERT OR IGNORE INTO layer_tenants (tenant) SELECT DISTINCT tenant FROM memories;
+CREATE TRIGGER layer_tenants_memory AFTER INSERT ON memories BEGIN
+    INSERT OR IGNORE INTO layer_tenants (tenant) VALUES (new.tenant);
+END;
 """
 
-#: The owner (lock grant) each fencing token was accepted from (`store.fencing_sql`); rows
-#: from before keep no owner and accept an equal token from anyone, as they did.
-M008_FENCE_OWNERS = "ALTER TABLE fences ADD COLUMN owner TEXT;"
-
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "turns with full-text index", M001_TURNS),
-    Migration(2, "memories with full-text index", M002_MEMORIES),
-    Migration(3, "meta and fencing tokens", M003_META),
+MIGRATIONS: tuple[Migration, ...] = rendered("sqlite", (
+    Migration(1, "turns with full-text index", core.TURNS + TURNS_FTS),
+    Migration(2, "memories with full-text index", core.MEMORIES + MEMORIES_FTS),
+    Migration(3, "meta and fencing tokens", core.META),
     Migration(4, "turns indexed with neighbours and date", turn_context_sql(_FTS_TOKENIZER)),
     Migration(5, "full-text words prefixed by tenant", tenant_index_sql(_FTS_TOKENIZER)),
-    Migration(6, "pending embeddings by tenant, for a fair share", M006_PENDING_BY_TENANT),
-    Migration(8, "fencing tokens: the owner each was accepted from", M008_FENCE_OWNERS),
-    *LAYER_MIGRATIONS,
-    Migration(20, "context offload: tool pairs, entries, refs, boundaries, tasks", M020_OFFLOAD),
-    BACKLOG_OFFLOAD_MIGRATION,
-    Migration(30, "service tenants and hashed API keys", M030_TENANTS),
-)
+    Migration(10, "layer state, receipts and failures",
+              layers.LAYER_STATE + evidence.RECEIPTS + LAYER_FAILURES),
+    Migration(11, "scene and profile versions", layers.SCENES_PROFILE),
+    Migration(12, "failure records of every LLM stage: quarantines, splits, drops",
+              FAILURES + FAILURES_FROM_LAYER_FAILURES),
+    layers.backlog_migration(SESSION_HEADS_TRIGGERS + TENANTS_WITH_MEMORIES),
+    *SHARED,
+))  # fmt: skip
 
 
 def applied_versions(conn: sqlite3.Connection) -> set[int]:

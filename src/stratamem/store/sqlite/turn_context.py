@@ -16,6 +16,8 @@ words in its neighbours' context columns until they are rewritten.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from stratamem.store.core.port import TurnFieldWeights
 
 #: The columns of the turns' index a query's words are matched against.
@@ -55,8 +57,24 @@ def neighbour_sql(alias: str, offset: int) -> str:
     )
 
 
+#: How a rebuilt index takes a column's text: `words(alias, expression)` → SQL.
+Words = Callable[[str, str], str]
+
+
+def _as_is(alias: str, expression: str) -> str:
+    return expression
+
+
 def turn_context_sql(tokenizer: str) -> str:
     """The migration script, with the tokenizer the other full-text indexes use."""
+    return turns_index_sql(tokenizer, _as_is)
+
+
+def turns_index_sql(tokenizer: str, words: Words) -> str:
+    """Replace the turns' index and its triggers by one with these columns (`ranking`), filled
+    from the turns: each column's text as `words` makes it (as it is, or `tenant_index.py`'s
+    tenant-prefixed words)."""
+    before, earlier, after = (neighbour_sql("t", n) for n in (-1, -2, 1))
     return f"""
 DROP TRIGGER turns_ai;
 DROP TRIGGER turns_ad;
@@ -66,15 +84,16 @@ CREATE VIRTUAL TABLE turns_fts USING fts5 (
     text, speaker, context, around, dated, scope_token, tokenize='{tokenizer}'
 );
 INSERT INTO turns_fts (rowid, text, speaker, context, around, dated, scope_token)
-SELECT t.rid, t.text, t.speaker, {neighbour_sql("t", -1)},
-       trim({neighbour_sql("t", -2)} || ' ' || {neighbour_sql("t", 1)}), {date_words_sql("t.ts")},
+SELECT t.rid, {words("t", "t.text")}, {words("t", "t.speaker")}, {words("t", before)},
+       {words("t", f"trim({earlier} || ' ' || {after})")}, {words("t", date_words_sql("t.ts"))},
        t.scope_token
 FROM turns t;
 CREATE TRIGGER turns_ai AFTER INSERT ON turns BEGIN
     INSERT INTO turns_fts (rowid, text, speaker, context, around, dated, scope_token)
-    VALUES (new.rid, new.text, new.speaker, {neighbour_sql("new", -1)}, {neighbour_sql("new", -2)},
-            {date_words_sql("new.ts")}, new.scope_token);
-    UPDATE turns_fts SET around = trim(around || ' ' || new.text)
+    VALUES (new.rid, {words("new", "new.text")}, {words("new", "new.speaker")},
+            {words("new", neighbour_sql("new", -1))}, {words("new", neighbour_sql("new", -2))},
+            {words("new", date_words_sql("new.ts"))}, new.scope_token);
+    UPDATE turns_fts SET around = trim(around || ' ' || {words("new", "new.text")})
     WHERE rowid = (SELECT p.rid FROM turns p WHERE p.tenant = new.tenant
                    AND p.session = new.session AND p.seq = new.seq - 1);
 END;
@@ -82,6 +101,8 @@ CREATE TRIGGER turns_ad AFTER DELETE ON turns BEGIN
     DELETE FROM turns_fts WHERE rowid = old.rid;
 END;
 CREATE TRIGGER turns_au AFTER UPDATE OF text, speaker ON turns BEGIN
-    UPDATE turns_fts SET text = new.text, speaker = new.speaker WHERE rowid = new.rid;
+    UPDATE turns_fts SET text = {words("new", "new.text")},
+                         speaker = {words("new", "new.speaker")}
+    WHERE rowid = new.rid;
 END;
 """

@@ -1,0 +1,23 @@
+"""The migrations both databases apply as they are (each rendered as the database spells it:
+`store/migration.py`), by version; each database's list (`sqlite/migrations.py`,
+`postgres/schema.py`) adds its own to them.
+"""
+
+from __future__ import annotations
+
+from stratamem.store.core import schema as core
+from stratamem.store.evidence import schema as evidence
+from stratamem.store.migration import Migration
+from stratamem.store.offload.schema import OFFLOAD, OFFLOAD_BACKLOG
+from stratamem.store.tenants.schema import TENANTS
+
+SHARED: tuple[Migration, ...] = (
+    core.PENDING_BY_TENANT,  # 6
+    core.FENCE_OWNERS,  # 8
+    evidence.AUTHENTICATED_RECEIPTS,  # 15
+    evidence.EXECUTIONS,  # 17
+    evidence.LOG_RETENTION,  # 18
+    OFFLOAD,  # 20
+    OFFLOAD_BACKLOG,  # 21
+    TENANTS,  # 30
+)
