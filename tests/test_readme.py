@@ -1,7 +1,7 @@
 """Every command block of the README runs as written (with the shipped sample data), so the
 README cannot drift from the code again. A block nobody can run here (Docker, `make test` inside
-the test suite, an async snippet) is named with the test that covers it instead; a new block
-must be classified here, or this test fails."""
+the test suite) is named with the test that covers it instead; a new block must be classified
+here, or this test fails."""
 
 from __future__ import annotations
 
@@ -9,16 +9,11 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from agents import Agent, set_tracing_disabled
-from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
-from openai import AsyncOpenAI
+from agents import set_default_openai_api
 
 from stratamem import Memory
 from stratamem.client import Client
@@ -151,30 +146,28 @@ def test_client_block_runs_against_a_service(
                 "I adopted a dog called Biscuit"]  # fmt: skip
 
 
-@pytest.fixture
-def no_tracing() -> Iterator[None]:
-    set_tracing_disabled(True)  # the SDK exports traces to OpenAI unless told not to
-    yield
-
-
-async def test_agents_block_runs_with_the_sdk(tmp_path: Path, no_tracing: None) -> None:
-    """The block as written, inside a coroutine given its `memory` and `agent` (a model on the
-    scripted endpoint): the run's turns are the session's L0, and recall came before the call."""
+def test_agents_block_runs_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The block as written, the SDK's model reached through OPENAI_BASE_URL on the scripted
+    endpoint: the run's turns are the session's L0, and the recalled memory reached the model."""
     [block] = _blocks_run("agents")
-    code = "async def snippet(memory, agent):\n" + textwrap.indent(block.text, "    ")
-    namespace: dict[str, Any] = {}
-    exec(compile(code + "    return result\n", "README.md: agents", "exec"), namespace)
-    with ScriptedLLM() as llm, Memory(data_dir=tmp_path, embedder="hash:64") as memory:
-        memory.add_memory("maya", "Wants distances in kilometres", type="instruction")
-        client = AsyncOpenAI(base_url=llm.base_url, api_key="scripted", max_retries=0)
-        model = OpenAIChatCompletionsModel(model="scripted-chat", openai_client=client)
+    monkeypatch.chdir(_sandbox(tmp_path))
+    monkeypatch.setenv("STRATAMEM_EMBEDDER", "hash:64")
+    with ScriptedLLM() as llm:
+        monkeypatch.setenv("OPENAI_BASE_URL", llm.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "scripted")
         llm.push(Reply.text("About 5 km."))
-        result = await namespace["snippet"](memory, Agent(name="walker", model=model))
+        try:
+            exec(compile(block.text, "README.md: agents", "exec"), {"__name__": "__readme__"})
+        finally:
+            set_default_openai_api("responses")  # the SDK's default again (tracing stays off)
         [call] = llm.calls()
-        assert result.final_output == "About 5 km."
+    assert capsys.readouterr().out == "About 5 km.\n"
+    assert "kilometres" in str(call.messages)
+    with Memory(data_dir=Path("my-memory"), embedder="hash:64") as memory:
         assert [t.text for t in memory.turns("maya", "chat-1")] == [
             "How far should I walk today?", "About 5 km."]  # fmt: skip
-    assert "kilometres" in str(call.messages)
 
 
 def test_the_sample_paths_exist() -> None:
