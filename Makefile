@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stratamem-installed
 ST_STAMP := $(VENV)/.stratamem-st-installed
 
-.PHONY: run test test-llm setup setup-st clean image-check schema
+.PHONY: run test test-llm setup setup-st clean image-check schema ui
 
 run: $(STAMP)
 	./scripts/run-service.sh
@@ -45,6 +45,11 @@ $(STAMP): pyproject.toml scripts/bootstrap.sh
 $(ST_STAMP): $(STAMP)
 	./scripts/bootstrap.sh $(VENV) st
 	touch $(ST_STAMP)
+
+# The inspector's third-party assets (Mermaid) from npm, pinned by ui/package-lock.json, copied
+# into src/stratamem/api/ui/static/vendor with their licences (committed: run and test need no npm).
+ui:
+	cd ui && npm ci --ignore-scripts --no-audit --no-fund && node build.mjs
 
 clean:
 	rm -rf $(VENV) stratamem-data

@@ -13,7 +13,7 @@ from tests.stores import open_store, pg_server, store_kind
 __all__ = ["open_store", "pg_server", "store_kind"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-SERVICE_MARKERS = ("redis", "postgres", "llm_replies")
+SERVICE_MARKERS = ("redis", "postgres", "llm_replies", "browser")
 
 # A running scripted OpenAI-compatible server (stratamem.testing.ScriptedLLM), one per test.
 scripted_llm = scripted_llm_fixture()

@@ -167,6 +167,8 @@ class Hit:
     memory_type: MemoryType | None = None
     source_turn_ids: tuple[str, ...] = ()
     ranks: dict[str, int] = field(default_factory=dict)
+    retriever_scores: dict[str, float] = field(default_factory=dict)
+    """Each retriever's own score under the keys of `ranks` (`POST /v1/recall/explain`)."""
 
     def to_json(self) -> dict[str, Any]:
         return {

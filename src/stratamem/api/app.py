@@ -12,11 +12,21 @@ from fastapi import Depends, FastAPI
 from fastapi.telemetry import TelemetryConfig
 from mcp.server.mcpserver import MCPServer
 
-from stratamem.api import errors
+from stratamem.api import errors, ui
 from stratamem.api.background import Background
 from stratamem.api.mcp_server import build_mcp, http_route, tenant_from_key
 from stratamem.api.middleware import BodyLimit, CatchAll, InFlight, RequestMetrics, ShapedCORS
-from stratamem.api.routes import admin, failures, health, layers, memory, offload, pipeline
+from stratamem.api.routes import (
+    admin,
+    failures,
+    health,
+    inspect,
+    layers,
+    memory,
+    offload,
+    operator,
+    pipeline,
+)
 from stratamem.api.services import Services
 from stratamem.api.strict_query import reject_unknown_query
 from stratamem.cancelling import cancel_and_wait
@@ -64,9 +74,10 @@ def create_app(
     )
     app.state.services = services
     errors.install(app)
-    routers = (health, memory, layers, offload, pipeline, failures, admin)
+    routers = (health, memory, layers, offload, pipeline, failures, admin, inspect, operator)
     for module in routers:
         app.include_router(module.router)
+    ui.install(app)
     app.router.routes.append(http_route(mcp, services.tenants, services.admit))
     _install_middleware(app, services)
     app.add_middleware(InFlight, tasks=requests)

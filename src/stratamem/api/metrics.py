@@ -63,7 +63,7 @@ class Metrics:
         yield "# HELP stratamem_http_requests_total HTTP requests by method, route and status."
         yield "# TYPE stratamem_http_requests_total counter"
         for (method, route, status), n in sorted(self._requests.items()):
-            labels = _labels(method=method, route=route, status=str(status))
+            labels = label_set(method=method, route=route, status=str(status))
             yield f"stratamem_http_requests_total{labels} {n}"
 
     def _duration_lines(self) -> Iterable[str]:
@@ -72,10 +72,10 @@ class Metrics:
         yield f"# TYPE {name} histogram"
         for (method, route), hist in sorted(self._durations.items()):
             for bound, n in zip(DURATION_BUCKETS_S, hist.buckets, strict=True):
-                yield f"{name}_bucket{_labels(method=method, route=route, le=str(bound))} {n}"
-            yield f"{name}_bucket{_labels(method=method, route=route, le='+Inf')} {hist.count}"
-            yield f"{name}_sum{_labels(method=method, route=route)} {hist.total_s:.6f}"
-            yield f"{name}_count{_labels(method=method, route=route)} {hist.count}"
+                yield f"{name}_bucket{label_set(method=method, route=route, le=str(bound))} {n}"
+            yield f"{name}_bucket{label_set(method=method, route=route, le='+Inf')} {hist.count}"
+            yield f"{name}_sum{label_set(method=method, route=route)} {hist.total_s:.6f}"
+            yield f"{name}_count{label_set(method=method, route=route)} {hist.count}"
 
     def _event_lines(self) -> Iterable[str]:
         for event, n in sorted(self._events.items()):
@@ -89,7 +89,8 @@ def _gauge_lines(gauges: Mapping[str, float]) -> Iterable[str]:
         yield f"stratamem_{name} {value:g}"
 
 
-def _labels(**labels: str) -> str:
+def label_set(**labels: str) -> str:
+    """`{name="value",…}`, the values escaped."""
     inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
     return "{" + inner + "}"
 

@@ -15,6 +15,7 @@ from stratamem.core import AsyncMemory
 from stratamem.domain import Scope as TenantScope
 from stratamem.errors import ConfigError, PipelineError
 from stratamem.failures import Failures
+from stratamem.llm.usage import UsageMeter
 from stratamem.offload import Offload
 from stratamem.offload.executors import PipelineScheduler
 from stratamem.pipeline.backend import PipelineBackend
@@ -96,6 +97,11 @@ class Services:
     def failures(self) -> Failures:
         """The failure records of the LLM stages, and their retry."""
         return Failures(self.memory.layer_service(), self.offload)
+
+    @property
+    def llm_usage(self) -> UsageMeter | None:
+        """The usage meter of this process's LLM client (None in offline mode)."""
+        return None if self.memory.llm is None else self.memory.llm.usage
 
     def require_offload(self) -> Offload:
         if self.offload is None:

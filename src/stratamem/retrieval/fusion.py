@@ -17,6 +17,8 @@ class Fused:
     id: str
     score: float = 0.0
     ranks: dict[str, int] = field(default_factory=dict)
+    scores: dict[str, float] = field(default_factory=dict)
+    """Each retriever's own score (BM25, cosine …), under the same keys as `ranks`."""
 
 
 def reciprocal_rank_fusion(
@@ -35,4 +37,5 @@ def reciprocal_rank_fusion(
             entry = fused.setdefault((layer, candidate.id), Fused(layer, candidate.id))
             entry.score += weight / (k + rank)
             entry.ranks[f"{layer.value}:{retriever}"] = rank
+            entry.scores[f"{layer.value}:{retriever}"] = candidate.score
     return sorted(fused.values(), key=lambda f: (-f.score, min(f.ranks.values()), f.id))

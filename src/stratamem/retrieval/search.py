@@ -102,7 +102,7 @@ def _fused_hits(
     fused = reciprocal_rank_fusion(lists, k=config.rrf_k, weights=weights)[:pool]
     _load_missing(store, scope, fused, loaded)
     hits = [
-        replace(loaded[(f.layer, f.id)], score=f.score, ranks=f.ranks)
+        replace(loaded[(f.layer, f.id)], score=f.score, ranks=f.ranks, retriever_scores=f.scores)
         for f in fused
         if (f.layer, f.id) in loaded  # else deleted between search and load
     ]

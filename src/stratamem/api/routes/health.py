@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from stratamem.api.deps import ServicesDep
+from stratamem.api.llm_metrics import usage_lines
 from stratamem.api.metrics import CONTENT_TYPE, store_gauges
 from stratamem.api.schemas import ErrorDetail, ErrorOut, HealthOut
 from stratamem.api.services import Services
@@ -36,8 +37,10 @@ async def ready(services: ServicesDep) -> HealthOut | JSONResponse:
 
 @router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(services: ServicesDep) -> PlainTextResponse:
-    """Prometheus text format: request counts and durations, store totals."""
+    """Prometheus text format: request counts and durations, store totals, LLM calls, tokens
+    and outcomes per stage."""
     text = services.metrics.render(await _gauges(services))
+    text += "\n".join(usage_lines(services.llm_usage)) + "\n"
     return PlainTextResponse(text, media_type=CONTENT_TYPE)
 
 
