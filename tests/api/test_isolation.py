@@ -71,6 +71,10 @@ def probes(alice: Alice) -> list[Probe]:
         Probe("PATCH", f"/v1/memories/{mem}", 404, {"content": "bob rewrote it"}),
         Probe("DELETE", f"/v1/memories/{mem}", 404),
         Probe("GET", f"/v1/memories/{mem}/history", 404),
+        Probe("GET", f"/v1/memories/{mem}/sources", 404),
+        Probe("POST", "/v1/recall/explain", 200, {"query": SECRET, "session": SESSION}),
+        Probe("GET", "/v1/sessions", 200),
+        Probe("GET", f"/v1/sessions/{SESSION}/status", 200),
         Probe("GET", "/v1/scenes", 200),
         Probe("GET", f"/v1/scenes/{scene}/history", 404),
         Probe("GET", "/v1/profile", 200),
@@ -102,6 +106,10 @@ def probes(alice: Alice) -> list[Probe]:
         Probe("DELETE", f"/v1/admin/tenants/{a}", 403),
         Probe("DELETE", f"/v1/admin/keys/{alice.caller.key_id}", 403),
         Probe("GET", "/v1/admin/pipeline", 403),
+        Probe("GET", "/v1/admin/dead-letters", 403),
+        Probe("POST", f"/v1/admin/dead-letters/{alice.dead_id}/requeue", 403),
+        Probe("DELETE", f"/v1/admin/dead-letters/{alice.dead_id}", 403),
+        Probe("GET", "/v1/admin/llm", 403),
     ]
 
 

@@ -18,8 +18,11 @@ import pytest
 
 from stratamem.api import create_app
 from stratamem.testing import ScriptedLLM, scripted_llm_fixture
+from tests.api.conftest import alice, bob, client, services
 from tests.api.live import live
 from tests.ui.world import World, install_model, make_world, open_services
+
+__all__ = ["alice", "bob", "client", "services"]  # the API's fixtures, for the route tests
 
 #: Chromium as Debian ships it; STRATAMEM_CHROMIUM names another binary.
 CHROMIUM_FLAGS = [
