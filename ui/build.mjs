@@ -38,7 +38,8 @@ function licences() {
     if (!existsSync(join(dir, "package.json"))) continue;
     const meta = packageJson(dir);
     const text = licenceText(dir) || `(no licence file; package.json says: ${meta.license})`;
-    parts.push(`\n${"=".repeat(78)}\n${meta.name} ${meta.version} — ${meta.license}\n\n${text}`);
+    const licence = meta.license ?? "no licence field; its licence file follows";
+    parts.push(`\n${"=".repeat(78)}\n${meta.name} ${meta.version} — ${licence}\n\n${text}`);
   }
   return parts.join("\n") + "\n";
 }

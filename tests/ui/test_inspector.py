@@ -54,6 +54,7 @@ def test_a_memory_shows_where_it_came_from_and_its_history(
     first = events.nth(0).inner_text()
     assert "stored" in first and "dog called Biscuit" in first
     assert "corrected" in events.nth(1).inner_text()
+    shoot(page, "memory")
     events.nth(0).get_by_role("link").click()  # the version it superseded: drawn from a turn
     settled(page)
     sources = page.locator("section", has=page.get_by_role("heading", name="Where it came from"))

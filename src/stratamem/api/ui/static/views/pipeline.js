@@ -26,14 +26,21 @@ function deadTable(dead, prefix, withTenant) {
   return table(`${dead.length} dead letter(s), oldest first`, columns, dead);
 }
 
+const LABELS = { queued: "queued tasks", pending_turns: "turns L1 has not read",
+  dead_letters: "dead letters" };
+
+/** `/v1/pipeline`'s counts; what newer services add (per-session counts …) shown as it is. */
+function counts(status) {
+  return h("dl", { class: "facts" }, Object.entries(status).map(([name, value]) => [
+    h("dt", {}, LABELS[name] || name.replace(/_/g, " ")),
+    h("dd", {}, typeof value === "object" && value !== null
+      ? pre(JSON.stringify(value, null, 2)) : String(value))]));
+}
+
 export async function tenant() {
   const [status, dead] = await Promise.all([api("GET", "/v1/pipeline"),
     api("GET", "/v1/dead-letters", null, { limit: 1000 })]);
-  return [h("h1", {}, "Pipeline"),
-    h("dl", { class: "facts" },
-      h("dt", {}, "queued tasks"), h("dd", {}, status.queued),
-      h("dt", {}, "turns L1 has not read"), h("dd", {}, status.pending_turns),
-      h("dt", {}, "dead letters"), h("dd", {}, status.dead_letters)),
+  return [h("h1", {}, "Pipeline"), counts(status),
     h("h2", {}, "Dead letters"), deadTable(dead, "/v1/dead-letters", false)];
 }
 
