@@ -9,13 +9,12 @@ from fastapi import APIRouter, Query
 
 from stratamem.api.deps import AdminDep, ServicesDep
 from stratamem.api.llm_metrics import usage_json
+from stratamem.api.routes.pipeline import AFTER, MAX_PAGE, dead_page, requeue
 from stratamem.api.schemas import ERRORS
 from stratamem.api.views import dead_letter_json, task_json
 from stratamem.errors import NotFound
-from stratamem.pipeline.errors import DeadLetterNotFound
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=ERRORS)
-AFTER = "The id of the last dead letter of the previous page (a cursor)."
 
 
 @router.get("/dead-letters")
@@ -23,25 +22,17 @@ async def list_dead_letters(
     _: AdminDep,
     services: ServicesDep,
     after: Annotated[str | None, Query(max_length=100, description=AFTER)] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
 ) -> list[dict[str, Any]]:
     """Every tenant's dead letters, oldest first, each with its tenant, a page at a time."""
-    backend = services.require_pipeline()
-    try:
-        page = await backend.list_dead(limit=limit, after=after)
-    except DeadLetterNotFound as exc:
-        raise NotFound(f"no dead letter {after!r}") from exc
+    page = await dead_page(services.require_pipeline(), limit, after, None)
     return [{**dead_letter_json(d), "tenant": d.task.tenant} for d in page]
 
 
 @router.post("/dead-letters/{dead_id}/requeue")
 async def requeue_dead_letter(dead_id: str, _: AdminDep, services: ServicesDep) -> dict[str, Any]:
     """Put a dead letter of any tenant back on the queue (attempts reset)."""
-    backend = services.require_pipeline()
-    try:
-        task = await backend.requeue_dead(dead_id, now=services.memory.clock.now())
-    except DeadLetterNotFound as exc:
-        raise NotFound(f"no dead letter {dead_id!r}") from exc
+    task = await requeue(services, dead_id, None)
     return {**task_json(task), "tenant": task.tenant}
 
 

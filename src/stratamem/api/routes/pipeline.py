@@ -13,12 +13,15 @@ from fastapi import APIRouter, Query
 
 from stratamem.api.deps import AdminDep, ServicesDep, TenantDep
 from stratamem.api.schemas import ERRORS, DeadLetterOut, PipelineOut, TaskOut
+from stratamem.api.services import Services
 from stratamem.api.views import dead_letter_json, task_json
 from stratamem.domain import Scope
 from stratamem.errors import NotFound
+from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.errors import DeadLetterNotFound
 from stratamem.pipeline.scheduler import read_snapshot
 from stratamem.pipeline.status import worker_statuses
+from stratamem.pipeline.task import DeadLetter, Task
 
 SCAN_LIMIT = 10_000
 DEFAULT_PAGE, MAX_PAGE = 100, 1000
@@ -45,11 +48,7 @@ async def list_dead_letters(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
 ) -> list[dict[str, Any]]:
     """The caller's tasks that failed every retry, oldest first, a page at a time."""
-    backend = services.require_pipeline()
-    try:
-        page = await backend.list_dead(limit=limit, tenant=tenant, after=after)
-    except DeadLetterNotFound as exc:
-        raise NotFound(f"no dead letter {after!r} in tenant {tenant!r}") from exc
+    page = await dead_page(services.require_pipeline(), limit, after, tenant)
     return [dead_letter_json(d) for d in page]
 
 
@@ -58,12 +57,30 @@ async def requeue_dead_letter(
     dead_id: str, tenant: TenantDep, services: ServicesDep
 ) -> dict[str, Any]:
     """Put one of the caller's dead letters back on the queue (attempts reset)."""
-    backend = services.require_pipeline()
+    return task_json(await requeue(services, dead_id, tenant))
+
+
+def _where(tenant: str | None) -> str:
+    return "" if tenant is None else f" in tenant {tenant!r}"
+
+
+async def dead_page(
+    backend: PipelineBackend, limit: int, after: str | None, tenant: str | None
+) -> list[DeadLetter]:
+    """A page of `tenant`'s dead letters (every tenant's when None); `NotFound` for `after`."""
     try:
-        task = await backend.requeue_dead(dead_id, now=services.memory.clock.now(), tenant=tenant)
+        return await backend.list_dead(limit=limit, tenant=tenant, after=after)
     except DeadLetterNotFound as exc:
-        raise NotFound(f"no dead letter {dead_id!r} in tenant {tenant!r}") from exc
-    return task_json(task)
+        raise NotFound(f"no dead letter {after!r}{_where(tenant)}") from exc
+
+
+async def requeue(services: Services, dead_id: str, tenant: str | None) -> Task:
+    """Put a dead letter of `tenant` (of any tenant when None) back on the queue."""
+    backend, now = services.require_pipeline(), services.memory.clock.now()
+    try:
+        return await backend.requeue_dead(dead_id, now=now, tenant=tenant)
+    except DeadLetterNotFound as exc:
+        raise NotFound(f"no dead letter {dead_id!r}{_where(tenant)}") from exc
 
 
 @router.get("/admin/pipeline")
