@@ -56,12 +56,18 @@ async def test_sessions_and_their_status_say_what_l1_owes(
     assert status["llm"] == {"mode": "llm", "endpoint": "closed"}
     assert status["reasons"][0] == "2 turn(s) past the cursor (0) wait for L1"
     assert "no L1 task is queued yet" in status["reasons"][1]
+    backend = services.require_pipeline()
+    await backend.enqueue(Task(TaskType.L1, "alice", "s1", {}), now=0.0)
+    status = (await c.get("/v1/sessions/s1/status", headers=alice.headers)).json()
+    assert [t["type"] for t in status["queued"]] == ["L1"]
+    assert status["reasons"][1:] == ["L1 task queued or running (attempt 0)"]
+    (running,) = await backend.consume("t", count=1, block_ms=0, now=0.0)
+    assert await backend.ack(running)
     listed = (await c.get("/v1/sessions", headers=alice.headers)).json()
     assert listed["total"] == 1 and [s["session"] for s in listed["sessions"]] == ["s1"]
 
     scripted_llm.on("L1", lambda request: Reply.text("not JSON at all"))
     assert (await c.post("/v1/sessions/s1/flush?wait=true", headers=alice.headers)).is_success
-    backend = services.require_pipeline()
     await backend.enqueue(Task(TaskType.L2, "alice", "s1", {}), now=0.0)
     (delivery,) = await backend.consume("t", count=1, block_ms=0, now=0.0)
     await backend.dead_letter(delivery, "every attempt failed", now=0.0)
@@ -70,7 +76,7 @@ async def test_sessions_and_their_status_say_what_l1_owes(
     assert [d["error"] for d in status["dead_letters"]] == ["every attempt failed"]
     reasons = " | ".join(status["reasons"])
     assert "L1 has read every captured turn" in reasons
-    assert "a L2 task failed every retry and is a dead letter" in reasons
+    assert "L2 task failed every retry, a dead letter: every attempt failed" in reasons
     assert "open quarantine failure of L1 on 1 turn(s)" in reasons
 
     theirs = (await c.get("/v1/sessions/s1/status", headers=bob.headers)).json()

@@ -117,9 +117,9 @@ def l1_reasons(status: dict[str, Any]) -> list[str]:
         reasons.append("no L1 task is queued yet: the backlog scheduler submits one on its"
                        " next pass (or at the session's next turn threshold or idle timeout)")
     for task in status["queued"]:
-        reasons.append(f"a {task['type']} task is queued (attempt {task['attempt']})")
+        reasons.append(f"{task['type']} task queued or running (attempt {task['attempt']})")
     for dead in status["dead_letters"]:
-        reasons.append(f"a {dead['task']['type']} task failed every retry and is a dead letter:"
+        reasons.append(f"{dead['task']['type']} task failed every retry, a dead letter:"
                        f" {dead['error']} (requeue it on the pipeline view)")
     for failure in status["open_failures"]:
         reasons.append(f"open {failure['kind']} failure of {failure['stage']} on"
