@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query
 from stratamem.api.deps import MemoryDep, ServicesDep, TenantDep
 from stratamem.api.schemas import ERRORS, RecallIn
 from stratamem.api.services import Services
-from stratamem.api.views import dead_letter_json, task_json, turn_json
+from stratamem.api.views import dead_letter_json, failure_json, task_json, turn_json
 from stratamem.domain import Hit, Scope, check_ident
 from stratamem.llm.client import LLMClient
 from stratamem.store.failures.records import FailureQuery, FailureStatus
@@ -71,7 +71,7 @@ async def session_status(session: str, tenant: TenantDep, services: ServicesDep)
         **state_json(state),
         "queued": await _queued(services, tenant, session),
         "dead_letters": await _dead(services, tenant, session),
-        "open_failures": [f.to_json() for f in failures],
+        "open_failures": [failure_json(f) for f in failures],
         "llm": _llm_state(services),
     }
     return {**status, "reasons": l1_reasons(status)}
