@@ -27,9 +27,8 @@ async function retryOne(id) {
   return answer.failure.status;
 }
 
-/** Retry `ids`: through the bulk route where the service has it, else one by one. */
+/** Retry `ids`, one after the other. */
 async function retry(ids) {
-  if (await serves("POST", "/v1/failures/retry")) return api("POST", "/v1/failures/retry", { ids });
   const outcome = { resolved: 0, open: 0, errors: [] };
   for (const id of ids) {
     try {
@@ -45,10 +44,23 @@ async function retry(ids) {
 
 async function retryAndSay(ids) {
   const outcome = await retry(ids);
-  const errors = outcome.errors || [];
-  say(`retried ${ids.length}: ${outcome.resolved ?? "?"} resolved, ${outcome.open ?? "?"} still open`
+  const { errors } = outcome;
+  say(`retried ${ids.length}: ${outcome.resolved} resolved, ${outcome.open} still open`
     + (errors.length ? `; ${errors.join("; ")}` : ""), errors.length ? "error" : "info");
   await refresh();
+}
+
+/** Where the service retries many at once (`POST /v1/failures/retry`): every open record
+ * matching the view's session, stage and kind, oldest first. */
+function retryAllButton(q) {
+  const kind = ["quarantine", "stage"].includes(q.get("kind")) ? q.get("kind") : null;
+  const body = { session: q.get("session") || null, stage: q.get("stage") || null, kind };
+  return h("button", { type: "button", onclick: async () => {
+    const done = await api("POST", "/v1/failures/retry", body);
+    say(`retried ${done.tried}: ${done.resolved} resolved, ${done.open} still open, ${done.left} left`
+      + (done.stopped ? `; stopped: ${done.stopped}` : ""), done.stopped ? "error" : "info");
+    await refresh();
+  } }, "Retry all open matching");
 }
 
 function details(f) {
@@ -88,5 +100,6 @@ export async function list(q) {
     if (!ids.length) say("select the failures to retry first", "error");
     else retryAndSay(ids);
   } }, "Retry selected");
-  return [h("h1", {}, "Failures"), filters(q), h("div", { class: "buttons" }, bulk), rows];
+  const all = await serves("POST", "/v1/failures/retry") ? retryAllButton(q) : null;
+  return [h("h1", {}, "Failures"), filters(q), h("div", { class: "buttons" }, bulk, all), rows];
 }

@@ -162,16 +162,21 @@ async function lineage(memoryId) {
     h("h2", { id: "lineage-title" }, "Built from it"), body);
 }
 
+/** A record of a lineage answer (`{kind, id, version}`) as a link to its view. */
+function recordLink(ref) {
+  const version = ref.version ? ` version ${ref.version}` : "";
+  if (ref.kind === "scene") return link(`#/scene/${encodeURIComponent(ref.id)}`, `scene${version}`);
+  if (ref.kind === "profile") return link(`#/profile?b=${ref.version ?? ""}`, `profile${version}`);
+  if (ref.kind === "memory") return link(`#/memory/${encodeURIComponent(ref.id)}`, h("code", {}, ref.id));
+  return [ref.kind, " ", h("code", {}, ref.id)];
+}
+
 function lineageList(found) {
-  const scenes = found.scenes || [];
-  const profiles = found.profiles || found.profile_versions || [];
-  if (!scenes.length && !profiles.length) {
+  const derived = found.derived || [];
+  if (!derived.length) {
     return h("p", { class: "muted" }, "No scene or profile version was built from it yet.");
   }
-  return h("ul", {},
-    scenes.map((s) => h("li", {}, "scene ", link(`#/scene/${encodeURIComponent(s.id || s.scene_id)}`,
-      s.title || s.id || s.scene_id), s.version ? ` v${s.version}` : "")),
-    profiles.map((p) => h("li", {}, link("#/profile", `profile v${p.version ?? p}`))));
+  return h("ul", {}, derived.map((ref) => h("li", {}, recordLink(ref))));
 }
 
 function actions(memory) {

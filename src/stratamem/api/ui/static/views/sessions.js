@@ -42,8 +42,10 @@ export function outcomes(turns, memories, failures, cursor) {
   const quarantined = new Set(failures.filter((f) => f.kind === "quarantine" && f.status === "open")
     .flatMap((f) => f.turn_ids));
   return turns.map((turn) => {
-    const ledger = turn.outcome ?? turn.l1_outcome ?? turn.l1?.outcome;
-    if (ledger) return { turn, outcome: ledger, memories: cited.get(turn.id) || [] };
+    const ledger = turn.l1?.outcome;  // the turn ledger's word, where the service keeps it
+    if (ledger) {
+      return { turn, outcome: ledger.replace(/_/g, " "), memories: cited.get(turn.id) || [] };
+    }
     if (cited.has(turn.id)) return { turn, outcome: "extracted", memories: cited.get(turn.id) };
     if (quarantined.has(turn.id)) return { turn, outcome: "quarantined", memories: [] };
     if (turn.seq > cursor) return { turn, outcome: "pending", memories: [] };
