@@ -102,7 +102,7 @@ export class StratamemClient {
     return this.request("POST", "/v1/capture", { session, messages });
   }
 
-  recall(query: string, session: string, budgetChars?: number): Promise<Recall> {
+  recall(query: string, session?: string, budgetChars?: number): Promise<Recall> {
     return this.request("POST", "/v1/recall", { query, session, budget_chars: budgetChars });
   }
 

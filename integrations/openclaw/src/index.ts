@@ -67,7 +67,10 @@ function registerRecall(api: OpenClawPluginApi, client: StratamemClient, config:
     // The admitted request's id keeps a prompt rebuilt for a retry one task boundary.
     const messageId = event.currentUserMessageId ? identifier(event.currentUserMessageId, "") || undefined : undefined;
     const boundary = config.offload ? client.offloadUserMessage(session, query, messageId) : undefined;
-    const recall = config.autoRecall ? await client.recall(query, session, config.recallBudgetChars) : undefined;
+    // With the session named, recall leaves out its last turns, which the agent holds in its
+    // context; a prompt built on no messages holds none of them, so nothing is left out.
+    const inContext = event.messages?.length ? session : undefined;
+    const recall = config.autoRecall ? await client.recall(query, inContext, config.recallBudgetChars) : undefined;
     await boundary;
     if (!recall) return undefined;
     return {
