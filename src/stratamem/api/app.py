@@ -26,6 +26,7 @@ from stratamem.api.routes import (
     offload,
     operator,
     pipeline,
+    proxy,
 )
 from stratamem.api.services import Services
 from stratamem.api.strict_query import reject_unknown_query
@@ -74,7 +75,8 @@ def create_app(
     )
     app.state.services = services
     errors.install(app)
-    routers = (health, memory, layers, offload, pipeline, failures, admin, inspect, operator)
+    routers = (health, memory, layers, offload, pipeline, failures, admin, inspect, operator,
+               proxy)  # fmt: skip
     for module in routers:
         app.include_router(module.router)
     ui.install(app)
@@ -89,9 +91,11 @@ def _install_middleware(app: FastAPI, services: Services) -> None:
     headers reach every answer (a 413 too), metrics see every request, and any failure is
     answered in the error shape."""
     settings = services.settings
+    proxy_limit = services.proxy_settings.max_body_bytes
     app.add_middleware(
-        BodyLimit, limit=settings.max_body_bytes, timeout_s=settings.body_timeout_s
-    )
+        BodyLimit, limit=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
+        prefix_limits={prefix: proxy_limit for prefix in proxy.PREFIXES},
+    )  # fmt: skip
     if settings.cors_origins:
         app.add_middleware(
             ShapedCORS,
@@ -115,6 +119,7 @@ def _lifespan(
         async with AsyncExitStack() as stack:
             if close_on_shutdown:
                 stack.push_async_callback(services.aclose)
+            stack.push_async_callback(services.proxy.aclose)  # its client lives on this loop
             await stack.enter_async_context(mcp.session_manager.run())
             loading = asyncio.get_running_loop().create_task(_load_embedder(services))
             stack.push_async_callback(cancel_and_wait, loading)

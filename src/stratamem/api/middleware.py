@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.datastructures import Headers
@@ -122,19 +122,30 @@ class BodyTooSlow(HTTPException):
 class BodyLimit:
     """Refuse bodies over `limit` bytes with 413 (by Content-Length, else while reading), and
     bodies still incomplete `timeout_s` after the first read with 408: a client sending a
-    few bytes now and then cannot hold a connection and a request slot for ever."""
+    few bytes now and then cannot hold a connection and a request slot for ever. Paths under a
+    prefix of `prefix_limits` have that prefix's limit instead (the proxy's long conversations)."""
 
-    def __init__(self, app: ASGIApp, limit: int, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        limit: int,
+        timeout_s: float = 30.0,
+        prefix_limits: Mapping[str, int] | None = None,
+    ) -> None:
         self.app = app
-        self.limit = limit
+        self.default_limit = limit
         self.timeout_s = timeout_s
+        self.prefix_limits = dict(prefix_limits or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if _declared_length(scope) > self.limit:
-            await _send_error(send, BodyTooLarge(self.limit))
+        path = str(scope.get("path", ""))
+        limit = next((n for p, n in self.prefix_limits.items() if path.startswith(p)),
+                     self.default_limit)  # fmt: skip
+        if _declared_length(scope) > limit:
+            await _send_error(send, BodyTooLarge(limit))
             return
         started = False
         seen = 0
@@ -153,8 +164,8 @@ class BodyLimit:
                 raise BodyTooSlow(self.timeout_s) from exc
             complete = not message.get("more_body", False)
             seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise BodyTooLarge(self.limit)
+            if seen > limit:
+                raise BodyTooLarge(limit)
             return message
 
         async def tracking_send(message: Message) -> None:

@@ -21,6 +21,9 @@ from stratamem.offload.executors import PipelineScheduler
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
+from stratamem.proxy.deps import ProxyDeps
+from stratamem.proxy.service import MemoryProxy
+from stratamem.proxy.settings import ProxySettings
 from stratamem.store.layers.port import LayerStore
 from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import RecordStore
@@ -37,10 +40,16 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     pipeline_settings: PipelineSettings = field(default_factory=PipelineSettings)
     monotonic: Callable[[], float] = time.perf_counter
+    proxy_settings: ProxySettings = field(default_factory=ProxySettings)
     limits: TenantLimits = field(init=False)
+    proxy: MemoryProxy = field(init=False)
+    """The OpenAI-compatible memory proxy (`/openai/v1`)."""
 
     def __post_init__(self) -> None:
         self.limits = limits_of(self.settings, self.monotonic)
+        deps = ProxyDeps(self.memory, self.offload, self.proxy_settings, self.metrics.count,
+                         self.check_pending)  # fmt: skip
+        self.proxy = MemoryProxy(deps)
 
     @classmethod
     def over(
@@ -49,6 +58,7 @@ class Services:
         settings: ServerSettings,
         pipeline: PipelineBackend | None = None,
         pipeline_settings: PipelineSettings | None = None,
+        proxy_settings: ProxySettings | None = None,
     ) -> Services:
         """Services over an open memory whose store is a SQLite or PostgreSQL store; context
         offload runs its stages on the pipeline, so it is there only with one."""
@@ -61,7 +71,8 @@ class Services:
             offload = Offload(SqlOffloadStore(store), scheduler, llm=memory.llm,
                               clock=memory.clock)  # fmt: skip
         return cls(memory, TenantStore(store, memory.clock), settings, pipeline, offload,
-                   pipeline_settings=pipeline_settings or PipelineSettings())  # fmt: skip
+                   pipeline_settings=pipeline_settings or PipelineSettings(),
+                   proxy_settings=proxy_settings or ProxySettings())  # fmt: skip
 
     @classmethod
     def open(
@@ -114,6 +125,7 @@ class Services:
         return self.pipeline
 
     async def aclose(self) -> None:
+        await self.proxy.aclose()  # first: its captures still running need the store
         if self.pipeline is not None:
             await self.pipeline.close()
         await self.memory.aclose()

@@ -25,6 +25,8 @@ from stratamem.layers.settings import LayerSettings
 from stratamem.llm.settings import ENV_PREFIX as LLM_ENV_PREFIX
 from stratamem.llm.settings import LLMSettings
 from stratamem.pipeline.settings import PipelineSettings
+from stratamem.proxy.settings import ENV_PREFIX as PROXY_ENV_PREFIX
+from stratamem.proxy.settings import ProxySettings
 
 ENV_PREFIX = "STRATAMEM_SERVER_"
 PIPELINE_ENV_PREFIX = "STRATAMEM_PIPELINE_"
@@ -138,8 +140,12 @@ def load_settings(
     file_values = _read_config(config_file) if config_file else {}
     tables = {name: _table(file_values, name, config_file) for name in ("server", "pipeline")}
     _check_core_keys(file_values, config_file)
-    for env_only, prefix in ((LLMSettings, LLM_ENV_PREFIX), (LayerSettings, LAYERS_ENV_PREFIX)):
-        _build(env_only, prefix, {}, {}, None)  # read again when the memory opens: fail here
+    env_only: tuple[tuple[type[BaseSettings], str], ...] = (
+        (LLMSettings, LLM_ENV_PREFIX), (LayerSettings, LAYERS_ENV_PREFIX),
+        (ProxySettings, PROXY_ENV_PREFIX),
+    )  # fmt: skip
+    for cls, prefix in env_only:
+        _build(cls, prefix, {}, {}, None)  # read again when the services open: fail here
     return AllSettings(
         _build(Settings, CORE_ENV_PREFIX, file_values, core or {}, config_file),
         _build(ServerSettings, ENV_PREFIX, tables["server"], server or {}, config_file),

@@ -20,6 +20,8 @@ from stratamem.llm.settings import ENV_PREFIX as LLM_PREFIX
 from stratamem.llm.settings import STAGE_MAX_TOKENS, LLMSettings, StageSettings, split_stage
 from stratamem.offload.settings import OffloadSettings
 from stratamem.pipeline.settings import PipelineSettings
+from stratamem.proxy.settings import ENV_PREFIX as PROXY_PREFIX
+from stratamem.proxy.settings import ProxySettings
 
 PREFIXED: tuple[tuple[type[BaseSettings], str], ...] = (
     (Settings, ENV_PREFIX),
@@ -28,6 +30,7 @@ PREFIXED: tuple[tuple[type[BaseSettings], str], ...] = (
     (LayerSettings, "STRATAMEM_LAYERS_"),
     (OffloadSettings, "STRATAMEM_OFFLOAD_"),
     (LLMSettings, LLM_PREFIX),
+    (ProxySettings, PROXY_PREFIX),
 )
 STAGES = (*STAGE_MAX_TOKENS, "eval_answer", "eval_judge")
 """Every stage an LLM call is made for (normalised, `stage_key`): the memory layers', context

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from stratamem.llm.wire import estimate_tokens
 from stratamem.testing.replies import RecordedRequest, Reply
+from stratamem.testing.streaming import DONE, ChunkMaker, tool_call_chunks
 
 if TYPE_CHECKING:
     from stratamem.testing.scripted_llm import ScriptedLLM
@@ -116,6 +117,8 @@ class RequestHandler(BaseHTTPRequestHandler):
             self._send(501, {"error": {"message": message}})
         elif reply is not None and (reply.status != 200 or reply.body is not None):
             self._send(reply.status, reply.body, reply.headers)
+        elif request.streamed and request.path.endswith("/chat/completions"):
+            self._stream(request, reply or Reply())
         else:
             self._send(200, build(request, reply or Reply()), {})
 
@@ -141,16 +144,26 @@ class RequestHandler(BaseHTTPRequestHandler):
         except OSError:
             return True
 
-    def _chat(self, request: RecordedRequest, reply: Reply) -> dict[str, Any]:
-        owner = self.server.owner
+    def _count(self, request: RecordedRequest, reply: Reply) -> tuple[int, int]:
+        """The reply's prompt and completion tokens (given, else estimated), counted."""
         prompt = reply.prompt_tokens
         if prompt is None:
             prompt = estimate_tokens(request.prompt_chars)
         completion = reply.completion_tokens
         if completion is None:
             completion = estimate_tokens(len(reply.content or ""))
-        owner.count_tokens(request.stage, prompt, completion)
-        message = {"role": "assistant", "content": reply.content}
+        self.server.owner.count_tokens(request.stage, prompt, completion)
+        return prompt, completion
+
+    def _chat(self, request: RecordedRequest, reply: Reply) -> dict[str, Any]:
+        owner = self.server.owner
+        prompt, completion = self._count(request, reply)
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {"id": i, "type": "function", "function": {"name": name, "arguments": args}}
+                for i, name, args in reply.tool_calls
+            ]
         return {
             "id": f"chatcmpl-scripted-{len(owner.requests)}",
             "object": "chat.completion",
@@ -159,6 +172,45 @@ class RequestHandler(BaseHTTPRequestHandler):
             "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
             "usage": _usage(prompt, completion),
         }
+
+    def _stream(self, request: RecordedRequest, reply: Reply) -> None:
+        """The reply as server-sent events, in HTTP/1.1 chunks (the connection stays usable)."""
+        maker = ChunkMaker(request, f"chatcmpl-scripted-{len(self.server.owner.requests)}")
+        prompt, completion = self._count(request, reply)
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self._write_chunk(maker.chunk({"role": "assistant", "content": ""}))
+            if not self._stream_pieces(maker, reply):
+                self.close_connection = True
+                return
+            for chunk in tool_call_chunks(maker, reply):
+                self._write_chunk(chunk)
+            self._write_chunk(maker.chunk({}, reply.finish_reason))
+            if maker.include_usage:
+                self._write_chunk(maker.usage(prompt, completion))
+            self._write_chunk(DONE)
+            self._write_chunk(b"")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client went away mid-stream
+
+    def _stream_pieces(self, maker: ChunkMaker, reply: Reply) -> bool:
+        """The content pieces; False when a hold after some of them ended without release."""
+        closing = self.server.owner.closing
+        for count, piece in enumerate(reply.pieces(), start=1):
+            if reply.chunk_interval_s and closing.wait(reply.chunk_interval_s):
+                return False
+            self._write_chunk(maker.chunk({"content": piece}))
+            if count == reply.hold_after_chunks and not self._wait_for_gate():
+                return False
+        return True
+
+    def _write_chunk(self, data: bytes) -> None:
+        """One HTTP/1.1 chunk (empty: the last one), sent at once."""
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
 
     def _embeddings(self, request: RecordedRequest, reply: Reply) -> dict[str, Any]:
         owner = self.server.owner

@@ -26,6 +26,12 @@ class Reply:
     the whole response body (a str is sent as-is, anything else as JSON); `vectors` answers an
     embeddings request; `hold` makes the server wait until `ScriptedLLM.release()` (or teardown)
     first; `disconnect` closes the connection without an answer.
+
+    `tool_calls` are the assistant's calls, each `(id, name, arguments as JSON text)`. A request
+    with `"stream": true` gets the same reply as server-sent events (`testing.streaming`):
+    `chunks` are the content's pieces (default: one per word), `chunk_interval_s` the pause the
+    server makes before each piece (for benchmarks), and `hold_after_chunks` makes it stop after
+    that many pieces until released, noting a client that hangs up meanwhile.
     """
 
     status: int = 200
@@ -38,6 +44,10 @@ class Reply:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     finish_reason: str | None = "stop"
+    tool_calls: tuple[tuple[str, str, str], ...] = ()
+    chunks: tuple[str, ...] | None = None
+    chunk_interval_s: float = 0.0
+    hold_after_chunks: int | None = None
 
     @classmethod
     def json(
@@ -102,6 +112,37 @@ class Reply:
         return cls(vectors=tuple(tuple(float(x) for x in row) for row in vectors))
 
     @classmethod
+    def calling(
+        cls, *calls: tuple[str, str, Mapping[str, Any]], content: str | None = None
+    ) -> Reply:
+        """The assistant calls tools: each call `(id, name, arguments)`; `finish_reason` is
+        `"tool_calls"`."""
+        encoded = tuple((i, name, json.dumps(args, ensure_ascii=False)) for i, name, args in calls)
+        return cls(content=content, tool_calls=encoded, finish_reason="tool_calls")
+
+    @classmethod
+    def streamed(
+        cls,
+        *chunks: str,
+        interval_s: float = 0.0,
+        hold_after: int | None = None,
+    ) -> Reply:
+        """A reply whose content is `chunks` joined, streamed one chunk per event when the
+        request asks for a stream (`interval_s` before each; `hold_after` chunks, then held)."""
+        return cls(
+            content="".join(chunks), chunks=chunks, chunk_interval_s=interval_s,
+            hold_after_chunks=hold_after,
+        )  # fmt: skip
+
+    def pieces(self) -> tuple[str, ...]:
+        """The content as streamed: `chunks`, else one piece per word (its spaces kept)."""
+        if self.chunks is not None:
+            return self.chunks
+        return tuple(re.findall(r"\s*\S+\s*", self.content or "")) or (
+            (self.content,) if self.content else ()
+        )
+
+    @classmethod
     def held(cls, then: Reply | None = None) -> Reply:
         """Wait until released (or the server stops), then answer `then` (an empty reply)."""
         return replace(then or cls.text("released"), hold=True)
@@ -121,6 +162,11 @@ class RecordedRequest:
     def messages(self) -> list[dict[str, Any]]:
         messages = self.body.get("messages") if isinstance(self.body, dict) else None
         return list(messages) if isinstance(messages, list) else []
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the request asks for server-sent events (`"stream": true`)."""
+        return isinstance(self.body, dict) and self.body.get("stream") is True
 
     @property
     def form(self) -> str | None:

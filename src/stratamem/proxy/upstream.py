@@ -1,0 +1,142 @@
+"""The upstream model endpoint: requests with the proxy's own key (never the tenant's), whole
+answers or an open stream, and transport failures as OpenAI-shaped 502 / 504 answers that name
+the upstream by scheme, host and port only."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+
+from stratamem.errors import StratamemError
+from stratamem.proxy.answers import WholeAnswer, openai_error, upstream_error
+from stratamem.proxy.settings import ProxySettings, redacted
+
+CONNECT_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 100
+NOT_CONFIGURED = openai_error(
+    503, "proxy_not_configured",
+    "the memory proxy has no upstream: set STRATAMEM_PROXY_UPSTREAM to the base URL of the"
+    " model to forward to (with /v1) and restart serve",
+)  # fmt: skip
+
+
+class UpstreamUnavailable(StratamemError):
+    """The upstream could not be reached or did not answer in time (or is not configured);
+    `answer` says so to the client, with the status: the proxy answers it, never raises it."""
+
+    def __init__(self, answer: WholeAnswer) -> None:
+        super().__init__(answer.body.decode())
+        self.answer = answer
+
+
+class Upstream:
+    """One upstream base URL (including `/v1`) and its key; the HTTP client opens on first use."""
+
+    def __init__(self, settings: ProxySettings, auth: Mapping[str, str] | None = None) -> None:
+        self.base_url = settings.upstream
+        self.timeout = httpx.Timeout(settings.upstream_timeout_s, connect=CONNECT_TIMEOUT_S)
+        key = settings.upstream_key
+        self.auth = dict(auth) if auth is not None else (
+            {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
+        )  # fmt: skip
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def configured(self) -> bool:
+        return self.base_url is not None
+
+    @property
+    def name(self) -> str:
+        return redacted(self.base_url) if self.base_url else "the upstream"
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            limits = httpx.Limits(max_connections=MAX_CONNECTIONS)
+            self._client = httpx.AsyncClient(timeout=self.timeout, limits=limits, trust_env=False)
+        return self._client
+
+    def _url(self, path: str) -> str:
+        if self.base_url is None:
+            raise UpstreamUnavailable(NOT_CONFIGURED)
+        return f"{self.base_url}{path}"
+
+    def _headers(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        return {**(extra or {}), **self.auth}
+
+    async def get(self, path: str, headers: Mapping[str, str] | None = None) -> WholeAnswer:
+        with self._failures():
+            response = await self._http().get(self._url(path), headers=self._headers(headers))
+        return _whole(response)
+
+    async def post(
+        self, path: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> WholeAnswer:
+        with self._failures():
+            response = await self._http().post(
+                self._url(path), json=body, headers=self._headers(headers)
+            )
+        return _whole(response)
+
+    @asynccontextmanager
+    async def stream(
+        self, path: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[httpx.Response]:
+        """The upstream's response, open: its body not read yet (closed on exit)."""
+        sent = {**self._headers(headers), "Accept": "text/event-stream",
+                "Accept-Encoding": "identity"}  # fmt: skip
+        request = self._http().build_request("POST", self._url(path), json=body, headers=sent)
+        with self._failures():
+            response = await self._http().send(request, stream=True)
+        try:
+            yield response
+        finally:
+            await response.aclose()
+
+    async def body_of(self, response: httpx.Response) -> AsyncIterator[bytes]:
+        """A streamed response's bytes as they arrive."""
+        with self._failures():
+            async for data in response.aiter_bytes():
+                yield data
+
+    async def read_rest(self, response: httpx.Response) -> WholeAnswer:
+        """A streamed response read whole (an error, or a server that did not stream)."""
+        with self._failures():
+            await response.aread()
+        return _whole(response)
+
+    def _failures(self) -> _Failures:
+        return _Failures(self.name)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+class _Failures:
+    """Turns httpx's transport errors into `UpstreamUnavailable` (504 on a timeout, else 502)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:  # fmt: skip
+        if isinstance(exc, httpx.TimeoutException):
+            message = f"{self.name} did not answer in time ({type(exc).__name__})"
+            raise UpstreamUnavailable(openai_error(504, "upstream_timeout", message)) from exc
+        if isinstance(exc, httpx.TransportError):
+            message = f"{self.name} could not be reached ({type(exc).__name__})"
+            raise UpstreamUnavailable(openai_error(502, "upstream_unreachable", message)) from exc
+
+
+def _whole(response: httpx.Response) -> WholeAnswer:
+    if response.is_success:
+        media = response.headers.get("content-type", "application/json")
+        return WholeAnswer(response.status_code, response.content, media_type=media)
+    return upstream_error(response.status_code, response.content, response.headers)
