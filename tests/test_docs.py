@@ -21,6 +21,7 @@ from stratamem.layers.settings import LayerSettings
 from stratamem.llm.settings import LLMSettings
 from stratamem.offload.settings import OffloadSettings
 from stratamem.pipeline.settings import PipelineSettings
+from stratamem.proxy.settings import ProxySettings
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -33,6 +34,7 @@ TABLES = [
     (LLMSettings, "### LLM endpoint settings", ""),
     (OffloadSettings, "| offload setting |", ""),
     (ServerSettings, "| service setting |", "STRATAMEM_SERVER_"),
+    (ProxySettings, "| proxy setting |", "STRATAMEM_PROXY_"),
     (PipelineSettings, "| pipeline setting |", ""),
     (LayerSettings, "Settings, as `STRATAMEM_LAYERS_<NAME>`", ""),
 ]

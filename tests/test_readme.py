@@ -54,6 +54,8 @@ HOW = {
     "Quickstart: the library and the CLI (sh)": "sandbox",
     "Quickstart: the library and the CLI (python)": "exec",
     "The Python client (python)": "service",
+    "The memory proxy: any agent, one URL (python)": "tests/proxy/test_readme_proxy.py",
+    "The memory proxy: any agent, one URL (sh)": "tests/proxy/test_readme_proxy.py",
     "Context offload (python)": "exec",
     "Memory layers (sh)": "sandbox",
     "LangGraph (python)": "exec",

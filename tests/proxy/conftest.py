@@ -4,8 +4,8 @@ with the real `openai` package (and httpx where a test needs the raw answer)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,16 +74,20 @@ def memory_settings(tmp_path: Path, **core: Any) -> Settings:
 
 
 def open_proxied_services(
-    tmp_path: Path, upstream: ScriptedLLM, *, store_url: str | None = None, **proxy: Any
+    tmp_path: Path,
+    behind: ScriptedLLM,
+    *,
+    core: dict[str, Any] | None = None,
+    server: dict[str, Any] | None = None,
+    **proxy: Any,
 ) -> Services:
-    memory = AsyncMemory.open(
-        memory_settings(tmp_path, store_url=store_url), clock=ManualClock(), llm=None
-    )
-    settings = ProxySettings(**{"upstream": upstream.base_url, "upstream_key": UPSTREAM_KEY,
+    memory = AsyncMemory.open(memory_settings(tmp_path, **(core or {})), clock=ManualClock(),
+                              llm=None)  # fmt: skip
+    settings = ProxySettings(**{"upstream": behind.base_url, "upstream_key": UPSTREAM_KEY,
                                 **proxy})  # fmt: skip
     return Services.over(
-        memory, ServerSettings(admin_key=ADMIN_KEY), SqliteBackend(tmp_path / "data" / "pipeline.db"),
-        proxy_settings=settings,
+        memory, ServerSettings(**{"admin_key": ADMIN_KEY, **(server or {})}),
+        SqliteBackend(tmp_path / "data" / "pipeline.db"), proxy_settings=settings,
     )  # fmt: skip
 
 
@@ -98,15 +102,33 @@ def serving(services: Services, upstream: ScriptedLLM, tenant: str = "maya") -> 
         yield Proxied(services, upstream, url, tenant, issued.json()["token"])
 
 
+ProxyFactory = Callable[..., Proxied]
+
+
 @pytest.fixture
-def proxied(tmp_path: Path, scripted_llm: ScriptedLLM) -> Iterator[Proxied]:
+def make_proxied(tmp_path: Path, scripted_llm: ScriptedLLM) -> Iterator[ProxyFactory]:
+    """`make_proxied(**proxy_settings)`: the proxy in front of the scripted server (or the one
+    `behind=` names), over a SQLite store; `core=`, `server=` change those settings."""
+    with ExitStack() as stack:
+
+        def make(
+            behind: ScriptedLLM = scripted_llm,
+            core: dict[str, Any] | None = None,
+            server: dict[str, Any] | None = None,
+            **proxy: Any,
+        ) -> Proxied:
+            services = open_proxied_services(tmp_path, behind, core=core, server=server,
+                                             **proxy)  # fmt: skip
+            stack.callback(lambda: asyncio.run(services.aclose()))
+            return stack.enter_context(serving(services, behind))
+
+        yield make
+
+
+@pytest.fixture
+def proxied(make_proxied: ProxyFactory) -> Proxied:
     """The proxy in front of the scripted server, over a SQLite store."""
-    services = open_proxied_services(tmp_path, scripted_llm)
-    try:
-        with serving(services, scripted_llm) as running:
-            yield running
-    finally:
-        asyncio.run(services.aclose())
+    return make_proxied()
 
 
 def user(text: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ HISTORY = [
     {"role": "user", "speaker": "Maya", "content": "Hi! I'm a nurse and I live in Lisbon."},
     {"role": "assistant", "content": "Nice to meet you, Maya."},
     {"role": "user", "speaker": "Maya", "content": "My dog is called Biscuit."},
-    {"role": "user", "speaker": "Maya", "content": "Please always answer me in short bullet points."},
+    {"role": "user", "speaker": "Maya", "content": "Always answer me in short bullet points."},
 ]
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 

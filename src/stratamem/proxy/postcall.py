@@ -15,6 +15,8 @@ import hashlib
 from typing import Any
 
 from stratamem.capture import CaptureResult, strip_injected
+from stratamem.errors import InvalidInput
+from stratamem.inputs import check_json, check_text
 from stratamem.proxy.chat import ChatMessage, last_user_index, spoken, text_of, tool_pairs
 from stratamem.proxy.deps import ProxyDeps, guarded, log
 
@@ -27,13 +29,13 @@ async def record(
     turns = spoken(messages)
     if answer and strip_injected(answer):
         turns.append({"role": "assistant", "content": answer.strip()})
-    turns = _fitting(deps, turns)
+    turns = _capturable(deps, turns)
     if turns:
         result = await guarded(deps, "capture", _capture(deps, tenant, session, turns))
         if result is not None:
             deps.count("proxy_captured_messages", len(result.stored))
     if deps.offload is not None:
-        await guarded(deps, "offload", _offload(deps, tenant, session, messages))
+        await _offload(deps, tenant, session, messages)
 
 
 async def _capture(
@@ -43,16 +45,25 @@ async def _capture(
     return await deps.memory.capture(tenant, session, turns)
 
 
-def _fitting(deps: ProxyDeps, turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The turns capture accepts: a message over `max_turn_chars` is left out (and counted),
-    not the whole capture refused."""
+def _capturable(deps: ProxyDeps, turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The turns capture accepts: a message over `max_turn_chars`, or whose text is not Unicode,
+    is left out (and counted), not the whole capture refused at every later call."""
     limit = deps.memory.settings.max_turn_chars
-    kept = [t for t in turns if len(t["content"]) <= limit]
+    kept = [t for t in turns if len(t["content"]) <= limit and _unicode(t["content"])]
     if len(kept) < len(turns):
         left = len(turns) - len(kept)
-        log.warning("proxy: %d message(s) over max_turn_chars (%d) not captured", left, limit)
-        deps.count("proxy_oversize_messages", left)
+        log.warning("proxy: %d message(s) not captured: over max_turn_chars (%d) or not"
+                    " Unicode text", left, limit)  # fmt: skip
+        deps.count("proxy_uncaptured_messages", left)
     return kept
+
+
+def _unicode(text: str) -> bool:
+    try:
+        check_text(text, "a message")
+    except InvalidInput:
+        return False
+    return True
 
 
 async def _offload(deps: ProxyDeps, tenant: str, session: str, messages: list[ChatMessage]) -> None:
@@ -61,11 +72,20 @@ async def _offload(deps: ProxyDeps, tenant: str, session: str, messages: list[Ch
     at = last_user_index(messages)
     if at is not None:
         text = strip_injected(text_of(messages[at].get("content")))
-        mark = mark_id(messages, at, text)
-        await offload.user_message(tenant, session, text, message_id=mark)
-    pairs = tool_pairs(messages)
+        marked = offload.user_message(tenant, session, text, message_id=mark_id(messages, at, text))
+        await guarded(deps, "offload", marked)
+    pairs = [pair for pair in tool_pairs(messages) if _valid(pair)]
     if pairs:
-        await offload.ingest(tenant, session, pairs)
+        await guarded(deps, "offload", offload.ingest(tenant, session, pairs))
+
+
+def _valid(pair: dict[str, Any]) -> bool:
+    """A pair ingest takes (one it refuses would fail the others with it, at every call)."""
+    try:
+        check_json(pair, "a tool pair")
+    except InvalidInput:
+        return False
+    return True
 
 
 def mark_id(messages: list[ChatMessage], at: int, text: str) -> str:

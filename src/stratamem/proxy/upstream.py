@@ -4,6 +4,7 @@ the upstream by scheme, host and port only."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -74,10 +75,9 @@ class Upstream:
     async def post(
         self, path: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
     ) -> WholeAnswer:
+        sent = {**self._headers(headers), "Content-Type": "application/json"}
         with self._failures():
-            response = await self._http().post(
-                self._url(path), json=body, headers=self._headers(headers)
-            )
+            response = await self._http().post(self._url(path), content=encoded(body), headers=sent)
         return _whole(response)
 
     @asynccontextmanager
@@ -86,8 +86,10 @@ class Upstream:
     ) -> AsyncIterator[httpx.Response]:
         """The upstream's response, open: its body not read yet (closed on exit)."""
         sent = {**self._headers(headers), "Accept": "text/event-stream",
-                "Accept-Encoding": "identity"}  # fmt: skip
-        request = self._http().build_request("POST", self._url(path), json=body, headers=sent)
+                "Accept-Encoding": "identity", "Content-Type": "application/json"}  # fmt: skip
+        request = self._http().build_request(
+            "POST", self._url(path), content=encoded(body), headers=sent
+        )
         with self._failures():
             response = await self._http().send(request, stream=True)
         try:
@@ -133,6 +135,15 @@ class _Failures:
         if isinstance(exc, httpx.TransportError):
             message = f"{self.name} could not be reached ({type(exc).__name__})"
             raise UpstreamUnavailable(openai_error(502, "upstream_unreachable", message)) from exc
+
+
+def encoded(body: Mapping[str, Any]) -> bytes:
+    """The request as JSON, as the client sent it: text that is not Unicode (a lone surrogate,
+    which JSON can carry escaped) stays escaped instead of failing the call here."""
+    try:
+        return json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(body).encode("ascii")
 
 
 def _whole(response: httpx.Response) -> WholeAnswer:
