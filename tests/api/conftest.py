@@ -14,6 +14,7 @@ from stratamem.clock import ManualClock
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.pipeline.sqlite_backend import SqliteBackend
+from stratamem.proxy.settings import ProxySettings
 from tests.stores import store_url
 
 ADMIN_KEY = "admin-key-for-tests-0123456789abcdefghij"
@@ -42,10 +43,16 @@ def core_settings(tmp_path: Path, store_url: str | None = None) -> Settings:
     )  # fmt: skip
 
 
-def open_services(tmp_path: Path, store_url: str | None = None, **server: object) -> Services:
+def open_services(
+    tmp_path: Path,
+    store_url: str | None = None,
+    proxy: ProxySettings | None = None,
+    **server: object,
+) -> Services:
     settings = ServerSettings(**{"admin_key": ADMIN_KEY, **server})  # type: ignore[arg-type]
     memory = AsyncMemory.open(core_settings(tmp_path, store_url), clock=ManualClock(), llm=None)
-    return Services.over(memory, settings, SqliteBackend(tmp_path / "data" / "pipeline.db"))
+    backend = SqliteBackend(tmp_path / "data" / "pipeline.db")
+    return Services.over(memory, settings, backend, proxy_settings=proxy)
 
 
 @pytest.fixture

@@ -32,6 +32,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from stratamem.api import create_app
+from stratamem.proxy.settings import ProxySettings
+from stratamem.testing import Reply, ScriptedLLM
 from tests.api.conftest import ADMIN_KEY, open_services
 from tests.api.live import live
 
@@ -42,11 +44,14 @@ CHECKS = [not_a_server_error, status_code_conformance, response_schema_conforman
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    services = open_services(Path(tmp_path_factory.mktemp("fuzz")))
-    services.tenants.create_tenant("fuzz")
-    token = services.tenants.create_key("fuzz").token
-    with live(create_app(services, close_on_shutdown=True)) as url:
-        yield url, token
+    """The service, its memory proxy in front of a scripted upstream that answers anything."""
+    with ScriptedLLM(handler=lambda request: Reply.text("ok")) as upstream:
+        proxy = ProxySettings(upstream=upstream.base_url)
+        services = open_services(Path(tmp_path_factory.mktemp("fuzz")), proxy=proxy)
+        services.tenants.create_tenant("fuzz")
+        token = services.tenants.create_key("fuzz").token
+        with live(create_app(services, close_on_shutdown=True)) as url:
+            yield url, token
 
 
 def _fuzz(url: str, token: str, mode: GenerationMode) -> None:

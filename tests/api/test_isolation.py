@@ -110,6 +110,10 @@ def probes(alice: Alice) -> list[Probe]:
         Probe("POST", f"/v1/admin/dead-letters/{alice.dead_id}/requeue", 403),
         Probe("DELETE", f"/v1/admin/dead-letters/{alice.dead_id}", 403),
         Probe("GET", "/v1/admin/llm", 403),
+        # this service has no upstream; tests/proxy/test_isolation.py probes one that has
+        Probe("POST", "/openai/v1/chat/completions", 503, {"model": "m", "messages": [
+            message(f"What is my {SECRET} code?")]}),
+        Probe("GET", "/openai/v1/models", 503),
     ]
 
 

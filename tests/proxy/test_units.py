@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from stratamem.proxy.chat import conversation_session, spoken, text_of, tool_pairs
-from stratamem.proxy.precall import with_blocks
+from stratamem.proxy.dialects import with_blocks
 from stratamem.proxy.stream import ChatStream, OwnCalls, SSESplitter, encode_event
 
 

@@ -4,7 +4,7 @@ status (the upstream's, or an error in OpenAI's shape), or a stream of server-se
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,9 +60,14 @@ def passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
     }  # fmt: skip
 
 
-def upstream_error(status: int, body: bytes, headers: Mapping[str, str]) -> WholeAnswer:
-    """An upstream's error answer with its status: its body when it is in OpenAI's shape
-    (an object with an `error`), else wrapped in it."""
+def upstream_error(
+    status: int,
+    body: bytes,
+    headers: Mapping[str, str],
+    shape: Callable[[int, str, str], WholeAnswer] = openai_error,
+) -> WholeAnswer:
+    """An upstream's error answer with its status: its body when it is in an error shape (an
+    object with an `error`, as OpenAI's and Anthropic's are), else wrapped in `shape`."""
     try:
         parsed = json.loads(body)
     except ValueError:
@@ -70,5 +75,5 @@ def upstream_error(status: int, body: bytes, headers: Mapping[str, str]) -> Whol
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict | str):
         return WholeAnswer(status, body, passed_headers(headers))
     text = body.decode("utf-8", "replace").strip()[:2000] or f"the upstream answered {status}"
-    wrapped = openai_error(status, "upstream_error", text)
+    wrapped = shape(status, "upstream_error", text)
     return WholeAnswer(status, wrapped.body, passed_headers(headers))

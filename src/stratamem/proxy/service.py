@@ -18,18 +18,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 
 from stratamem.domain import check_ident
 from stratamem.proxy import tools
-from stratamem.proxy.answers import Answer, StreamAnswer, WholeAnswer
-from stratamem.proxy.chat import ChatMessage, conversation_session, messages_of, text_of
+from stratamem.proxy.answers import Answer, StreamAnswer, WholeAnswer, openai_error
+from stratamem.proxy.chat import ChatMessage, conversation_session
 from stratamem.proxy.deps import ProxyDeps
+from stratamem.proxy.dialects import Dialect, OpenAIChat, OwnFilter, StreamState
 from stratamem.proxy.postcall import record
 from stratamem.proxy.precall import Prepared, prepare
-from stratamem.proxy.stream import ChatStream, OwnCalls, SSESplitter
-from stratamem.proxy.upstream import NOT_CONFIGURED, Upstream, UpstreamUnavailable
+from stratamem.proxy.stream import SSESplitter
+from stratamem.proxy.tools import OwnCall
+from stratamem.proxy.upstream import Upstream, UpstreamUnavailable
 
-CHAT_PATH = "/chat/completions"
 MODELS_PATH = "/models"
 #: How long an answer's end waits for its capture; a slower capture finishes in the background.
 RECORD_WAIT_S = 2.0
@@ -39,18 +41,22 @@ FALLBACK_SESSION = "proxy"
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One client call: whose, which session, what the client sent, what goes upstream."""
+    """One client call: whose, which session, in which API, what goes upstream."""
 
     tenant: str
     session: str
-    messages: list[ChatMessage]
+    dialect: Dialect
     prepared: Prepared
+    headers: Mapping[str, str]
+    """Headers of the client's that the upstream needs (Anthropic's version and betas)."""
 
 
 class MemoryProxy:
     def __init__(self, deps: ProxyDeps) -> None:
         self.deps = deps
-        self.upstream = Upstream(deps.settings)
+        settings = deps.settings
+        self.openai = OpenAIChat(Upstream(settings.upstream, _bearer(settings.upstream_key),
+                                          settings.upstream_timeout_s, openai_error))  # fmt: skip
         self._recording: set[asyncio.Task[None]] = set()
 
     def session_of(self, header: str | None, messages: list[ChatMessage]) -> str:
@@ -61,9 +67,11 @@ class MemoryProxy:
             return check_ident(self.deps.settings.session, "STRATAMEM_PROXY_SESSION")
         return conversation_session(messages) or FALLBACK_SESSION
 
-    async def models(self) -> WholeAnswer:
+    async def models(self, dialect: Dialect | None = None,
+                     headers: Mapping[str, str] | None = None) -> WholeAnswer:  # fmt: skip
+        dialect = dialect or self.openai
         try:
-            return await self.upstream.get(MODELS_PATH)
+            return await dialect.upstream.get(MODELS_PATH, headers)
         except UpstreamUnavailable as exc:
             return exc.answer
 
@@ -74,15 +82,17 @@ class MemoryProxy:
         *,
         session: str | None = None,
         budget_tokens: int | None = None,
+        dialect: Dialect | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Answer:
         """The upstream's answer to `body`, with memory around it."""
-        messages = messages_of(body)
-        named = self.session_of(session, messages)
-        if not self.upstream.configured:
-            return NOT_CONFIGURED
+        dialect = dialect or self.openai
+        named = self.session_of(session, dialect.view(body))
+        if not dialect.upstream.configured:
+            return dialect.upstream.unconfigured()
         budget = self.deps.settings.budget_tokens if budget_tokens is None else budget_tokens
-        prepared = await prepare(self.deps, tenant, named, body, budget)
-        call = Call(tenant, named, messages, prepared)
+        prepared = await prepare(self.deps, dialect, tenant, named, body, budget)
+        call = Call(tenant, named, dialect, prepared, headers or {})
         try:
             if body.get("stream") is True:
                 return await self._streamed(call)
@@ -92,56 +102,50 @@ class MemoryProxy:
 
     # -- whole answers ------------------------------------------------------------------------
     async def _whole(self, call: Call) -> WholeAnswer:
-        body = call.prepared.body
-        rounds = 0
+        dialect, body, rounds = call.dialect, call.prepared.body, 0
         while True:
-            answer = await self.upstream.post(CHAT_PATH, body)
+            answer = await dialect.upstream.post(dialect.path, body, call.headers)
             parsed = answer.json() if answer.ok else None
-            message = _first_message(parsed)
-            own = _own_calls(message) if call.prepared.offered_tool else []
-            if message is None or not own or rounds == tools.MAX_TOOL_ROUNDS:
+            reply = dialect.reply(parsed)
+            own = reply.own if reply is not None and call.prepared.offered_tool else []
+            if reply is None or not own or reply.others or rounds == tools.MAX_TOOL_ROUNDS:
                 break
-            if len(own) < _call_count(message):
-                break
-            body = await self._next_round(call, body, message, own, rounds)
+            body = await self._next_round(call, body, reply.text, own, rounds)
             rounds += 1
         if not answer.ok:
             return answer
-        if own:
-            answer = _without_own_calls(answer, parsed)
-        await self._record(call, text_of(message.get("content")) if message else None)
+        if own:  # beside the client's calls, or past the rounds: the client never sees them
+            kept = json.dumps(dialect.without_own(parsed)).encode()
+            answer = WholeAnswer(answer.status, kept, answer.headers, answer.media_type)
+        await self._record(call, reply.text if reply is not None else None)
         return answer
 
     async def _next_round(
-        self,
-        call: Call,
-        body: dict[str, Any],
-        message: Mapping[str, Any],
-        own: list[dict[str, Any]],
-        rounds: int,
+        self, call: Call, body: dict[str, Any], text: str | None, own: list[OwnCall], rounds: int
     ) -> dict[str, Any]:
         """The request again with the proxy's calls answered (the last round without the tool)."""
         offload = self.deps.offload
         assert offload is not None  # the tool is offered only with offload
         results = await tools.answer_calls(offload, call.tenant, own)
-        body = tools.continued(body, message, results)
-        return tools.without_tool(body) if rounds + 1 == tools.MAX_TOOL_ROUNDS else body
+        body = call.dialect.continued(body, text, own, results)
+        return call.dialect.without_tool(body) if rounds + 1 == tools.MAX_TOOL_ROUNDS else body
 
     # -- streams -------------------------------------------------------------------------------
     async def _streamed(self, call: Call) -> Answer:
         """The stream, once the upstream has said yes (its error, or an answer it would not
         stream, is answered whole with its status)."""
+        dialect = call.dialect
         stack = AsyncExitStack()
         try:
             response = await stack.enter_async_context(
-                self.upstream.stream(CHAT_PATH, call.prepared.body)
+                dialect.upstream.stream(dialect.path, call.prepared.body, call.headers)
             )
             if not (response.is_success and _is_event_stream(response)):
-                answer = await self.upstream.read_rest(response)
+                answer = await dialect.upstream.read_rest(response)
                 await stack.aclose()
                 if answer.ok:
-                    message = _first_message(answer.json())
-                    await self._record(call, text_of(message.get("content")) if message else None)
+                    reply = dialect.reply(answer.json())
+                    await self._record(call, reply.text if reply is not None else None)
                 return answer
         except BaseException:
             await stack.aclose()
@@ -152,61 +156,62 @@ class MemoryProxy:
         self, call: Call, stack: AsyncExitStack, response: httpx.Response
     ) -> AsyncGenerator[bytes, None]:
         """The upstream's events as they come; the exchange is recorded once the stream has
-        ended properly, before its `[DONE]` goes out. A client that goes away closes this
+        ended properly, before its last event goes out. A client that goes away closes this
         generator: the upstream call ends with it, and nothing is recorded."""
+        dialect = call.dialect
         try:
             said: list[str] = []
             body = call.prepared.body
+            own = dialect.own_filter() if call.prepared.offered_tool else None
             for rounds in range(tools.MAX_TOOL_ROUNDS + 1):
-                own = OwnCalls(tools.READ_TOOL) if call.prepared.offered_tool else None
-                stream = ChatStream()
-                async for event in self._passed(response, stream, own):
+                stream = dialect.stream()
+                async for event in self._passed(dialect, response, stream, own):
                     yield event
                 said.extend(stream.text)
                 if own is None or not (stream.complete and own.only_own(stream)):
                     break
                 if rounds == tools.MAX_TOOL_ROUNDS:
                     break
-                asked = _streamed_message(stream, own)
-                body = await self._next_round(call, body, asked, asked["tool_calls"], rounds)
+                asked = own.calls(stream)
+                body = await self._next_round(call, body, stream.answer or None, asked, rounds)
+                own.next_round()
                 await stack.aclose()
-                response = await stack.enter_async_context(self.upstream.stream(CHAT_PATH, body))
+                response = await stack.enter_async_context(
+                    dialect.upstream.stream(dialect.path, body, call.headers)
+                )
                 if not response.is_success:
-                    failed = await self.upstream.read_rest(response)
-                    yield b"data: " + failed.body + b"\n\n"
+                    yield dialect.error_event(await dialect.upstream.read_rest(response))
                     return
             if stream.complete:
                 await self._record(call, "".join(said))
-            if stream.done:
-                yield b"data: [DONE]\n\n"
+            if stream.done_event is not None:
+                yield stream.done_event
         except UpstreamUnavailable as exc:
-            yield b"data: " + exc.answer.body + b"\n\n"
+            yield dialect.error_event(exc.answer)
         finally:
             await stack.aclose()
 
     async def _passed(
-        self, response: httpx.Response, stream: ChatStream, own: OwnCalls | None
-    ) -> AsyncIterator[bytes]:
-        """One upstream stream's events for the client, up to (without) its `[DONE]`; the
-        proxy's own calls and a finish that only they made are kept back."""
+        self, dialect: Dialect, response: httpx.Response, stream: StreamState,
+        own: OwnFilter | None,
+    ) -> AsyncIterator[bytes]:  # fmt: skip
+        """One upstream stream's events for the client, up to (without) its last; the proxy's
+        own calls, and the end of a round that only they made, are kept back."""
         splitter = SSESplitter()
-        async for data in self.upstream.body_of(response):
+        async for data in dialect.upstream.body_of(response):
             for event in splitter.feed(data):
                 stream.observe(event)
                 if stream.done:
                     return
-                if own is None:
-                    yield event
-                    continue
-                out = own.rewrite(event)
-                if out is not None and not (stream.finish_reason and own.only_own(stream)):
+                out = event if own is None else own.rewrite(event)
+                if out is not None and not (own and stream.finished and own.only_own(stream)):
                     yield out
 
     # -- recording ------------------------------------------------------------------------------
     async def _record(self, call: Call, answer: str | None) -> None:
         """Capture and offload the exchange; the answer waits at most `RECORD_WAIT_S` for it
         (the work goes on after that, and is waited for at shutdown)."""
-        work = record(self.deps, call.tenant, call.session, call.messages, answer)
+        work = record(self.deps, call.tenant, call.session, call.prepared.view, answer)
         task = asyncio.get_running_loop().create_task(work)
         self._recording.add(task)
         task.add_done_callback(self._recording.discard)
@@ -219,42 +224,12 @@ class MemoryProxy:
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
-        await self.upstream.aclose()
+        await self.openai.upstream.aclose()
+
+
+def _bearer(key: SecretStr | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
 
 
 def _is_event_stream(response: httpx.Response) -> bool:
     return str(response.headers.get("content-type", "")).startswith("text/event-stream")
-
-
-def _first_message(parsed: object) -> dict[str, Any] | None:
-    choices = parsed.get("choices") if isinstance(parsed, dict) else None
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return None
-    message = choices[0].get("message")
-    return message if isinstance(message, dict) else None
-
-
-def _own_calls(message: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    calls = message.get("tool_calls") if message else None
-    return [c for c in calls if tools.is_own(c)] if isinstance(calls, list) else []
-
-
-def _call_count(message: Mapping[str, Any] | None) -> int:
-    calls = message.get("tool_calls") if message else None
-    return len(calls) if isinstance(calls, list) else 0
-
-
-def _without_own_calls(answer: WholeAnswer, parsed: Any) -> WholeAnswer:
-    """The answer without the proxy's calls (made beside the client's, or past the rounds)."""
-    choice = parsed["choices"][0]
-    kept = [c for c in choice["message"].get("tool_calls") or [] if not tools.is_own(c)]
-    choice["message"]["tool_calls"] = kept
-    if not kept:
-        del choice["message"]["tool_calls"]
-        choice["finish_reason"] = "stop"
-    return WholeAnswer(answer.status, json.dumps(parsed).encode(), answer.headers)
-
-
-def _streamed_message(stream: ChatStream, own: OwnCalls) -> dict[str, Any]:
-    calls = [c.as_message_call() for i, c in sorted(stream.calls.items()) if i in own.own]
-    return {"role": "assistant", "content": stream.answer or None, "tool_calls": calls}

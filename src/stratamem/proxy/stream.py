@@ -16,6 +16,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from stratamem.proxy.chat import arguments_of
+from stratamem.proxy.tools import OwnCall
+
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 DONE_DATA = "[DONE]"
 
@@ -70,10 +73,6 @@ class StreamedCall:
     name: str = ""
     arguments: str = ""
 
-    def as_message_call(self) -> dict[str, Any]:
-        return {"id": self.id, "type": "function",
-                "function": {"name": self.name, "arguments": self.arguments}}  # fmt: skip
-
 
 @dataclass(slots=True)
 class ChatStream:
@@ -82,12 +81,17 @@ class ChatStream:
     text: list[str] = field(default_factory=list)
     calls: dict[int, StreamedCall] = field(default_factory=dict)
     finish_reason: str | None = None
-    done: bool = False
+    done_event: bytes | None = None
+    """The `[DONE]` event, once it came (held back by the proxy until the exchange is captured)."""
     failed: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.done_event is not None
 
     def observe(self, event: bytes) -> None:
         if (data_of(event) or "").strip() == DONE_DATA:
-            self.done = True
+            self.done_event = event
             return
         payload = payload_of(event)
         if payload is None:
@@ -120,6 +124,11 @@ class ChatStream:
                 found.arguments += function["arguments"]
 
     @property
+    def finished(self) -> bool:
+        """The model said why it stopped."""
+        return self.finish_reason is not None
+
+    @property
     def complete(self) -> bool:
         """Ended as a stream should: `[DONE]`, or a finish reason, and no error event."""
         return (self.done or self.finish_reason is not None) and not self.failed
@@ -144,6 +153,15 @@ class OwnCalls:
         self.tool = tool
         self.own: set[int] = set()
         self.theirs: dict[int, int] = {}
+
+    def next_round(self) -> None:
+        """A new upstream stream: its calls are counted from 0 again."""
+        self.own, self.theirs = set(), {}
+
+    def calls(self, stream: ChatStream) -> list[OwnCall]:
+        """The proxy's calls the stream made, in order."""
+        return [OwnCall(c.id, arguments_of(c.arguments))
+                for i, c in sorted(stream.calls.items()) if i in self.own]  # fmt: skip
 
     def rewrite(self, event: bytes) -> bytes | None:
         """The event to forward (rewritten when it held an own call), or None to withhold."""

@@ -1,27 +1,24 @@
-"""The upstream model endpoint: requests with the proxy's own key (never the tenant's), whole
-answers or an open stream, and transport failures as OpenAI-shaped 502 / 504 answers that name
-the upstream by scheme, host and port only."""
+"""An upstream model endpoint: requests with the proxy's own key (never the tenant's), whole
+answers or an open stream, and transport failures as 502 / 504 answers in the API's error shape
+that name the upstream by scheme, host and port only."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 
 from stratamem.errors import StratamemError
-from stratamem.proxy.answers import WholeAnswer, openai_error, upstream_error
-from stratamem.proxy.settings import ProxySettings, redacted
+from stratamem.proxy.answers import WholeAnswer, upstream_error
+from stratamem.proxy.settings import redacted
 
 CONNECT_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 100
-NOT_CONFIGURED = openai_error(
-    503, "proxy_not_configured",
-    "the memory proxy has no upstream: set STRATAMEM_PROXY_UPSTREAM to the base URL of the"
-    " model to forward to (with /v1) and restart serve",
-)  # fmt: skip
+ErrorShape = Callable[[int, str, str], WholeAnswer]
+"""An error answer in an API's shape, from its status, type and message."""
 
 
 class UpstreamUnavailable(StratamemError):
@@ -34,15 +31,23 @@ class UpstreamUnavailable(StratamemError):
 
 
 class Upstream:
-    """One upstream base URL (including `/v1`) and its key; the HTTP client opens on first use."""
+    """One upstream base URL (including `/v1`) and the headers that authenticate the proxy
+    there; the HTTP client opens on first use. `error` shapes the answers this side makes, and
+    `setting` is the variable that names the base URL (for the answer when it is unset)."""
 
-    def __init__(self, settings: ProxySettings, auth: Mapping[str, str] | None = None) -> None:
-        self.base_url = settings.upstream
-        self.timeout = httpx.Timeout(settings.upstream_timeout_s, connect=CONNECT_TIMEOUT_S)
-        key = settings.upstream_key
-        self.auth = dict(auth) if auth is not None else (
-            {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
-        )  # fmt: skip
+    def __init__(
+        self,
+        base_url: str | None,
+        auth: Mapping[str, str],
+        timeout_s: float,
+        error: ErrorShape,
+        setting: str = "STRATAMEM_PROXY_UPSTREAM",
+    ) -> None:
+        self.base_url = base_url
+        self.auth = dict(auth)
+        self.timeout = httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
+        self.error = error
+        self.setting = setting
         self._client: httpx.AsyncClient | None = None
 
     @property
@@ -53,6 +58,13 @@ class Upstream:
     def name(self) -> str:
         return redacted(self.base_url) if self.base_url else "the upstream"
 
+    def unconfigured(self) -> WholeAnswer:
+        return self.error(
+            503, "proxy_not_configured",
+            f"the memory proxy has no upstream for this API: set {self.setting} to the base URL"
+            " of the model to forward to (with /v1) and restart serve",
+        )  # fmt: skip
+
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             limits = httpx.Limits(max_connections=MAX_CONNECTIONS)
@@ -61,7 +73,7 @@ class Upstream:
 
     def _url(self, path: str) -> str:
         if self.base_url is None:
-            raise UpstreamUnavailable(NOT_CONFIGURED)
+            raise UpstreamUnavailable(self.unconfigured())
         return f"{self.base_url}{path}"
 
     def _headers(self, extra: Mapping[str, str] | None) -> dict[str, str]:
@@ -70,7 +82,7 @@ class Upstream:
     async def get(self, path: str, headers: Mapping[str, str] | None = None) -> WholeAnswer:
         with self._failures():
             response = await self._http().get(self._url(path), headers=self._headers(headers))
-        return _whole(response)
+        return self._whole(response)
 
     async def post(
         self, path: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
@@ -78,7 +90,7 @@ class Upstream:
         sent = {**self._headers(headers), "Content-Type": "application/json"}
         with self._failures():
             response = await self._http().post(self._url(path), content=encoded(body), headers=sent)
-        return _whole(response)
+        return self._whole(response)
 
     @asynccontextmanager
     async def stream(
@@ -107,10 +119,16 @@ class Upstream:
         """A streamed response read whole (an error, or a server that did not stream)."""
         with self._failures():
             await response.aread()
-        return _whole(response)
+        return self._whole(response)
+
+    def _whole(self, response: httpx.Response) -> WholeAnswer:
+        if response.is_success:
+            media = response.headers.get("content-type", "application/json")
+            return WholeAnswer(response.status_code, response.content, media_type=media)
+        return upstream_error(response.status_code, response.content, response.headers, self.error)
 
     def _failures(self) -> _Failures:
-        return _Failures(self.name)
+        return _Failures(self.name, self.error)
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -121,8 +139,8 @@ class Upstream:
 class _Failures:
     """Turns httpx's transport errors into `UpstreamUnavailable` (504 on a timeout, else 502)."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, name: str, error: ErrorShape) -> None:
+        self.name, self.error = name, error
 
     def __enter__(self) -> None:
         return None
@@ -131,10 +149,10 @@ class _Failures:
                  tb: object) -> None:  # fmt: skip
         if isinstance(exc, httpx.TimeoutException):
             message = f"{self.name} did not answer in time ({type(exc).__name__})"
-            raise UpstreamUnavailable(openai_error(504, "upstream_timeout", message)) from exc
+            raise UpstreamUnavailable(self.error(504, "upstream_timeout", message)) from exc
         if isinstance(exc, httpx.TransportError):
             message = f"{self.name} could not be reached ({type(exc).__name__})"
-            raise UpstreamUnavailable(openai_error(502, "upstream_unreachable", message)) from exc
+            raise UpstreamUnavailable(self.error(502, "upstream_unreachable", message)) from exc
 
 
 def encoded(body: Mapping[str, Any]) -> bytes:
@@ -144,10 +162,3 @@ def encoded(body: Mapping[str, Any]) -> bytes:
         return json.dumps(body, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         return json.dumps(body).encode("ascii")
-
-
-def _whole(response: httpx.Response) -> WholeAnswer:
-    if response.is_success:
-        media = response.headers.get("content-type", "application/json")
-        return WholeAnswer(response.status_code, response.content, media_type=media)
-    return upstream_error(response.status_code, response.content, response.headers)
