@@ -46,7 +46,7 @@ CHECKS = [not_a_server_error, status_code_conformance, response_schema_conforman
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """The service, its memory proxy in front of a scripted upstream that answers anything."""
     with ScriptedLLM(handler=lambda request: Reply.text("ok")) as upstream:
-        proxy = ProxySettings(upstream=upstream.base_url)
+        proxy = ProxySettings(upstream=upstream.base_url, anthropic_upstream=upstream.base_url)
         services = open_services(Path(tmp_path_factory.mktemp("fuzz")), proxy=proxy)
         services.tenants.create_tenant("fuzz")
         token = services.tenants.create_key("fuzz").token

@@ -114,6 +114,10 @@ def probes(alice: Alice) -> list[Probe]:
         Probe("POST", "/openai/v1/chat/completions", 503, {"model": "m", "messages": [
             message(f"What is my {SECRET} code?")]}),
         Probe("GET", "/openai/v1/models", 503),
+        Probe("POST", "/anthropic/v1/messages", 503, {"model": "m", "max_tokens": 9, "messages": [
+            message(f"What is my {SECRET} code?")]}),
+        Probe("POST", "/anthropic/v1/messages/count_tokens", 503, {"model": "m", "messages": []}),
+        Probe("GET", "/anthropic/v1/models", 503),
     ]
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -49,6 +50,10 @@ class Proxied:
     def client(self, **options: Any) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.base_url, api_key=self.key, max_retries=0, **options)
 
+    def anthropic(self) -> anthropic.Anthropic:
+        return anthropic.Anthropic(base_url=f"{self.url}/anthropic", api_key=self.key,
+                                   max_retries=0)  # fmt: skip
+
     def turns(self, session: str) -> list[Turn]:
         return self.services.memory.store.list_turns(Scope(self.tenant), session, limit=1000)
 
@@ -83,8 +88,10 @@ def open_proxied_services(
 ) -> Services:
     memory = AsyncMemory.open(memory_settings(tmp_path, **(core or {})), clock=ManualClock(),
                               llm=None)  # fmt: skip
-    settings = ProxySettings(**{"upstream": behind.base_url, "upstream_key": UPSTREAM_KEY,
-                                **proxy})  # fmt: skip
+    settings = ProxySettings(**{
+        "upstream": behind.base_url, "upstream_key": UPSTREAM_KEY,
+        "anthropic_upstream": behind.base_url, "anthropic_upstream_key": UPSTREAM_KEY, **proxy,
+    })  # fmt: skip
     return Services.over(
         memory, ServerSettings(**{"admin_key": ADMIN_KEY, **(server or {})}),
         SqliteBackend(tmp_path / "data" / "pipeline.db"), proxy_settings=settings,

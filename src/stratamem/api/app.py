@@ -18,6 +18,7 @@ from stratamem.api.mcp_server import build_mcp, http_route, tenant_from_key
 from stratamem.api.middleware import BodyLimit, CatchAll, InFlight, RequestMetrics, ShapedCORS
 from stratamem.api.routes import (
     admin,
+    anthropic,
     failures,
     health,
     inspect,
@@ -76,7 +77,7 @@ def create_app(
     app.state.services = services
     errors.install(app)
     routers = (health, memory, layers, offload, pipeline, failures, admin, inspect, operator,
-               proxy)  # fmt: skip
+               proxy, anthropic)  # fmt: skip
     for module in routers:
         app.include_router(module.router)
     ui.install(app)

@@ -23,6 +23,7 @@ from pydantic import SecretStr
 from stratamem.domain import check_ident
 from stratamem.proxy import tools
 from stratamem.proxy.answers import Answer, StreamAnswer, WholeAnswer, openai_error
+from stratamem.proxy.anthropic import AnthropicMessages, anthropic_error
 from stratamem.proxy.chat import ChatMessage, conversation_session
 from stratamem.proxy.deps import ProxyDeps
 from stratamem.proxy.dialects import Dialect, OpenAIChat, OwnFilter, StreamState
@@ -55,8 +56,14 @@ class MemoryProxy:
     def __init__(self, deps: ProxyDeps) -> None:
         self.deps = deps
         settings = deps.settings
+        timeout_s = settings.upstream_timeout_s
         self.openai = OpenAIChat(Upstream(settings.upstream, _bearer(settings.upstream_key),
-                                          settings.upstream_timeout_s, openai_error))  # fmt: skip
+                                          timeout_s, openai_error))  # fmt: skip
+        key = settings.anthropic_upstream_key
+        self.anthropic = AnthropicMessages(Upstream(
+            settings.anthropic_upstream, {"x-api-key": key.get_secret_value()} if key else {},
+            timeout_s, anthropic_error, "STRATAMEM_PROXY_ANTHROPIC_UPSTREAM",
+        ))  # fmt: skip
         self._recording: set[asyncio.Task[None]] = set()
 
     def session_of(self, header: str | None, messages: list[ChatMessage]) -> str:
@@ -69,9 +76,18 @@ class MemoryProxy:
 
     async def models(self, dialect: Dialect | None = None,
                      headers: Mapping[str, str] | None = None) -> WholeAnswer:  # fmt: skip
+        """The upstream's models, as it lists them."""
         dialect = dialect or self.openai
         try:
             return await dialect.upstream.get(MODELS_PATH, headers)
+        except UpstreamUnavailable as exc:
+            return exc.answer
+
+    async def passed(self, dialect: Dialect, path: str, body: Mapping[str, Any],
+                     headers: Mapping[str, str] | None = None) -> WholeAnswer:  # fmt: skip
+        """A request forwarded as it is, without memory (Anthropic's `count_tokens`)."""
+        try:
+            return await dialect.upstream.post(path, body, headers)
         except UpstreamUnavailable as exc:
             return exc.answer
 
@@ -225,6 +241,7 @@ class MemoryProxy:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
         await self.openai.upstream.aclose()
+        await self.anthropic.upstream.aclose()
 
 
 def _bearer(key: SecretStr | None) -> dict[str, str]:

@@ -22,6 +22,13 @@ class ProxySettings(BaseSettings):
     upstream_key: SecretStr | None = Field(
         None, description="The upstream's API key (never the tenant's stratamem key)."
     )
+    anthropic_upstream: str | None = Field(
+        None, description="Base URL of the Anthropic messages API the proxy forwards"
+        " `/anthropic/v1/messages` to, including `/v1`.",
+    )
+    anthropic_upstream_key: SecretStr | None = Field(
+        None, description="That upstream's API key (sent as `x-api-key`)."
+    )
     session: str | None = Field(
         None, description="Session of calls without `X-Stratamem-Session` (unset: one session"
         " per conversation, named after its first user message).",
@@ -41,7 +48,7 @@ class ProxySettings(BaseSettings):
         description="Largest request body of the proxy's routes (conversations are long).",
     )  # fmt: skip
 
-    @field_validator("upstream")
+    @field_validator("upstream", "anthropic_upstream")
     @classmethod
     def _check_upstream(cls, value: str | None) -> str | None:
         if not value:
@@ -57,5 +64,8 @@ def redacted(url: str) -> str:
     parts = urlsplit(url)
     if not parts.hostname:
         return "the upstream"
-    port = f":{parts.port}" if parts.port else ""
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # not a port number
+        port = ""
     return f"{parts.scheme}://{parts.hostname}{port}"

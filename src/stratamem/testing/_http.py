@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from stratamem.llm.wire import estimate_tokens
+from stratamem.testing import anthropic
 from stratamem.testing.replies import RecordedRequest, Reply
 from stratamem.testing.streaming import DONE, ChunkMaker, tool_call_chunks
 
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 
 _Builder = Callable[[RecordedRequest, Reply], dict[str, Any]]
 
+CHAT_PATH = "/v1/chat/completions"
+MESSAGES_PATH = "/v1/messages"
 _POLL_S = 0.05
 """How often a held request checks whether its client hung up (not a wait in any test)."""
 
@@ -83,10 +86,12 @@ class RequestHandler(BaseHTTPRequestHandler):
         request = self.server.owner.record("POST", self.path, self._headers(), body)
         if body is None:
             self._send(400, {"error": {"message": "the request body is not JSON"}})
-        elif self.path == "/v1/chat/completions":
+        elif self.path == CHAT_PATH:
             self._answer(request, self._chat)
         elif self.path == "/v1/embeddings":
             self._answer(request, self._embeddings)
+        elif self.path.split("?")[0] == MESSAGES_PATH:
+            self._answer(request, self._message)
         else:
             self._send(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -112,13 +117,15 @@ class RequestHandler(BaseHTTPRequestHandler):
             with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
             return
-        if reply is None and request.path.endswith("/chat/completions"):
+        if reply is None and request.path.split("?")[0] in (CHAT_PATH, MESSAGES_PATH):
             message = f"scripted server: no reply scripted for stage {request.stage!r}"
             self._send(501, {"error": {"message": message}})
         elif reply is not None and (reply.status != 200 or reply.body is not None):
             self._send(reply.status, reply.body, reply.headers)
         elif request.streamed and request.path.endswith("/chat/completions"):
             self._stream(request, reply or Reply())
+        elif request.streamed and request.path.split("?")[0] == MESSAGES_PATH:
+            self._stream_message(request, reply or Reply())
         else:
             self._send(200, build(request, reply or Reply()), {})
 
@@ -173,17 +180,46 @@ class RequestHandler(BaseHTTPRequestHandler):
             "usage": _usage(prompt, completion),
         }
 
-    def _stream(self, request: RecordedRequest, reply: Reply) -> None:
-        """The reply as server-sent events, in HTTP/1.1 chunks (the connection stays usable)."""
-        maker = ChunkMaker(request, f"chatcmpl-scripted-{len(self.server.owner.requests)}")
+    def _message(self, request: RecordedRequest, reply: Reply) -> dict[str, Any]:
+        usage = self._count(request, reply)
+        return anthropic.message(request, reply, self._completion_id("msg"), usage)
+
+    def _completion_id(self, prefix: str) -> str:
+        return f"{prefix}-scripted-{len(self.server.owner.requests)}"
+
+    def _stream_message(self, request: RecordedRequest, reply: Reply) -> None:
+        """The reply as Anthropic's message events."""
         prompt, completion = self._count(request, reply)
         try:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
+            self._start_events()
+            for event in anthropic.opening(request, self._completion_id("msg"), prompt):
+                self._write_chunk(event)
+            pieces = reply.pieces()
+            if pieces:
+                self._write_chunk(anthropic.text_start())
+            if not self._stream_pieces(reply, anthropic.text_delta):
+                self.close_connection = True
+                return
+            for event in anthropic.closing(reply, 1 if pieces else 0, completion):
+                self._write_chunk(event)
+            self._write_chunk(b"")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client went away mid-stream
+
+    def _start_events(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _stream(self, request: RecordedRequest, reply: Reply) -> None:
+        """The reply as server-sent events, in HTTP/1.1 chunks (the connection stays usable)."""
+        maker = ChunkMaker(request, self._completion_id("chatcmpl"))
+        prompt, completion = self._count(request, reply)
+        try:
+            self._start_events()
             self._write_chunk(maker.chunk({"role": "assistant", "content": ""}))
-            if not self._stream_pieces(maker, reply):
+            if not self._stream_pieces(reply, lambda piece: maker.chunk({"content": piece})):
                 self.close_connection = True
                 return
             for chunk in tool_call_chunks(maker, reply):
@@ -196,13 +232,13 @@ class RequestHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client went away mid-stream
 
-    def _stream_pieces(self, maker: ChunkMaker, reply: Reply) -> bool:
+    def _stream_pieces(self, reply: Reply, event_of: Callable[[str], bytes]) -> bool:
         """The content pieces; False when a hold after some of them ended without release."""
         closing = self.server.owner.closing
         for count, piece in enumerate(reply.pieces(), start=1):
             if reply.chunk_interval_s and closing.wait(reply.chunk_interval_s):
                 return False
-            self._write_chunk(maker.chunk({"content": piece}))
+            self._write_chunk(event_of(piece))
             if count == reply.hold_after_chunks and not self._wait_for_gate():
                 return False
         return True

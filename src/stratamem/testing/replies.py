@@ -86,6 +86,14 @@ class Reply:
         return cls(status=status, body=body, headers=named)
 
     @classmethod
+    def anthropic_error(
+        cls, status: int, message: str = "scripted error", kind: str = "invalid_request_error"
+    ) -> Reply:
+        """An HTTP error in Anthropic's error shape."""
+        body = {"type": "error", "error": {"type": kind, "message": message}}
+        return cls(status=status, body=body)
+
+    @classmethod
     def rate_limited(cls, retry_after_s: float | str) -> Reply:
         """429 Too Many Requests with a Retry-After header (seconds, or an HTTP date string)."""
         value = retry_after_s if isinstance(retry_after_s, str) else f"{retry_after_s:g}"

@@ -12,12 +12,21 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from stratamem.api.deps import ServicesDep, TenantDep
-from stratamem.api.schemas import ERRORS
 from stratamem.proxy.answers import Answer, WholeAnswer
 
 #: Paths of the proxy's routes (their bodies have the proxy's own size limit).
-PREFIXES = ("/openai/",)
-router = APIRouter(prefix="/openai/v1", tags=["proxy"], responses=ERRORS)
+PREFIXES = ("/openai/", "/anthropic/")
+#: What the proxy's routes answer: the upstream's answer (JSON, or server-sent events), or an
+#: error whose status and body are the upstream's, or the service's own refusal (401, 413, 422,
+#: 429 in the service's shape); every error body is an object with `error`.
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "The upstream's answer.",
+          "content": {"application/json": {}, "text/event-stream": {}}},
+    "default": {"description": "An error: the upstream's status and body, or the service's.",
+                "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["error"], "properties": {"error": {}}}}}},
+}  # fmt: skip
+router = APIRouter(prefix="/openai/v1", tags=["proxy"], responses=RESPONSES)
 
 SessionHeader = Annotated[
     str | None,
@@ -53,7 +62,7 @@ def response_of(answer: Answer) -> Response:
     return EventStream(answer.events)
 
 
-@router.post("/chat/completions")
+@router.post("/chat/completions", response_class=Response)
 async def chat_completions(
     body: Annotated[dict[str, Any], Body(description="An OpenAI chat completions request.")],
     tenant: TenantDep,
@@ -67,7 +76,7 @@ async def chat_completions(
     return response_of(answer)
 
 
-@router.get("/models")
+@router.get("/models", response_class=Response)
 async def models(tenant: TenantDep, services: ServicesDep) -> Response:
     """The upstream's models, as it lists them."""
     return response_of(await services.proxy.models())
