@@ -27,6 +27,10 @@ from tests.api.conftest import ADMIN_KEY
 from tests.api.live import live
 
 UPSTREAM_KEY = "upstream-key-of-the-proxy"
+#: httpx's default of 5 s is short on a machine shared by several test runs.
+HTTP_TIMEOUT_S = 60.0
+HTTP = httpx.Client(timeout=HTTP_TIMEOUT_S)
+"""The tests' own HTTP calls (besides the SDKs')."""
 
 
 @dataclass
@@ -61,7 +65,7 @@ class Proxied:
         return [(t.role.value, t.text) for t in self.turns(session)]
 
     def metric(self, name: str) -> int:
-        text = httpx.get(f"{self.url}/metrics").text
+        text = HTTP.get(f"{self.url}/metrics").text
         for line in text.splitlines():
             if line.startswith(f"stratamem_{name}_total "):
                 return int(line.split()[1])
@@ -103,9 +107,9 @@ def serving(services: Services, upstream: ScriptedLLM, tenant: str = "maya") -> 
     """`services` on a free port, with `tenant` and a key of it made over the admin routes."""
     with live(create_app(services)) as url:
         admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
-        made = httpx.post(f"{url}/v1/admin/tenants", json={"name": tenant}, headers=admin)
+        made = HTTP.post(f"{url}/v1/admin/tenants", json={"name": tenant}, headers=admin)
         assert made.status_code == 201, made.text
-        issued = httpx.post(f"{url}/v1/admin/tenants/{tenant}/keys", json={}, headers=admin)
+        issued = HTTP.post(f"{url}/v1/admin/tenants/{tenant}/keys", json={}, headers=admin)
         yield Proxied(services, upstream, url, tenant, issued.json()["token"])
 
 

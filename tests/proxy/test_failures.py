@@ -8,12 +8,11 @@ import json
 import socket
 from collections.abc import Iterator
 
-import httpx
 import openai
 import pytest
 
 from stratamem.testing import Reply, ScriptedLLM
-from tests.proxy.conftest import Proxied, ProxyFactory, assistant, user
+from tests.proxy.conftest import HTTP, Proxied, ProxyFactory, assistant, user
 
 SESSION = {"X-Stratamem-Session": "s1"}
 
@@ -47,7 +46,7 @@ def test_a_rate_limit_passes_its_retry_after(proxied: Proxied) -> None:
 
 def test_an_error_that_is_not_json_is_wrapped_in_the_shape(proxied: Proxied) -> None:
     proxied.upstream.push(Reply.raw("<html>Bad Gateway</html>", status=502))
-    answer = httpx.post(f"{proxied.base_url}/chat/completions", headers=proxied.headers,
+    answer = HTTP.post(f"{proxied.base_url}/chat/completions", headers=proxied.headers,
                         json={"model": "m", "messages": [user("hello")]})  # fmt: skip
     assert answer.status_code == 502
     assert answer.json()["error"] == {"message": "<html>Bad Gateway</html>",
@@ -114,7 +113,7 @@ def test_a_failing_recall_and_an_uncapturable_message_never_block_the_call(
     proxied.upstream.push(Reply.text("Hi."))
     messages = [user("I am Maya"), assistant("Hello Maya."), user("oops \ud800")]
     body = json.dumps({"model": "m", "messages": messages})  # escaped: JSON can carry it
-    answer = httpx.post(f"{proxied.base_url}/chat/completions", content=body,
+    answer = HTTP.post(f"{proxied.base_url}/chat/completions", content=body,
                         headers={**proxied.headers, **SESSION,
                                  "Content-Type": "application/json"})  # fmt: skip
     assert answer.json()["choices"][0]["message"]["content"] == "Hi."
@@ -151,7 +150,7 @@ def test_a_client_that_goes_away_mid_stream_ends_the_upstream_call_and_captures_
 ) -> None:
     proxied.upstream.push(Reply.streamed("Once ", "upon ", "a ", "time.", hold_after=2))
     body = {"model": "m", "messages": [user("Tell me a story")], "stream": True}
-    with httpx.stream("POST", f"{proxied.base_url}/chat/completions", json=body,
+    with HTTP.stream("POST", f"{proxied.base_url}/chat/completions", json=body,
                       headers={**proxied.headers, **SESSION}) as answer:  # fmt: skip
         seen = b""
         for data in answer.iter_raw():
@@ -171,7 +170,7 @@ def test_an_upstream_stream_cut_short_is_not_captured(proxied: Proxied) -> None:
     proxied.upstream.push(Reply.streamed("Once ", "upon ", hold_after=1))
     body = {"model": "m", "messages": [user("Tell me a story")], "stream": True}
 
-    with httpx.stream("POST", f"{proxied.base_url}/chat/completions", json=body,
+    with HTTP.stream("POST", f"{proxied.base_url}/chat/completions", json=body,
                       headers={**proxied.headers, **SESSION}) as answer:  # fmt: skip
         chunks = answer.iter_raw()
         first = next(chunks)
@@ -186,9 +185,9 @@ def test_a_conversation_over_the_service_body_limit_is_taken(make_proxied: Proxy
     proxied = make_proxied(server={"max_body_bytes": 1024 * 1024})
     pasted = "x " * 800_000  # 1.6 MB: over the service's limit, under the proxy's
     proxied.upstream.push(Reply.text("That is long."))
-    answer = httpx.post(f"{proxied.base_url}/chat/completions", headers=proxied.headers,
-                        json={"model": "m", "messages": [user(pasted)]}, timeout=60)  # fmt: skip
+    answer = HTTP.post(f"{proxied.base_url}/chat/completions", headers=proxied.headers,
+                        json={"model": "m", "messages": [user(pasted)]})  # fmt: skip
     assert answer.status_code == 200, answer.text
-    over = httpx.post(f"{proxied.url}/v1/capture", headers=proxied.headers,
+    over = HTTP.post(f"{proxied.url}/v1/capture", headers=proxied.headers,
                       json={"session": "s", "messages": [user(pasted)]})  # fmt: skip
     assert over.status_code == 413

@@ -3,11 +3,9 @@ naming the same session and asking for the same words gets nothing of it."""
 
 from __future__ import annotations
 
-import httpx
-
 from stratamem.testing import Reply
 from tests.api.conftest import ADMIN_KEY
-from tests.proxy.conftest import Proxied, user
+from tests.proxy.conftest import HTTP, Proxied, user
 
 SECRET = "zanzibar"
 
@@ -18,8 +16,8 @@ def test_another_tenant_with_the_same_session_recalls_nothing_of_it(proxied: Pro
     proxied.client().chat.completions.create(
         model="m", messages=[user(f"My {SECRET} code is 4417")], extra_headers=same)
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
-    httpx.post(f"{proxied.url}/v1/admin/tenants", json={"name": "bob"}, headers=admin)
-    token = httpx.post(f"{proxied.url}/v1/admin/tenants/bob/keys", json={},
+    HTTP.post(f"{proxied.url}/v1/admin/tenants", json={"name": "bob"}, headers=admin)
+    token = HTTP.post(f"{proxied.url}/v1/admin/tenants/bob/keys", json={},
                        headers=admin).json()["token"]  # fmt: skip
     bob = Proxied(proxied.services, proxied.upstream, proxied.url, "bob", token)
     bob.client().chat.completions.create(

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from stratamem.capture import INJECTED_TAGS
 from stratamem.domain import Scope
 from stratamem.testing import Reply
-from tests.proxy.conftest import UPSTREAM_KEY, Proxied, assistant, user
+from tests.proxy.conftest import HTTP, UPSTREAM_KEY, Proxied, assistant, user
 
 HISTORY = [
     {"role": "user", "speaker": "Maya", "content": "Hi! I'm a nurse and I live in Lisbon."},
@@ -169,7 +168,7 @@ def test_without_a_live_key_the_proxy_refuses_before_the_upstream(proxied: Proxi
 
 
 def test_a_session_header_that_is_no_identifier_is_refused(proxied: Proxied) -> None:
-    answer = httpx.post(f"{proxied.base_url}/chat/completions", headers={
+    answer = HTTP.post(f"{proxied.base_url}/chat/completions", headers={
         **proxied.headers, "X-Stratamem-Session": "../../etc"},
         json={"model": "m", "messages": [user("hello")]})  # fmt: skip
     assert answer.status_code == 422

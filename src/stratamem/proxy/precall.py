@@ -54,8 +54,9 @@ async def prepare(
     session: str,
     body: dict[str, Any],
     budget_tokens: int,
+    messages: list[ChatMessage],
 ) -> Prepared:
-    messages = dialect.view(body)
+    """The request for the upstream; `messages` is the dialect's view of it."""
     if not messages:
         return Prepared(body)  # not a conversation: the upstream's to refuse
     at = last_user_index(messages)

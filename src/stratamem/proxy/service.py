@@ -103,11 +103,12 @@ class MemoryProxy:
     ) -> Answer:
         """The upstream's answer to `body`, with memory around it."""
         dialect = dialect or self.openai
-        named = self.session_of(session, dialect.view(body))
+        view = dialect.view(body)
+        named = self.session_of(session, view)
         if not dialect.upstream.configured:
             return dialect.upstream.unconfigured()
         budget = self.deps.settings.budget_tokens if budget_tokens is None else budget_tokens
-        prepared = await prepare(self.deps, dialect, tenant, named, body, budget)
+        prepared = await prepare(self.deps, dialect, tenant, named, body, budget, view)
         call = Call(tenant, named, dialect, prepared, headers or {})
         try:
             if body.get("stream") is True:
