@@ -18,21 +18,18 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import serve  # noqa: E402
-
-from stratamem.testing import RecordedRequest, Reply, ScriptedLLM  # noqa: E402
+import serve_process  # bench/serve_process.py, beside this script
+from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
 
 ADMIN_KEY = "bench-admin-key-0123456789abcdefghijklmnop"
-TOPICS = ["hiking in the Alps", "my sister's wedding", "the kitchen renovation", "learning Rust",
-          "our dog Biscuit", "the marathon in May", "a job interview", "planting tomatoes"]  # fmt: skip
+TOPICS = ["hiking in the Alps", "my sister's wedding", "the kitchen renovation",
+          "learning Rust", "our dog Biscuit", "the marathon in May", "a job interview",
+          "planting tomatoes"]  # fmt: skip
 
 
 def main() -> None:
@@ -44,7 +41,7 @@ def main() -> None:
                "STRATAMEM_PROXY_UPSTREAM_KEY": "bench-upstream-key",
                "STRATAMEM_SERVER_ADMIN_KEY": ADMIN_KEY,
                "STRATAMEM_SERVER_TENANT_REQUESTS_PER_S": "0"}  # fmt: skip
-        with serve(args.embedder, env, "stratamem-proxy-bench-") as (url, _pid):
+        with serve_process.serve(args.embedder, env, "stratamem-proxy-bench-") as (url, _pid):
             key = _tenant_with_turns(url, args.turns)
             results = _measure(url, key, upstream.base_url, args)
     _report(results, args)
