@@ -20,9 +20,9 @@ from typing import Any
 
 from stratamem.capture import strip_injected
 from stratamem.proxy.answers import WholeAnswer
-from stratamem.proxy.chat import ChatMessage, arguments_of
+from stratamem.proxy.chat import ChatMessage, arguments_of, text_of
 from stratamem.proxy.dialects import Reply, after, tool_names
-from stratamem.proxy.stream import payload_of
+from stratamem.proxy.stream import FollowedStream, payload_of
 from stratamem.proxy.tools import DESCRIPTION, PARAMETERS, READ_TOOL, OwnCall
 from stratamem.proxy.upstream import Upstream
 
@@ -51,13 +51,8 @@ def blocks_of(content: object) -> list[Block]:
     return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
-def _text(blocks: Sequence[Block]) -> str:
-    return "\n".join(b["text"] for b in blocks
-                     if b.get("type") == "text" and isinstance(b.get("text"), str))  # fmt: skip
-
-
 def result_text(content: object) -> str:
-    return content if isinstance(content, str) else _text(blocks_of(content))
+    return content if isinstance(content, str) else text_of(blocks_of(content))
 
 
 class AnthropicMessages:
@@ -112,7 +107,7 @@ class AnthropicMessages:
         uses = [b for b in blocks if b.get("type") == "tool_use"]
         own = [OwnCall(str(b.get("id") or ""), arguments_of(b.get("input")))
                for b in uses if b.get("name") == READ_TOOL]  # fmt: skip
-        return Reply(_text(blocks) or None, own, len(uses) - len(own))
+        return Reply(text_of(blocks) or None, own, len(uses) - len(own))
 
     def without_own(self, parsed: Any) -> Any:
         kept = [b for b in parsed["content"] if not _own_use(b)]
@@ -157,7 +152,7 @@ def _assistant_view(at: int, blocks: list[Block]) -> ChatMessage:
     calls = [{"id": b.get("id"), "type": "function", "function": {
         "name": b.get("name"), "arguments": json.dumps(b.get("input") or {})}}
         for b in blocks if _use(b)]  # fmt: skip
-    view: ChatMessage = {"role": "assistant", "content": _text(blocks) or None, SRC: at}
+    view: ChatMessage = {"role": "assistant", "content": text_of(blocks) or None, SRC: at}
     if calls:
         view["tool_calls"] = calls
     return view
@@ -171,7 +166,7 @@ def _user_views(at: int, blocks: list[Block]) -> list[ChatMessage]:
     ]  # fmt: skip
     others = [b for b in blocks if b.get("type") != "tool_result"]
     if others:
-        views.append({"role": "user", "content": _text(others), SRC: at})
+        views.append({"role": "user", "content": text_of(others), SRC: at})
     return views
 
 
@@ -219,7 +214,7 @@ def with_context(messages: list[dict[str, Any]], context: str) -> list[dict[str,
         message = messages[at]
         blocks = blocks_of(message.get("content"))
         if message.get("role") != "user" or not strip_injected(
-            _text([b for b in blocks if b.get("type") != "tool_result"])
+            text_of([b for b in blocks if b.get("type") != "tool_result"])
         ):
             continue
         first = next(j for j, b in enumerate(blocks) if b.get("type") != "tool_result")
@@ -245,15 +240,12 @@ class _StreamedBlock:
 
 
 @dataclass(slots=True)
-class MessagesStream:
-    """What one streamed message said, read event by event."""
+class MessagesStream(FollowedStream):
+    """What one streamed message said, read event by event; its last event is
+    `message_stop`."""
 
-    text: list[str] = field(default_factory=list)
     blocks: dict[int, _StreamedBlock] = field(default_factory=dict)
     stop_reason: str | None = None
-    done_event: bytes | None = None
-    """`message_stop`, once it came (held back until the exchange is captured)."""
-    failed: bool = False
 
     def observe(self, event: bytes) -> None:
         payload = payload_of(event) or {}
@@ -286,20 +278,8 @@ class MessagesStream:
             self.blocks[index].input += str(delta.get("partial_json") or "")
 
     @property
-    def done(self) -> bool:
-        return self.done_event is not None
-
-    @property
     def finished(self) -> bool:
         return self.stop_reason is not None
-
-    @property
-    def complete(self) -> bool:
-        return (self.done or self.finished) and not self.failed
-
-    @property
-    def answer(self) -> str:
-        return "".join(self.text)
 
 
 _BLOCK_EVENTS = ("content_block_start", "content_block_delta", "content_block_stop")

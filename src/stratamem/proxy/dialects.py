@@ -30,7 +30,7 @@ class Reply:
 
 
 class StreamState(Protocol):
-    """One upstream stream followed event by event."""
+    """One upstream stream followed event by event (`stream.FollowedStream`)."""
 
     @property
     def answer(self) -> str: ...

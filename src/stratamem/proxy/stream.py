@@ -38,11 +38,6 @@ class SSESplitter:
             event, self._buffer = self._buffer[: end.end()], self._buffer[end.end() :]
             yield event
 
-    def rest(self) -> bytes:
-        """Bytes after the last whole event (a stream that ended mid-event)."""
-        rest, self._buffer = self._buffer, b""
-        return rest
-
 
 def data_of(event: bytes) -> str | None:
     """The event's data (its `data:` lines joined), or None for a comment or keep-alive."""
@@ -75,19 +70,40 @@ class StreamedCall:
 
 
 @dataclass(slots=True)
-class ChatStream:
-    """What one streamed completion said (its first choice), read event by event."""
+class FollowedStream:
+    """What every followed stream knows: the answer's text, its last event (held back by the
+    proxy until the exchange is captured), and whether an error event came."""
 
     text: list[str] = field(default_factory=list)
-    calls: dict[int, StreamedCall] = field(default_factory=dict)
-    finish_reason: str | None = None
     done_event: bytes | None = None
-    """The `[DONE]` event, once it came (held back by the proxy until the exchange is captured)."""
     failed: bool = False
 
     @property
     def done(self) -> bool:
         return self.done_event is not None
+
+    @property
+    def finished(self) -> bool:
+        """The model said why it stopped (each API says it its own way)."""
+        raise NotImplementedError
+
+    @property
+    def complete(self) -> bool:
+        """Ended as a stream should: its last event, or a stop reason, and no error event."""
+        return (self.done or self.finished) and not self.failed
+
+    @property
+    def answer(self) -> str:
+        return "".join(self.text)
+
+
+@dataclass(slots=True)
+class ChatStream(FollowedStream):
+    """What one streamed completion said (its first choice), read event by event; its last
+    event is `[DONE]`."""
+
+    calls: dict[int, StreamedCall] = field(default_factory=dict)
+    finish_reason: str | None = None
 
     def observe(self, event: bytes) -> None:
         if (data_of(event) or "").strip() == DONE_DATA:
@@ -125,17 +141,7 @@ class ChatStream:
 
     @property
     def finished(self) -> bool:
-        """The model said why it stopped."""
         return self.finish_reason is not None
-
-    @property
-    def complete(self) -> bool:
-        """Ended as a stream should: `[DONE]`, or a finish reason, and no error event."""
-        return (self.done or self.finish_reason is not None) and not self.failed
-
-    @property
-    def answer(self) -> str:
-        return "".join(self.text)
 
 
 def _first_choices(payload: dict[str, Any]) -> list[dict[str, Any]]:

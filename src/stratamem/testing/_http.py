@@ -64,6 +64,10 @@ class RequestHandler(BaseHTTPRequestHandler):
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.server.track(self.connection, alive=True)
 
+    def handle(self) -> None:
+        with contextlib.suppress(ConnectionResetError):  # a client that reset its connection
+            super().handle()
+
     def finish(self) -> None:
         self.server.track(self.connection, alive=False)
         with contextlib.suppress(OSError):  # the client went away; nothing left to flush
