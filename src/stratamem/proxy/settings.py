@@ -8,6 +8,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from stratamem.httpretry import redact_url
+
 ENV_PREFIX = "STRATAMEM_PROXY_"
 
 
@@ -55,17 +57,6 @@ class ProxySettings(BaseSettings):
             return None
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{redacted(value)} is not an http:// or https:// base URL")
+            raise ValueError(f"{redact_url(value)} is not an http:// or https:// base URL")
         return value.rstrip("/")
 
-
-def redacted(url: str) -> str:
-    """`scheme://host[:port]` of `url`: what an error may show (never a path, user or key)."""
-    parts = urlsplit(url)
-    if not parts.hostname:
-        return "the upstream"
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:  # not a port number
-        port = ""
-    return f"{parts.scheme}://{parts.hostname}{port}"

@@ -1,10 +1,12 @@
 """An upstream model endpoint: requests with the proxy's own key (never the tenant's), whole
-answers or an open stream, and transport failures as 502 / 504 answers in the API's error shape
-that name the upstream by scheme, host and port only."""
+answers or an open stream, and transport failures as 502 / 504 answers in the API's error shape.
+The client is a tenant: an answer names no internal address (the log names the upstream by
+scheme, host and port), and an error body the upstream sends has the proxy's key cut out."""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,8 +14,10 @@ from typing import Any
 import httpx
 
 from stratamem.errors import StratamemError
+from stratamem.httpretry import redact_url, scrub_reply
 from stratamem.proxy.answers import WholeAnswer, upstream_error
-from stratamem.proxy.settings import redacted
+
+log = logging.getLogger("stratamem.proxy")
 
 CONNECT_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 100
@@ -56,7 +60,8 @@ class Upstream:
 
     @property
     def name(self) -> str:
-        return redacted(self.base_url) if self.base_url else "the upstream"
+        """The upstream as an operator's log names it."""
+        return redact_url(self.base_url) if self.base_url else "no upstream"
 
     def unconfigured(self) -> WholeAnswer:
         return self.error(
@@ -125,7 +130,12 @@ class Upstream:
         if response.is_success:
             media = response.headers.get("content-type", "application/json")
             return WholeAnswer(response.status_code, response.content, media_type=media)
-        return upstream_error(response.status_code, response.content, response.headers, self.error)
+        body = response.content
+        secrets = [v.removeprefix("Bearer ") for v in self.auth.values()]
+        scrubbed = scrub_reply(body.decode("utf-8", "replace"), self.base_url or "", *secrets)
+        if scrubbed != body.decode("utf-8", "replace"):
+            body = scrubbed.encode()
+        return upstream_error(response.status_code, body, response.headers, self.error)
 
     def _failures(self) -> _Failures:
         return _Failures(self.name, self.error)
@@ -148,10 +158,12 @@ class _Failures:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: object) -> None:  # fmt: skip
         if isinstance(exc, httpx.TimeoutException):
-            message = f"{self.name} did not answer in time ({type(exc).__name__})"
+            log.warning("proxy: %s did not answer in time (%s)", self.name, type(exc).__name__)
+            message = f"the upstream did not answer in time ({type(exc).__name__})"
             raise UpstreamUnavailable(self.error(504, "upstream_timeout", message)) from exc
         if isinstance(exc, httpx.TransportError):
-            message = f"{self.name} could not be reached ({type(exc).__name__})"
+            log.warning("proxy: %s could not be reached (%s)", self.name, type(exc).__name__)
+            message = f"the upstream could not be reached ({type(exc).__name__})"
             raise UpstreamUnavailable(self.error(502, "upstream_unreachable", message)) from exc
 
 
