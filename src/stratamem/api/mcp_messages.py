@@ -1,7 +1,8 @@
 """What the MCP endpoint refuses before the SDK reads a message, as JSON-RPC errors.
 
 JSON-RPC 2.0 as MCP uses it: a request's `id` is a string or an integer (never null, an
-object, an array, a boolean or a fraction); the SDK took any other `id` as a notification and
+object, an array, a boolean or a fraction; an integer within 64 bits, as every number the
+service takes); the SDK took any other `id` as a notification and
 answered 202 with nothing. Numbers are JSON's, as everywhere in the service (`inputs`).
 """
 
@@ -14,7 +15,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Message, Receive
 
 from stratamem.errors import InvalidInput
-from stratamem.inputs import check_json
+from stratamem.inputs import MAX_INTEGER, check_json
 
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
@@ -44,8 +45,12 @@ def _id_problem(message: dict[str, Any]) -> str | None:
     if "id" not in message:
         return None
     given = message["id"]
-    if isinstance(given, str) or (isinstance(given, int) and not isinstance(given, bool)):
+    if isinstance(given, str):
         return None
+    if isinstance(given, int) and not isinstance(given, bool):
+        if abs(given) <= MAX_INTEGER:
+            return None
+        return f"id must be a string or an integer of at most 64 bits, not {given.bit_length()}"
     kind = _KINDS.get(type(given), type(given).__name__)
     return f"id must be a string or an integer, not {kind}"
 
