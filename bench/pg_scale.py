@@ -38,13 +38,13 @@ from stratamem.retrieval.config import RetrievalConfig
 from stratamem.retrieval.search import SearchRequest, candidate_lists
 from stratamem.store.core.port import EmbeddingInfo, Filters
 from stratamem.store.core.scope_tokens import memory_fts_scope
+from stratamem.store.core.tenant_words import tenant_words
 from stratamem.store.opening import RecordStore, open_url
 from stratamem.store.postgres import text_index, vector_search
 from stratamem.store.postgres.connection import translate
 from stratamem.store.postgres.store import PostgresStore
 from stratamem.store.postgres.tokens import Tokenizer
 from stratamem.store.postgres.vector_index import index_name
-from stratamem.store.sqlite.tenant_words import tenant_words
 
 DIM = 384
 BIG = Scope("bench")

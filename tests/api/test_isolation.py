@@ -235,7 +235,7 @@ async def test_bob_sees_and_changes_nothing_of_alice(
 async def test_another_tenants_writes_do_not_reorder_a_tenants_hits(
     client: httpx.AsyncClient, alice: Caller, bob: Caller
 ) -> None:
-    """Full-text statistics are the tenant's own (`store/sqlite/tenant_words.py`): bob's words
+    """Full-text statistics are the tenant's own (`store/core/tenant_words.py`): bob's words
     cannot change how alice's weigh."""
     texts = [f"I prefer my {SECRET} code private, it is {PRIVATE}", "I went hiking with Lena"]
     body = {"session": SESSION, "messages": [message(t) for t in texts]}

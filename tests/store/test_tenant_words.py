@@ -7,10 +7,10 @@ from pathlib import Path
 from stratamem.domain import Layer, Scope
 from stratamem.store.core.port import Filters
 from stratamem.store.core.scope_tokens import memory_fts_scope, tenant_token
+from stratamem.store.core.tenant_words import tenant_code, tenant_words
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.connection import connect
 from stratamem.store.sqlite.migrations import MIGRATIONS, migrate
-from stratamem.store.sqlite.tenant_words import tenant_code, tenant_words
 
 
 def test_every_word_gets_the_tenant_code_and_separators_stay() -> None:

@@ -11,10 +11,10 @@ import pytest
 from stratamem.domain import Layer, Role, Scope, Turn
 from stratamem.store.core.port import NO_FILTERS, TurnFieldWeights
 from stratamem.store.core.scope_tokens import tenant_token
+from stratamem.store.core.tenant_words import tenant_words
 from stratamem.store.sqlite import SqliteStore
 from stratamem.store.sqlite.connection import connect
 from stratamem.store.sqlite.migrations import MIGRATIONS, migrate
-from stratamem.store.sqlite.tenant_words import tenant_words
 
 SCOPE = Scope("t1")
 MAY_8_2023 = 1683554160.0

@@ -16,6 +16,7 @@ import zlib
 from typing import Any
 
 from stratamem.domain import Layer
+from stratamem.store.core.tenant_words import tenant_words
 from stratamem.store.postgres.connection import PgConn
 from stratamem.store.postgres.text_index import (
     ADD_TO_TOTALS,
@@ -28,7 +29,6 @@ from stratamem.store.postgres.text_index import (
     text_array,
 )
 from stratamem.store.postgres.tokens import Tokenizer
-from stratamem.store.sqlite.tenant_words import tenant_words
 
 #: Where `around` is among a turn's fields (`text_index._fields`), 1-based as SQL arrays are.
 _AROUND = 4

@@ -2,7 +2,7 @@
 
 A term is one token (`tokens.py`) or two adjacent tokens of the same field ("grand open"), so
 a query's phrases of two words are looked up like words. Words are prefixed with the tenant's
-code as in the SQLite index (`store/sqlite/tenant_words.py`), and terms, document frequencies,
+code as in the SQLite index (`store/core/tenant_words.py`), and terms, document frequencies,
 row counts and lengths are all the tenant's own: one tenant's writes never move another's scores.
 
 Fields of a turn: its text, speaker, the previous turn (`context`), the turn before that and the
@@ -26,9 +26,9 @@ from itertools import pairwise
 from typing import Any
 
 from stratamem.domain import Layer
+from stratamem.store.core.tenant_words import tenant_words
 from stratamem.store.postgres.connection import PgConn, PgCursor
 from stratamem.store.postgres.tokens import Tokenizer
-from stratamem.store.sqlite.tenant_words import tenant_words
 
 TERM_TABLES = {Layer.L0: "turn_terms", Layer.L1: "memory_terms"}
 SCOPE_TOKENS = {Layer.L0: 1, Layer.L1: 2}

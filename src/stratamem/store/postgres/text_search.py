@@ -14,10 +14,10 @@ from stratamem.domain import Layer
 from stratamem.store.core.filters import filter_sql
 from stratamem.store.core.fts_query import phrase_terms, query_terms
 from stratamem.store.core.port import Candidate, Filters, TurnFieldWeights
+from stratamem.store.core.tenant_words import tenant_words
 from stratamem.store.postgres.connection import PgConn, PgCursor
 from stratamem.store.postgres.text_index import TERM_TABLES
 from stratamem.store.postgres.tokens import Tokenizer
-from stratamem.store.sqlite.tenant_words import tenant_words
 
 K1 = 1.2
 B = 0.75

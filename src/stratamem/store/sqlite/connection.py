@@ -10,7 +10,7 @@ from pathlib import Path
 
 from stratamem.errors import StoreError
 from stratamem.files import create_private
-from stratamem.store.sqlite import tenant_words
+from stratamem.store.core import tenant_words
 
 BUSY_TIMEOUT_MS = 10_000
 #: `PRAGMA synchronous` levels a store may run with. In WAL mode, NORMAL loses nothing when the

@@ -9,8 +9,8 @@ from stratamem.store.core.filters import filter_sql
 from stratamem.store.core.fts_query import phrase_terms, query_terms, terms_expression
 from stratamem.store.core.port import Candidate, Filters, TurnFieldWeights
 from stratamem.store.core.scope_tokens import scope_match
+from stratamem.store.core.tenant_words import tenant_words
 from stratamem.store.sqlite import turn_context
-from stratamem.store.sqlite.tenant_words import tenant_words
 
 TABLES = {Layer.L0: "turns", Layer.L1: "memories"}
 # Columns a query's words are matched against.
