@@ -10,8 +10,8 @@ import numpy as np
 
 from stratamem.domain import Layer, Scope
 from stratamem.store.core.port import Filters
+from stratamem.store.erasure import BOOKKEEPING_TABLES, SESSION_TABLES, TENANT_TABLES
 from stratamem.store.sqlite import SqliteStore
-from stratamem.store.sqlite.erase import BOOKKEEPING_TABLES, SESSION_TABLES, TENANT_TABLES
 from tests.store.helpers import memory, turn, unit
 
 ACME, OTHER = Scope("acme"), Scope("other")

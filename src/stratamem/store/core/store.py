@@ -1,10 +1,14 @@
-"""`SqlCoreStore`: the `Store` contract's code that SQLite and PostgreSQL share (`sql.py`).
+"""`SqlCoreStore`: the `Store` contract on a SQL database (SQLite or PostgreSQL, `sql.py`).
 
 Turns, memories, embeddings bookkeeping, vector search, hits, fencing and statistics are the same
-SQL on both databases; a backend subclass lends its connection (`reading()`, `writing()`) and
-supplies what truly differs: full-text search, how a turn row is written, how vectors are
-sequenced, how erasing goes, and what must follow a write (`_after_write`: PostgreSQL's text
-index catches up; SQLite's triggers already did).
+SQL on both databases, and so is every public method here; a database's subclass lends its
+connection (`reading()`, `writing()`) and supplies only what truly differs:
+- full-text search (`_search_text`) and its index's upkeep: a turn row's own columns
+  (`_turn_extra`), what follows new turns and writes (`_turns_added`, `_after_write`:
+  PostgreSQL's text index catches up; SQLite's triggers already did);
+- vectors: how they are sequenced and written (`_write_vectors`), what follows
+  (`_vectors_written`, `_embeddings_reset`), and PostgreSQL's own `search_vector` (pgvector);
+- erasing (`erase_session`, `erase_tenant`; what goes is `store/erasure.py`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from stratamem.errors import EmbeddingMismatch, MemoryChanged, NotFound, StoreEr
 from stratamem.store import fencing
 from stratamem.store.core import vector_search
 from stratamem.store.core.filters import filter_sql
-from stratamem.store.core.pieces import embedding_pieces, embedding_text, fair_share
+from stratamem.store.core.pieces import embedding_pieces, embedding_text, fair_share, vector_blobs
 from stratamem.store.core.port import (
     NO_FILTERS,
     Candidate,
@@ -32,6 +36,7 @@ from stratamem.store.core.port import (
     Fence,
     Filters,
     PendingText,
+    TurnFieldWeights,
 )
 from stratamem.store.core.rows import (
     MEMORY_COLUMNS,
@@ -43,6 +48,7 @@ from stratamem.store.core.rows import (
     memory_params,
     turn_from_row,
 )
+from stratamem.store.core.text_query import TextQuery
 from stratamem.store.core.vectors import VectorCaches
 from stratamem.store.sql import SqlConn
 
@@ -85,6 +91,22 @@ class SqlCoreStore(ABC):
     ) -> AbstractContextManager[SqlConn]:
         """One write transaction (see `sql.SqlStore.writing`)."""
 
+    @abstractmethod
+    def _search_text(self, tenant: str, layer: Layer, query: TextQuery) -> list[Candidate]:
+        """BM25 candidates of the tenant's rows of `layer`, best first (`search_text`)."""
+
+    @abstractmethod
+    def _write_vectors(
+        self, conn: Any, layer: Layer, items: Sequence[tuple[str, str]], blobs: Sequence[bytes]
+    ) -> None:
+        """Set each item's vectors (`blobs[i]`) and a new `emb_seq`, inside the transaction
+        that holds the embeddings' lock (`store_embeddings`)."""
+
+    def _vectors_written(  # noqa: B027 - a hook: nothing to do unless a backend says so
+        self, layer: Layer, tenants: Sequence[str], dim: int
+    ) -> None:
+        """Called after `store_embeddings` committed vectors of `tenants`."""
+
     def _turn_extra(self, tenant: str) -> dict[str, Any]:
         """A backend's own columns of a turn row, with their values."""
         return {}
@@ -94,7 +116,7 @@ class SqlCoreStore(ABC):
         sequence numbers in order (the tenant's lock does)."""
         return self.writing(key=tenant)
 
-    def _turns_added(  # noqa: B027 - a hook: nothing to do unless a backend says so
+    def _turns_added(  # noqa: B027 - a hook, as above
         self, conn: Any, tenant: str, stored: Sequence[Turn]
     ) -> None:
         """Bookkeeping of new turns, inside their transaction."""
@@ -175,6 +197,19 @@ class SqlCoreStore(ABC):
             )
             for r in fair_share(queues, limit)
         ]
+
+    def store_embeddings(
+        self,
+        layer: Layer,
+        items: Sequence[tuple[str, str]],
+        vectors: np.ndarray,
+        counts: Sequence[int] | None = None,
+    ) -> None:
+        blobs = vector_blobs(len(items), vectors, counts)
+        with self.writing(key=EMBEDDING_KEY) as conn:
+            self._write_vectors(conn, layer, items, blobs)
+        if items:
+            self._vectors_written(layer, sorted({t for t, _ in items}), int(vectors.shape[1]))
 
     def count_pending_embeddings(self, scope: Scope) -> int:
         with self.reading() as conn:
@@ -276,6 +311,20 @@ class SqlCoreStore(ABC):
         return [memory_from_row(row) for row in rows]
 
     # -- retrieval (full-text search is each backend's own) ----------------------------------
+    def search_text(
+        self,
+        scope: Scope,
+        layer: Layer,
+        query: str,
+        filters: Filters,
+        limit: int,
+        max_share: float | None = None,
+        phrases: bool = True,
+        fields: TurnFieldWeights | None = None,
+    ) -> list[Candidate]:
+        asked = TextQuery(query, filters, limit, max_share, phrases, fields)
+        return self._search_text(scope.tenant, layer, asked)
+
     def search_vector(
         self, scope: Scope, layer: Layer, vector: np.ndarray, filters: Filters, limit: int
     ) -> list[Candidate]:

@@ -1,16 +1,14 @@
-"""Erasing a session's or a tenant's data from the PostgreSQL store, in the caller's transaction.
-
-The same records go as in the SQLite store (`store/sqlite/erase.py`, whose table lists this
-reuses); the text index's rows go with their records (`ON DELETE CASCADE`) and the tenant's
-totals are lowered by what was deleted.
+"""Erasing a session's or a tenant's data from the PostgreSQL store, in the caller's transaction
+(what goes: `store/erasure.py`): the text index's rows go with their records (`ON DELETE
+CASCADE`) and the tenant's totals are lowered by what was deleted.
 """
 
 from __future__ import annotations
 
 from stratamem.domain import Layer
+from stratamem.store import erasure
 from stratamem.store.postgres.connection import PgConn
 from stratamem.store.postgres.text_index import forget_rows
-from stratamem.store.sqlite.erase import BOOKKEEPING_TABLES, SESSION_TABLES, TENANT_TABLES
 
 _DRAWN_FROM_SESSION = """
 DELETE FROM memories m WHERE m.tenant = ? AND (
@@ -30,23 +28,11 @@ def erase_session(conn: PgConn, tenant: str, session: str) -> dict[str, int]:
     ).fetchall()
     forget_rows(conn, tenant, Layer.L1, [r[0] for r in memories])
     forget_rows(conn, tenant, Layer.L0, [r[0] for r in turns])
-    other = sum(
-        conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND session = ?", (tenant, session))
-        .rowcount
-        for table in SESSION_TABLES
-    )
-    for table in BOOKKEEPING_TABLES:
-        conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND session = ?", (tenant, session))
+    other = erasure.erase_session_rest(conn, tenant, session)
     return {"turns": len(turns), "memories": len(memories), "other": other}
 
 
 def erase_tenant(conn: PgConn, tenant: str) -> dict[str, int]:
-    counts = {
-        table: conn.execute(f"DELETE FROM {table} WHERE tenant = ?", (tenant,)).rowcount
-        for table in TENANT_TABLES
-    }
+    counts = erasure.erase_tenant(conn, tenant)
     conn.execute("DELETE FROM text_totals WHERE tenant = ?", (tenant,))
-    for table in BOOKKEEPING_TABLES:
-        conn.execute(f"DELETE FROM {table} WHERE tenant = ?", (tenant,))
-    other = sum(n for table, n in counts.items() if table not in ("turns", "memories"))
-    return {"turns": counts["turns"], "memories": counts["memories"], "other": other}
+    return counts

@@ -6,11 +6,11 @@ a sequence number read inside a write holds until it commits), except captures: 
 session are serialised by the session's lock, and hold the tenant's lock shared, so captures of
 a tenant's sessions run side by side but never beside another write of the tenant.
 
-What it shares with the SQLite store is `store/core/store.py`; here are the pool, the text index
-that follows each write and BM25 from the tenant's own text statistics (`text_index.py`,
-`text_search.py`), vectors sequenced by a database sequence and searched on pgvector, exact
-within the tenant or through the tenant's own HNSW index (`vectors.py`), and erasing (which also
-lowers the text statistics).
+Everything but what truly differs is `SqlCoreStore` (`store/core/store.py`); here are the
+pool, the text index that follows each write and BM25 from the tenant's own text statistics
+(`text_index.py`, `text_search.py`), vectors sequenced by a database sequence and searched on
+pgvector, exact within the tenant or through the tenant's own HNSW index (`vectors.py`), and
+erasing (which also lowers the text statistics).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import numpy as np
 
 from stratamem.domain import Layer, Scope, Turn
 from stratamem.store import fencing
-from stratamem.store.core.pieces import vector_blobs
-from stratamem.store.core.port import Candidate, Fence, Filters, TurnFieldWeights
-from stratamem.store.core.store import EMBEDDING_KEY, TABLES, SqlCoreStore
+from stratamem.store.core.port import Candidate, Fence, Filters
+from stratamem.store.core.store import TABLES, SqlCoreStore
+from stratamem.store.core.text_query import TextQuery
 from stratamem.store.postgres import capture_index, erase, text_index, text_search
 from stratamem.store.postgres.connection import PgConn, PgPool, session_key
 from stratamem.store.postgres.migrations import migrate
@@ -76,22 +76,18 @@ class PostgresStore(SqlCoreStore):
                 fencing.check_and_record(conn, fence)
             yield conn
 
-    def store_embeddings(
-        self,
-        layer: Layer,
-        items: Sequence[tuple[str, str]],
-        vectors: np.ndarray,
-        counts: Sequence[int] | None = None,
+    def _write_vectors(
+        self, conn: Any, layer: Layer, items: Sequence[tuple[str, str]], blobs: Sequence[bytes]
     ) -> None:
-        blobs = vector_blobs(len(items), vectors, counts)
-        with self.writing(key=EMBEDDING_KEY) as conn:
-            conn.executemany(
-                f"UPDATE {TABLES[layer]} SET embedding = ?, emb_seq = nextval('emb_seq')"
-                " WHERE tenant = ? AND id = ?",
-                [(blobs[i], tenant, rec_id) for i, (tenant, rec_id) in enumerate(items)],
-            )
-        for tenant in sorted({tenant for tenant, _ in items}):
-            self.vectors.catch_up(tenant, layer, int(vectors.shape[1]))
+        conn.executemany(
+            f"UPDATE {TABLES[layer]} SET embedding = ?, emb_seq = nextval('emb_seq')"
+            " WHERE tenant = ? AND id = ?",
+            [(blobs[i], tenant, rec_id) for i, (tenant, rec_id) in enumerate(items)],
+        )
+
+    def _vectors_written(self, layer: Layer, tenants: Sequence[str], dim: int) -> None:
+        for tenant in tenants:
+            self.vectors.catch_up(tenant, layer, dim)
 
     def _embeddings_reset(self, conn: PgConn) -> None:
         self.vectors.forget_all(conn)
@@ -138,31 +134,21 @@ class PostgresStore(SqlCoreStore):
             if done < text_index.BATCH_ROWS:
                 return
 
-    def search_text(
-        self,
-        scope: Scope,
-        layer: Layer,
-        query: str,
-        filters: Filters,
-        limit: int,
-        max_share: float | None = None,
-        phrases: bool = True,
-        fields: TurnFieldWeights | None = None,
-    ) -> list[Candidate]:
-        keys = text_search.query_keys(self._tokenizer, scope.tenant, query, phrases)
-        if max_share is None:  # the common case: one round trip when nothing waits to be indexed
+    def _search_text(self, tenant: str, layer: Layer, query: TextQuery) -> list[Candidate]:
+        keys = text_search.query_keys(self._tokenizer, tenant, query.text, query.phrases)
+        asked = (query.filters, query.limit, query.fields)
+        if query.max_share is None:  # the common case: one round trip when nothing waits
             with self.reading() as conn, conn.raw.pipeline():
-                dirty = text_index.dirty(conn, scope.tenant, layer)
-                found = text_search.ranked(conn, scope.tenant, layer, keys, filters, limit, fields)
+                dirty = text_index.dirty(conn, tenant, layer)
+                found = text_search.ranked(conn, tenant, layer, keys, *asked)
                 if not bool(dirty.fetchone()[0]):
                     return text_search.candidates(found)
-        self._catch_up(scope.tenant, layer)
+        self._catch_up(tenant, layer)
         with self.reading() as conn:
-            if max_share is not None:
-                rows, _ = text_search.totals(conn, scope.tenant, layer)
-                cap = max(text_search.COMMON_FLOOR_ROWS, int(rows * max_share))
-                keys = text_search.discriminative(conn, scope.tenant, layer, keys, cap)
-            found = text_search.ranked(conn, scope.tenant, layer, keys, filters, limit, fields)
+            if query.max_share is not None:
+                rows, _ = text_search.totals(conn, tenant, layer)
+                keys = text_search.discriminative(conn, tenant, layer, keys, query.common_cap(rows))
+            found = text_search.ranked(conn, tenant, layer, keys, *asked)
             return text_search.candidates(found)
 
     # -- erasing -----------------------------------------------------------------------------

@@ -12,25 +12,21 @@ from __future__ import annotations
 
 from stratamem.domain import Layer
 from stratamem.store.core.filters import filter_sql
-from stratamem.store.core.fts_query import phrase_terms, query_terms
 from stratamem.store.core.port import Candidate, Filters, TurnFieldWeights
-from stratamem.store.core.tenant_words import tenant_words
+from stratamem.store.core.text_query import indexed_terms
 from stratamem.store.postgres.connection import PgConn, PgCursor
 from stratamem.store.postgres.text_index import TERM_TABLES
 from stratamem.store.postgres.tokens import Tokenizer
 
 K1 = 1.2
 B = 0.75
-#: As `store/sqlite/retrieval.py`: with `max_share`, only words in at least this many rows go.
-COMMON_FLOOR_ROWS = 200
 _RECORDS = {Layer.L0: "turns", Layer.L1: "memories"}
 
 
 def query_keys(tokenizer: Tokenizer, tenant: str, query: str, phrases: bool) -> list[str]:
-    """The index terms of the query's words and (with `phrases`) adjacent pairs, repeats kept
-    (FTS5 scores a phrase once per time the query names it)."""
-    asked = query_terms(query) + (phrase_terms(query) if phrases else [])
-    words = [tenant_words(tenant, term) or term for term in asked]
+    """The index terms of the query's words and (with `phrases`) adjacent pairs, as
+    `text_query.indexed_terms` names them, stemmed as the index holds them."""
+    words = indexed_terms(tenant, query, phrases)
     return [" ".join(tokens) for tokens in tokenizer.query_tokens(words) if tokens]
 
 

@@ -1,4 +1,4 @@
-"""BM25 retrieval over the SQLite tables, tenant-scoped (vectors: `store/vector_search.py`)."""
+"""BM25 retrieval over the SQLite tables, tenant-scoped (vectors: `store/core/vector_search.py`)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import sqlite3
 
 from stratamem.domain import Layer
 from stratamem.store.core.filters import filter_sql
-from stratamem.store.core.fts_query import phrase_terms, query_terms, terms_expression
-from stratamem.store.core.port import Candidate, Filters, TurnFieldWeights
+from stratamem.store.core.fts_query import terms_expression
+from stratamem.store.core.port import Candidate, Filters
 from stratamem.store.core.scope_tokens import scope_match
-from stratamem.store.core.tenant_words import tenant_words
+from stratamem.store.core.text_query import TextQuery
 from stratamem.store.sqlite import turn_context
 
 TABLES = {Layer.L0: "turns", Layer.L1: "memories"}
@@ -18,22 +18,10 @@ TEXT_COLUMNS = {Layer.L0: turn_context.TEXT_COLUMNS, Layer.L1: "content"}
 # The BM25 weights of the memories' index: its content, and the scope column (weighted 0: it
 # only selects).
 MEMORY_RANKING = "bm25(1.0, 0.0)"
-# With `max_share`, a word is only ever left out when it is in at least this many rows: below
-# that it is cheap whatever the share, and small tenants keep all their words.
-COMMON_FLOOR_ROWS = 200
 
 
 def search_text(
-    conn: sqlite3.Connection,
-    tenant: str,
-    layer: Layer,
-    query: str,
-    filters: Filters,
-    limit: int,
-    tenant_rows: int,
-    max_share: float | None = None,
-    phrases: bool = True,
-    fields: TurnFieldWeights | None = None,
+    conn: sqlite3.Connection, tenant: str, layer: Layer, query: TextQuery, tenant_rows: int
 ) -> list[Candidate]:
     """BM25 over the tenant's rows, by whichever of two plans walks fewer postings.
 
@@ -45,16 +33,15 @@ def search_text(
     pairs of the query's words are searched as phrases beside the words. A turn's fields are
     weighted by `fields` (`turn_context.ranking`).
     """
-    asked = query_terms(query) + (phrase_terms(query) if phrases else [])
-    terms = [tenant_words(tenant, term) or term for term in asked]  # as the index holds them
-    if max_share is not None:
-        cap = max(COMMON_FLOOR_ROWS, int(tenant_rows * max_share))
-        terms = _discriminative(conn, layer, terms, cap)
+    terms = query.terms(tenant)
+    if query.max_share is not None:
+        terms = _discriminative(conn, layer, terms, query.common_cap(tenant_rows))
     expression = terms_expression(terms)
-    if expression is None or limit <= 0:
+    if expression is None or query.limit <= 0:
         return []
     words = f"{{{TEXT_COLUMNS[layer]}}} : ({expression})"
-    ranking = turn_context.ranking(fields) if layer is Layer.L0 else MEMORY_RANKING
+    ranking = turn_context.ranking(query.fields) if layer is Layer.L0 else MEMORY_RANKING
+    filters, limit = query.filters, query.limit
     if _match_count(conn, TABLES[layer], words, cap=tenant_rows) < tenant_rows:
         return _ranked(conn, tenant, layer, (words, ranking), filters, limit, False)
     scoped = f"({scope_match(layer, tenant, filters)}) AND {words}"

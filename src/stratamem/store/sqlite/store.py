@@ -1,9 +1,9 @@
 """`SqliteStore`: the embedded system of record (one file, WAL, FTS5, exact vector scan).
 
-What it shares with the PostgreSQL store is `store/core_sql.py`; here are the connection (one,
-behind a lock: every write of the file is serialised anyway), FTS5 search, the turn row with its
-scope token (the full-text triggers index it), vectors sequenced by a counter, and erasing with
-`secure_delete`.
+Everything but what truly differs is `SqlCoreStore` (`store/core/store.py`); here are the
+connection (one, behind a lock: every write of the file is serialised anyway), FTS5 search, the
+turn row with its scope token (the full-text triggers index it), vectors sequenced by a counter,
+and erasing with `secure_delete`.
 """
 
 from __future__ import annotations
@@ -16,15 +16,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from stratamem.domain import Layer, Scope
 from stratamem.errors import StoreError
-from stratamem.store import fencing
-from stratamem.store.core.pieces import vector_blobs
-from stratamem.store.core.port import Candidate, Fence, Filters, TurnFieldWeights
+from stratamem.store import erasure, fencing
+from stratamem.store.core.port import Candidate, Fence
 from stratamem.store.core.scope_tokens import tenant_token
 from stratamem.store.core.store import TABLES, SqlCoreStore, next_counter
+from stratamem.store.core.text_query import TextQuery
 from stratamem.store.sqlite import erase, retrieval
 from stratamem.store.sqlite.connection import connect, write_transaction
 from stratamem.store.sqlite.migrations import migrate
@@ -67,50 +65,25 @@ class SqliteStore(SqlCoreStore):
                 fencing.check_and_record(self._conn, fence)
             yield self._conn
 
-    def store_embeddings(
-        self,
-        layer: Layer,
-        items: Sequence[tuple[str, str]],
-        vectors: np.ndarray,
-        counts: Sequence[int] | None = None,
+    def _write_vectors(
+        self, conn: Any, layer: Layer, items: Sequence[tuple[str, str]], blobs: Sequence[bytes]
     ) -> None:
-        blobs = vector_blobs(len(items), vectors, counts)
-        with self.writing() as conn:
-            start = next_counter(conn, "emb_seq", by=len(items)) - len(items) + 1
-            conn.executemany(
-                f"UPDATE {TABLES[layer]} SET embedding = ?, emb_seq = ?"
-                " WHERE tenant = ? AND id = ?",
-                [(blobs[i], start + i, t, rec_id) for i, (t, rec_id) in enumerate(items)],
-            )
+        start = next_counter(conn, "emb_seq", by=len(items)) - len(items) + 1
+        conn.executemany(
+            f"UPDATE {TABLES[layer]} SET embedding = ?, emb_seq = ?"
+            " WHERE tenant = ? AND id = ?",
+            [(blobs[i], start + i, t, rec_id) for i, (t, rec_id) in enumerate(items)],
+        )
 
     def _turn_extra(self, tenant: str) -> dict[str, Any]:
         return {"scope_token": tenant_token(tenant)}  # the full-text triggers index it
 
     # -- retrieval ---------------------------------------------------------------------------
-    def search_text(
-        self,
-        scope: Scope,
-        layer: Layer,
-        query: str,
-        filters: Filters,
-        limit: int,
-        max_share: float | None = None,
-        phrases: bool = True,
-        fields: TurnFieldWeights | None = None,
-    ) -> list[Candidate]:
+    def _search_text(self, tenant: str, layer: Layer, query: TextQuery) -> list[Candidate]:
         with self._lock:
             try:
                 return retrieval.search_text(
-                    self._conn,
-                    scope.tenant,
-                    layer,
-                    query,
-                    filters,
-                    limit,
-                    self._tenant_rows(scope.tenant, layer),
-                    max_share,
-                    phrases,
-                    fields,
+                    self._conn, tenant, layer, query, self._tenant_rows(tenant, layer)
                 )
             except sqlite3.OperationalError as exc:
                 raise StoreError(f"full-text search failed: {exc}") from exc
@@ -141,7 +114,7 @@ class SqliteStore(SqlCoreStore):
 
     def erase_tenant(self, scope: Scope) -> dict[str, int]:
         with self._secure_delete(), self.writing() as conn:
-            counts = erase.erase_tenant(conn, scope.tenant)
+            counts = erasure.erase_tenant(conn, scope.tenant)
         self._sizes.clear()
         self._forget_caches(scope.tenant)
         return counts

@@ -1,0 +1,67 @@
+"""What erasing a session's or a tenant's data removes, on both databases (each database's
+`erase.py` adds its own: how a memory drawn from a session's turns is found, its text index's
+totals, `secure_delete`).
+
+A session's erase removes its turns, every memory drawn from them (even in part) or stated in
+it, the layers' state and failure records of the session (failures keep raw LLM replies), and
+its context-offload records. A tenant's erase removes every row the tenant has in every table,
+except its API keys and registration, which the service's tenant admin manages.
+
+Scenes (L2) and the profile (L3) summarise many sessions: a session's erase does not rewrite
+them (erase the tenant to remove them). A new table of tenant data must be named here.
+"""
+
+from __future__ import annotations
+
+from stratamem.store.sql import SqlConn
+
+#: Tables keyed by (tenant, session), besides turns and memories.
+SESSION_TABLES = (
+    "layer_sessions",
+    "failures",
+    "offload_pairs",
+    "offload_entries",
+    "offload_refs",
+    "offload_marks",
+    "offload_boundaries",
+    "offload_tasks",
+)
+#: Every table holding a tenant's data (`api_keys` and `tenants` are the service's).
+TENANT_TABLES = (
+    "turns",
+    "memories",
+    "layer_tenants",
+    "layer_receipts",
+    "scene_versions",
+    "profile_versions",
+    *SESSION_TABLES,
+)
+
+#: Bookkeeping keyed by (tenant, session) that holds no content: erased, not counted.
+BOOKKEEPING_TABLES = ("session_heads", "layer_flush_requests", "executions")
+
+
+def erase_session_rest(conn: SqlConn, tenant: str, session: str) -> int:
+    """Delete the session's rows of every table but turns and memories (which the caller
+    deletes); how many rows of content went (bookkeeping not counted)."""
+    other = sum(
+        conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND session = ?", (tenant, session))
+        .rowcount
+        for table in SESSION_TABLES
+    )
+    for table in BOOKKEEPING_TABLES:
+        conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND session = ?", (tenant, session))
+    return other
+
+
+def erase_tenant(conn: SqlConn, tenant: str) -> dict[str, int]:
+    """Delete every row of `tenant` in `TENANT_TABLES` and its bookkeeping, in the caller's
+    transaction; counts of deleted rows by kind (`turns`, `memories`, `other`)."""
+    counts = {
+        table: conn.execute(f"DELETE FROM {table} WHERE tenant = ?", (tenant,)).rowcount
+        for table in TENANT_TABLES
+    }
+    for table in BOOKKEEPING_TABLES:
+        conn.execute(f"DELETE FROM {table} WHERE tenant = ?", (tenant,))
+    other = sum(n for table, n in counts.items() if table not in ("turns", "memories"))
+    return {"turns": counts["turns"], "memories": counts["memories"], "other": other}
