@@ -32,13 +32,13 @@ from stratamem.pipeline.retention import LogPruner
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.store.evidence.retention import LogRow, LogTable, ThreadedRetainedLog
-from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.evidence.store import SqlEvidenceStore
 from stratamem.store.sqlite import SqliteStore
 
 NOW = 1_000_000_000.0
 
 
-class TimedLayers(SqlLayerStore):
+class TimedLog(SqlEvidenceStore):
     """Times each write transaction of the prune."""
 
     def __init__(self, store: SqliteStore) -> None:
@@ -70,8 +70,8 @@ def seed(path: Path, rows: int) -> None:
 
 async def batched(path: Path, pipeline: Path) -> dict[str, Any]:
     store = SqliteStore(path)
-    layers, backend = TimedLayers(store), SqliteBackend(pipeline)
-    pruner = LogPruner(backend, ThreadedRetainedLog(layers), PipelineSettings())
+    log, backend = TimedLog(store), SqliteBackend(pipeline)
+    pruner = LogPruner(backend, ThreadedRetainedLog(log), PipelineSettings())
     started, passes = time.perf_counter(), 0
     while sum((await pruner.run(NOW)).deleted.values()):
         passes += 1
@@ -79,8 +79,8 @@ async def batched(path: Path, pipeline: Path) -> dict[str, Any]:
     await backend.close()
     store.close()
     return {"passes": passes, "total_s": round(elapsed, 3),
-            "longest_write_ms": round(max(layers.writes) * 1000, 1),
-            "median_write_ms": round(statistics.median(layers.writes) * 1000, 1)}  # fmt: skip
+            "longest_write_ms": round(max(log.writes) * 1000, 1),
+            "median_write_ms": round(statistics.median(log.writes) * 1000, 1)}  # fmt: skip
 
 
 def one_delete(path: Path) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from stratamem.layers.settings import LayerSettings
 from stratamem.pipeline.scheduler import BacklogScheduler
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.backlog import SqlBacklogStore
 from stratamem.store.sqlite import SqliteStore
 
 TENANTS = 100
@@ -72,7 +72,7 @@ async def one_pass(
     store: SqliteStore, backend: SqliteBackend, limit: int, traced: bool = False
 ) -> dict[str, Any]:
     settings = PipelineSettings(scheduler_limit=limit, scheduler_pages_per_pass=1000)
-    sources = layer_sources(SqlLayerStore(store), LayerSettings(), settings.scheduler_grace_s)
+    sources = layer_sources(SqlBacklogStore(store), LayerSettings(), settings.scheduler_grace_s)
     scheduler = BacklogScheduler(backend, sources[:1], settings)  # the L1 source
     with measured(traced) as figures:
         report = await scheduler.run_pass(2_000_000_000.0)
@@ -98,7 +98,7 @@ def measured(traced: bool) -> Iterator[dict[str, float]]:
 
 
 async def discovery(store: SqliteStore, page_size: int, traced: bool = False) -> dict[str, Any]:
-    [source] = layer_sources(SqlLayerStore(store), LayerSettings(), 60.0)[:1]
+    [source] = layer_sources(SqlBacklogStore(store), LayerSettings(), 60.0)[:1]
     after, found = None, 0
     with measured(traced) as figures:
         while True:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from stratamem import backfill, manual
 from stratamem.capture import CaptureResult, build_turns
@@ -29,21 +29,27 @@ from stratamem.embed.base import Embedder, is_loaded, preload
 from stratamem.embed.fair import FairEmbedder
 from stratamem.errors import ConfigError, InvalidInput
 from stratamem.inputs import nfc
+from stratamem.layers.executors import LayerExecutors
 from stratamem.layers.service import FlushResult, LayerService
 from stratamem.layers.settings import LayerSettings
 from stratamem.layers.stable import stable_parts
 from stratamem.llm import LLM, LLMClient, LLMSettings
 from stratamem.offload import Compaction, DiagramsView, Entry, IngestResult, ReadBack, ToolPair
 from stratamem.offload.background import EmbeddedOffload
+from stratamem.pipeline.backend import PipelineBackend
 from stratamem.retrieval.config import RetrievalConfig
 from stratamem.retrieval.render import render_recall, render_stable
 from stratamem.retrieval.search import SearchRequest, hybrid_search
+from stratamem.store.backlog import BacklogStore, SqlBacklogStore
 from stratamem.store.core.port import EmbeddingInfo, Filters, Store
+from stratamem.store.evidence.port import EvidenceStore
+from stratamem.store.evidence.store import SqlEvidenceStore
 from stratamem.store.layers.port import LayerStore
 from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.opening import RecordStore, open_store
 
 ProgressFn = Callable[[int], None]
+T = TypeVar("T")
 #: Most records one `turns` or `list_memories` call returns.
 MAX_PAGE = 1000
 #: The largest turn sequence number a store keeps (a signed 64-bit integer).
@@ -89,9 +95,13 @@ class AsyncMemory:
         owns_llm: bool = False,
     ) -> None:
         self.store = store
-        self.layers: LayerStore | None = (
-            SqlLayerStore(store) if isinstance(store, RecordStore) else None
-        )
+        records = store if isinstance(store, RecordStore) else None
+        self.layers: LayerStore | None = None if records is None else SqlLayerStore(records)
+        self.evidence: EvidenceStore | None = None if records is None else SqlEvidenceStore(records)
+        """Completion receipts, the pipeline's execution log and retention, in the same
+        database."""
+        self.backlog: BacklogStore | None = None if records is None else SqlBacklogStore(records)
+        """The layers' owed work, for the backlog scheduler."""
         self.llm = llm
         self._owns_llm = owns_llm
         self.layer_settings = layer_settings or LayerSettings()
@@ -300,11 +310,10 @@ class AsyncMemory:
     # -- layers ------------------------------------------------------------------------------
     def layer_service(self) -> LayerService:
         """The memory layers over this memory's store, LLM (or offline mode) and embedder."""
-        if self.layers is None:
-            raise ConfigError("the memory layers need a SQLite or PostgreSQL store")
         return LayerService(
             self.store,
-            self.layers,
+            _on_sql(self.layers),
+            _on_sql(self.evidence),
             llm=self.llm,
             embedder=self.fair_embedder,
             settings=self.layer_settings,
@@ -313,6 +322,11 @@ class AsyncMemory:
             embed_batch_size=self.settings.embed_batch_size,
         )
 
+    def layer_executors(self, backend: PipelineBackend | None = None) -> LayerExecutors:
+        """The layers' pipeline executors over this memory's stores (`backend` re-arms early
+        L2 timers)."""
+        return LayerExecutors(self.layer_service(), _on_sql(self.backlog), backend)
+
     async def flush(self, tenant: str, session: str) -> FlushResult:
         """Run the layers for a session now (L1 until caught up, L2, L3) and wait."""
         return await self.layer_service().flush(tenant, session)
@@ -320,9 +334,9 @@ class AsyncMemory:
     async def request_flush(self, tenant: str, session: str, now: float) -> None:
         """Record a flush request for the pipeline: owed until a flush task completes it, so
         the backlog scheduler submits it again if its task is lost or dropped."""
-        layers = self.layer_service().layers
         check_ident(session, "session")
-        await asyncio.to_thread(layers.request_flush, Scope(tenant), session, now)
+        backlog = _on_sql(self.backlog)
+        await asyncio.to_thread(backlog.request_flush, Scope(tenant), session, now)
 
     async def turns(
         self, tenant: str, session: str, *, after_seq: int = 0, limit: int = 100
@@ -448,9 +462,7 @@ class AsyncMemory:
         return await asyncio.to_thread(self._layer_store().profile_history, Scope(tenant))
 
     def _layer_store(self) -> LayerStore:
-        if self.layers is None:
-            raise ConfigError("the memory layers need a SQLite or PostgreSQL store")
-        return self.layers
+        return _on_sql(self.layers)
 
     # -- context offload -------------------------------------------------------------------
     @property
@@ -603,3 +615,11 @@ class AsyncMemory:
         if self.llm is not None and self._owns_llm:
             await self.llm.aclose()
         self.store.close()
+
+
+def _on_sql(records: T | None) -> T:
+    """A record family's store, which only a SQL store has (the memory layers' records, the
+    pipeline's evidence, the backlog's queries)."""
+    if records is None:
+        raise ConfigError("the memory layers need a SQLite or PostgreSQL store")
+    return records

@@ -47,7 +47,7 @@ async def test_a_waited_flush_takes_its_turn_with_the_background_work(
     status = (await client.get("/v1/pipeline", headers=alice.headers)).json()
     assert status["pending_turns"] == 0
     # the execution log shows the flush's stages taking turns with the tasks under each lock
-    runs = services.memory.layer_service().layers.executions(Scope("alice"))
+    runs = services.memory.layer_service().evidence.executions(Scope("alice"))
     assert {r.type for r in runs if r.attempt.worker.startswith("api-flush")} >= {"L1", "L2"}
     for lock in {r.lock_key for r in runs}:
         held = [r for r in runs if r.lock_key == lock]
@@ -61,5 +61,6 @@ async def test_a_flush_without_wait_is_queued_and_kept_owed(
 ) -> None:
     queued = await client.post("/v1/sessions/s1/flush", headers=alice.headers)
     assert queued.status_code == 202 and queued.json()["queued"]["type"] == "flush"
-    layers = services.memory.layer_service().layers
-    assert [(r.tenant, r.session) for r in layers.flush_requests(None, 10)] == [("alice", "s1")]
+    backlog = services.memory.backlog
+    assert backlog is not None
+    assert [(r.tenant, r.session) for r in backlog.flush_requests(None, 10)] == [("alice", "s1")]

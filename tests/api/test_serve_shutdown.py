@@ -20,7 +20,7 @@ from stratamem.api.app import UNWIND_S
 from stratamem.config import Settings
 from stratamem.pipeline.runner import SQLITE_FILE
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.backlog import SqlBacklogStore
 from stratamem.store.opening import open_store
 from stratamem.testing import Reply, ScriptedLLM
 from tests.api.process import serving, stratamem
@@ -103,7 +103,7 @@ def test_sigterm_cancels_hung_work_within_its_bounds_and_keeps_it_owed(
 def owed_sessions(data: Path) -> list[tuple[str, str, int]]:
     store = open_store(Settings(data_dir=data, embedder="hash:64"))
     try:
-        owing = SqlLayerStore(store).sessions_owing_l1(None, 10)
+        owing = SqlBacklogStore(store).sessions_owing_l1(None, 10)
     finally:
         store.close()
     return [(s.tenant, s.session, s.cursor_seq) for s in owing]

@@ -89,7 +89,7 @@ async def settle_l1(
             try:
                 result = await service.run_l1(Run(tenant, f"task-{n}", session))
             except LLMError:
-                kept = service.layers.receipt(scope, f"task-{n}@{cursor}")
+                kept = service.evidence.receipt(scope, f"task-{n}@{cursor}")
                 results += [StageResult.replay(kept.result)] if kept else []
                 continue
             finally:

@@ -13,7 +13,7 @@ from stratamem.domain import Scope
 from stratamem.errors import StaleFencingToken
 from stratamem.store.evidence.executions import ExecutionStart
 from stratamem.store.evidence.receipts import Attempt, ReceiptDraft
-from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.evidence.store import SqlEvidenceStore
 from tests.stores import StoreFactory
 
 SCOPE = Scope("acme")
@@ -21,56 +21,58 @@ LOCK = "session/acme/s1"
 
 
 @pytest.fixture
-def layers(open_store: StoreFactory) -> SqlLayerStore:
-    return SqlLayerStore(open_store())
+def evidence(open_store: StoreFactory) -> SqlEvidenceStore:
+    return SqlEvidenceStore(open_store())
 
 
-def test_a_newer_token_fences_the_open_execution_of_its_lock(layers: SqlLayerStore) -> None:
+def test_a_newer_token_fences_the_open_execution_of_its_lock(evidence: SqlEvidenceStore) -> None:
     clock = ManualClock()
-    first = layers.start_execution(
+    first = evidence.start_execution(
         SCOPE, ExecutionStart("t1", "L1", "s1", LOCK, 0, 1, 5, "w0"), clock
     )
     clock.advance(1)
-    second = layers.start_execution(
+    second = evidence.start_execution(
         SCOPE, ExecutionStart("t2", "L1", "s1", LOCK, 0, 1, 6, "w1"), clock
     )
     clock.advance(1)
-    layers.end_execution(SCOPE, first, "aborted", clock)  # it learnt late that it lost the lock
+    evidence.end_execution(SCOPE, first, "aborted", clock)  # it learnt late that it lost the lock
 
-    old, new = layers.executions(SCOPE)
+    old, new = evidence.executions(SCOPE)
     assert (old.attempt, new.attempt) == (first, second)
     assert (old.fenced_at, old.ended_at, old.outcome) == (second.started_at, clock.now(), "aborted")
     assert old.end == second.started_at  # its window closed when the newer one started
     assert new.end is None
     with pytest.raises(StaleFencingToken):  # nothing starts under the stale token any more
-        layers.start_execution(SCOPE, ExecutionStart("t3", "L1", "s1", LOCK, 0, 1, 5, "w0"), clock)
-    assert len(layers.executions(SCOPE)) == 2
-    layers.end_execution(SCOPE, second, "completed", clock)
-    assert layers.executions(SCOPE, "t2")[0].end == clock.now()
+        evidence.start_execution(
+            SCOPE, ExecutionStart("t3", "L1", "s1", LOCK, 0, 1, 5, "w0"), clock
+        )
+    assert len(evidence.executions(SCOPE)) == 2
+    evidence.end_execution(SCOPE, second, "completed", clock)
+    assert evidence.executions(SCOPE, "t2")[0].end == clock.now()
 
 
-def test_a_fenced_execution_of_a_lockless_task_commits_nothing(layers: SqlLayerStore) -> None:
+def test_a_fenced_execution_of_a_lockless_task_commits_nothing(evidence: SqlEvidenceStore) -> None:
     clock = ManualClock()
     start = ExecutionStart("t1", "offload-l15", "s1", None, 0, 1, None, "w0")
-    first = layers.start_execution(SCOPE, start, clock)
+    first = evidence.start_execution(SCOPE, start, clock)
     clock.advance(2)  # its delivery was reclaimed: the task runs again elsewhere
-    second = layers.start_execution(SCOPE, replace(start, delivery=2, worker="w1"), clock)
+    second = evidence.start_execution(SCOPE, replace(start, delivery=2, worker="w1"), clock)
     clock.advance(1)
     with pytest.raises(StaleFencingToken):
-        layers.record_receipt(SCOPE, ReceiptDraft("t1", "offload-l15", clock.now(),
+        evidence.record_receipt(SCOPE, ReceiptDraft("t1", "offload-l15", clock.now(),
                                                   attempt=first), None)  # fmt: skip
-    layers.record_receipt(SCOPE, ReceiptDraft("t1", "offload-l15", clock.now(), attempt=second),
+    evidence.record_receipt(SCOPE, ReceiptDraft("t1", "offload-l15", clock.now(), attempt=second),
                           None)  # fmt: skip
 
-    old, new = layers.executions(SCOPE, "t1")
+    old, new = evidence.executions(SCOPE, "t1")
     assert (old.committed_at, old.end) == (None, second.started_at)
     assert new.committed_at == clock.now()
-    receipt = layers.receipt(SCOPE, "t1")
+    receipt = evidence.receipt(SCOPE, "t1")
     assert receipt is not None and receipt.authentic and receipt.attempt == second
 
 
-def test_work_the_log_never_saw_still_commits(layers: SqlLayerStore) -> None:
+def test_work_the_log_never_saw_still_commits(evidence: SqlEvidenceStore) -> None:
     unseen = Attempt("t9", 0, 1, None, "elsewhere", 10.0)
-    layers.record_receipt(SCOPE, ReceiptDraft("t9", "flush", 11.0, attempt=unseen), None)
-    assert layers.receipt(SCOPE, "t9") is not None
-    assert layers.executions(SCOPE) == []
+    evidence.record_receipt(SCOPE, ReceiptDraft("t9", "flush", 11.0, attempt=unseen), None)
+    assert evidence.receipt(SCOPE, "t9") is not None
+    assert evidence.executions(SCOPE) == []

@@ -11,6 +11,7 @@ import pytest
 
 from stratamem.domain import MemoryRecord, MemoryType, Mode, Role, Scope, Turn
 from stratamem.errors import LayerConflict, NotFound
+from stratamem.store.evidence.store import SqlEvidenceStore
 from stratamem.store.failures.records import (
     RETRYABLE,
     Failure,
@@ -114,7 +115,7 @@ def test_a_retry_resolves_a_quarantine_once(stores: tuple[RecordStore, SqlLayerS
     done = layers.get_failure(ACME, quarantine.id)
     assert (done.status, done.attempts, done.resolved_at) == (FailureStatus.RESOLVED, 3, 70.0)
     assert [m.id for m in store.list_memories(ACME)] == ["m1"]
-    assert layers.receipt(ACME, "retry-1") is not None
+    assert SqlEvidenceStore(store).receipt(ACME, "retry-1") is not None
     with pytest.raises(LayerConflict):  # resolved already: the second retry writes nothing
         layers.commit_retry(ACME, RetryCommit(quarantine.id, "retry-2", 80.0, [memory("m2")]))
     assert [m.id for m in store.list_memories(ACME)] == ["m1"]

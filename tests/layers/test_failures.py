@@ -204,4 +204,5 @@ async def test_a_cursor_moved_meanwhile_is_a_conflict(
     with pytest.raises(LayerConflict):
         await memory.layer_service().run_l1(Run("acme", "task-1", "s1"))
     assert memory.store.list_memories(SCOPE) == []
-    assert layers.receipt(SCOPE, "task-1") is None
+    assert memory.evidence is not None
+    assert memory.evidence.receipt(SCOPE, "task-1") is None

@@ -17,7 +17,7 @@ from stratamem.core import AsyncMemory
 from stratamem.domain import Scope
 from stratamem.errors import ReceiptConflict
 from stratamem.layers.backlog import layer_sources
-from stratamem.layers.executors import LayerExecutors, register_executors
+from stratamem.layers.executors import LayerExecutors
 from stratamem.layers.service import LayerService
 from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLMClient
@@ -81,12 +81,12 @@ async def rig(
     backend = SqliteBackend(tmp_path / "pipeline.db")
     settings = PipelineSettings(retry_limit=1, l2_delay_s=60)
     registry = ExecutorRegistry()
-    register_executors(registry, llm_memory.layer_service(), backend)
+    llm_memory.layer_executors(backend).registry(registry)
     worker = Worker(backend, registry, settings, clock=clock, name="w", sleep=_no_sleep)
     service = llm_memory.layer_service()
     backlog = PipelineSettings(scheduler_limit=100, scheduler_grace_s=600,
                                scheduler_in_flight_s=600)  # fmt: skip
-    sources = layer_sources(service.layers, service.settings, backlog.scheduler_grace_s)
+    sources = layer_sources(llm_memory.backlog, service.settings, backlog.scheduler_grace_s)
     scheduler = BacklogScheduler(backend, sources, backlog)
     yield Rig(llm_memory, backend, worker, scheduler, clock)
     await backend.close()
@@ -196,7 +196,7 @@ async def test_a_lock_taken_over_during_the_call_aborts_then_redelivery_writes_o
 
     with store.writing(Fence(LOCK_KEY, 2 * 10**6)):
         pass  # the fence table moves on; our next grant must be newer still
-    executors = LayerExecutors(rig.memory.layer_service())
+    executors = rig.memory.layer_executors()
     # the task is delivered again (its delivery was never acknowledged) under a newer grant
     ctx = ExecutionContext(delivery.task, LOCK_KEY, 3 * 10**6, rig.clock, 0.0)
     assert (await executors.l1(ctx)).changed
@@ -248,9 +248,9 @@ async def test_every_transport_failure_ends_in_a_dead_letter(
     scripted_llm.on("L1", lambda request: reply)
     short = LLMClient(llm_settings(scripted_llm, timeout_s=0.3, max_attempts=1))
     assert rig.memory.layers is not None
-    service = LayerService(rig.memory.store, rig.memory.layers, llm=short)
+    service = LayerService(rig.memory.store, rig.memory.layers, rig.memory.evidence, llm=short)
     registry = ExecutorRegistry()
-    register_executors(registry, service, rig.backend)
+    LayerExecutors(service, rig.memory.backlog, rig.backend).registry(registry)
     worker = Worker(rig.backend, registry, PipelineSettings(retry_limit=0), clock=rig.clock,
                     name="w2", sleep=_no_sleep)  # fmt: skip
     await rig.memory.capture("acme", "s1", TURNS)
@@ -328,8 +328,8 @@ async def test_lost_pipeline_state_is_found_again_in_the_store(
     assert (l2.type, l2.tenant, l2.session) == (TaskType.L2, "acme", None)  # per tenant
     assert await rig.tick() == []  # in flight: once
     assert await rig.run_next(TaskType.L2) is Outcome.COMPLETED
-    assert rig.memory.layers is not None
-    assert rig.memory.layers.tenants_owing_l2(None, 10) == []
+    assert rig.memory.backlog is not None
+    assert rig.memory.backlog.tenants_owing_l2(None, 10) == []
 
 
 @pytest.mark.parametrize("layer_settings", [LayerSettings(l3_every_memories=1)])
@@ -341,8 +341,8 @@ async def test_an_owed_l3_is_submitted_again_when_lost(
     await rig.tick()
     assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
     await rig.next(TaskType.L3)  # queued by count ... and lost before it ran
-    assert rig.memory.layers is not None
-    assert [t.tenant for t in rig.memory.layers.tenants_owing_l3(None, 1, 10)] == ["acme"]
+    assert rig.memory.backlog is not None
+    assert [t.tenant for t in rig.memory.backlog.tenants_owing_l3(None, 1, 10)] == ["acme"]
     [l3] = [t for t in await rig.tick() if t.type is TaskType.L3]
     assert l3.tenant == "acme"
     assert [t for t in await rig.tick() if t.type is TaskType.L3] == []  # in flight
@@ -354,8 +354,8 @@ async def test_every_layer_task_writes_an_authentic_receipt_bound_to_its_attempt
     rig: Rig, scripted_llm: ScriptedLLM
 ) -> None:
     install_layer_handlers(scripted_llm)
-    layers = rig.memory.layers
-    assert layers is not None
+    evidence = rig.memory.evidence
+    assert evidence is not None
     ran: list[tuple[Delivery, int]] = []  # each delivery, and its lock's fencing token
 
     async def run(task_type: TaskType) -> None:
@@ -374,7 +374,7 @@ async def test_every_layer_task_writes_an_authentic_receipt_bound_to_its_attempt
     await run(TaskType.L1)
     for delivery, token in ran:
         task = delivery.task
-        receipt = layers.receipt(SCOPE, task.id)
+        receipt = evidence.receipt(SCOPE, task.id)
         assert receipt is not None and receipt.authentic, task.type
         assert receipt.kind == task.type.value and receipt.outcome == "completed"
         attempt = receipt.attempt
@@ -382,7 +382,7 @@ async def test_every_layer_task_writes_an_authentic_receipt_bound_to_its_attempt
         assert (attempt.attempt, attempt.delivery, attempt.token) == (
             task.attempt, delivery.deliveries, token,
         )  # fmt: skip
-    flush_batch = layers.receipt(SCOPE, f"{ran[0][0].task.id}.0")
+    flush_batch = evidence.receipt(SCOPE, f"{ran[0][0].task.id}.0")
     assert flush_batch is not None and flush_batch.authentic  # each batch its own receipt
 
 
@@ -390,15 +390,15 @@ async def test_a_receipt_that_does_not_verify_is_a_conflict_never_a_replay(
     rig: Rig, scripted_llm: ScriptedLLM
 ) -> None:
     install_layer_handlers(scripted_llm)
-    store, layers = rig.memory.store, rig.memory.layers
-    assert isinstance(store, SqliteStore) and layers is not None
+    store, evidence = rig.memory.store, rig.memory.evidence
+    assert isinstance(store, SqliteStore) and evidence is not None
     await rig.memory.capture("acme", "s1", TURNS)
-    executors = LayerExecutors(rig.memory.layer_service())
+    executors = rig.memory.layer_executors()
     ctx = ExecutionContext(Task(TaskType.L1, "acme", "s1"), LOCK_KEY, 1, rig.clock, 0.0)
     assert (await executors.l1(ctx)).changed
     with store.writing() as conn:  # a receipt edited by hand: its result claims nothing ran
         conn.execute("UPDATE layer_receipts SET result = '{}' WHERE task_id = ?", (ctx.task.id,))
-    receipt = layers.receipt(SCOPE, ctx.task.id)
+    receipt = evidence.receipt(SCOPE, ctx.task.id)
     assert receipt is not None and not receipt.authentic
     with pytest.raises(ReceiptConflict):
         await executors.l1(ctx)
@@ -407,18 +407,18 @@ async def test_a_receipt_that_does_not_verify_is_a_conflict_never_a_replay(
 async def test_rotated_receipt_keys_verify_until_retired(
     rig: Rig, scripted_llm: ScriptedLLM
 ) -> None:
-    layers = rig.memory.layers
-    assert layers is not None
+    evidence = rig.memory.evidence
+    assert evidence is not None
     now = rig.clock.now()
-    layers.record_receipt(SCOPE, ReceiptDraft("before", "flush", now, {"n": 1}), None)
-    first = layers.rotate_receipt_key(now)
-    layers.record_receipt(SCOPE, ReceiptDraft("after", "flush", now, {"n": 2}), None)
-    assert [authentic(layers.receipt(SCOPE, t)) for t in ("before", "after")] == [True, True]
-    second = layers.rotate_receipt_key(now + 1, retire_old=True)
+    evidence.record_receipt(SCOPE, ReceiptDraft("before", "flush", now, {"n": 1}), None)
+    first = evidence.rotate_receipt_key(now)
+    evidence.record_receipt(SCOPE, ReceiptDraft("after", "flush", now, {"n": 2}), None)
+    assert [authentic(evidence.receipt(SCOPE, t)) for t in ("before", "after")] == [True, True]
+    second = evidence.rotate_receipt_key(now + 1, retire_old=True)
     assert second != first
-    assert [authentic(layers.receipt(SCOPE, t)) for t in ("before", "after")] == [False, False]
-    layers.record_receipt(SCOPE, ReceiptDraft("newest", "flush", now, {"n": 3}), None)
-    newest = layers.receipt(SCOPE, "newest")
+    assert [authentic(evidence.receipt(SCOPE, t)) for t in ("before", "after")] == [False, False]
+    evidence.record_receipt(SCOPE, ReceiptDraft("newest", "flush", now, {"n": 3}), None)
+    newest = evidence.receipt(SCOPE, "newest")
     assert newest is not None and newest.authentic
 
 
@@ -488,11 +488,11 @@ async def test_the_reconciler_reports_authority_and_findings_and_changes_nothing
     rig: Rig, scripted_llm: ScriptedLLM
 ) -> None:
     install_layer_handlers(scripted_llm)
-    b, layers, store = rig.backend, rig.memory.layers, rig.memory.store
-    assert layers is not None and isinstance(store, SqliteStore)
+    b, evidence, store = rig.backend, rig.memory.evidence, rig.memory.store
+    assert evidence is not None and isinstance(store, SqliteStore)
 
     async def read(tenant: str, task_id: str) -> Receipt | None:
-        return layers.receipt(Scope(tenant), task_id)
+        return evidence.receipt(Scope(tenant), task_id)
 
     settings = rig.worker.settings
     await rig.memory.capture("acme", "s1", TURNS)
@@ -524,7 +524,7 @@ async def test_the_reconciler_reports_authority_and_findings_and_changes_nothing
     assert summary(await reconcile(b, None, settings, now=now))[0][2] == "receipt unavailable"
 
     async def log(tenant: str, task_id: str) -> list[Execution]:
-        return layers.executions(Scope(tenant), task_id)
+        return evidence.executions(Scope(tenant), task_id)
 
     reports = await reconcile(b, read, settings, now=now, executions=log)
     assert [None if r.logged is None else (r.logged.outcome, r.logged.committed_at is not None)
@@ -579,7 +579,8 @@ async def test_an_l3_dropped_on_a_busy_lock_is_submitted_again(
     assert [t.type for t in await rig.tick()] == [TaskType.L3]
     assert await rig.run_next(TaskType.L3) is Outcome.COMPLETED
     assert rig.memory.layers.profile(SCOPE) is not None
-    assert rig.memory.layers.tenants_owing_l3(None, 30, 10) == []
+    assert rig.memory.backlog is not None
+    assert rig.memory.backlog.tenants_owing_l3(None, 30, 10) == []
 
 
 async def test_a_flush_dropped_on_a_busy_lock_is_submitted_again(
@@ -598,8 +599,8 @@ async def test_a_flush_dropped_on_a_busy_lock_is_submitted_again(
     assert sorted(t.type for t in await rig.tick()) == [TaskType.L1, TaskType.FLUSH]
     await rig.run_next(TaskType.L1)
     assert await rig.run_next(TaskType.FLUSH) is Outcome.COMPLETED
-    assert rig.memory.layers is not None
-    assert rig.memory.layers.flush_requests(None, 10) == []
+    assert rig.memory.layers is not None and rig.memory.backlog is not None
+    assert rig.memory.backlog.flush_requests(None, 10) == []
     assert rig.memory.layers.session_state(SCOPE, "s1").pending_turns == 0
 
 

@@ -20,7 +20,6 @@ from stratamem.core import AsyncMemory
 from stratamem.domain import Scope
 from stratamem.errors import StaleFencingToken
 from stratamem.layers.backlog import layer_sources
-from stratamem.layers.executors import register_executors
 from stratamem.layers.service import Run
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecutorRegistry
@@ -56,7 +55,7 @@ class Rig:
 
     def worker(self) -> Worker:
         registry = ExecutorRegistry()
-        register_executors(registry, self.memory.layer_service(), self.backend)
+        self.memory.layer_executors(self.backend).registry(registry)
         settings = PipelineSettings(retry_limit=1, l2_delay_s=60)
         return Worker(self.backend, registry, settings, clock=self.clock, name="w",
                       sleep=_no_sleep)  # fmt: skip
@@ -65,7 +64,7 @@ class Rig:
         service = self.memory.layer_service()
         backlog = PipelineSettings(scheduler_limit=100, scheduler_grace_s=600,
                                    scheduler_in_flight_s=600)  # fmt: skip
-        sources = layer_sources(service.layers, service.settings, backlog.scheduler_grace_s)
+        sources = layer_sources(self.memory.backlog, service.settings, backlog.scheduler_grace_s)
         return BacklogScheduler(self.backend, sources, backlog)
 
     async def run_until_settled(self) -> list[Outcome]:
@@ -181,7 +180,8 @@ async def test_a_token_granted_again_after_a_restart_is_refused_to_the_second_ho
     assert rig.owed() == 0 and Outcome.DEAD not in outcomes
     assert rig.memory.store.newest_fence(LOCK_KEY) == 2 == await rig.backend.fence_token(LOCK_KEY)
     assert rig.memory.layers is not None
-    l1 = [e for e in rig.memory.layers.executions(SCOPE) if e.lock_key == LOCK_KEY]
+    assert rig.memory.evidence is not None
+    l1 = [e for e in rig.memory.evidence.executions(SCOPE) if e.lock_key == LOCK_KEY]
     assert [(e.attempt.token, e.attempt.attempt, e.outcome) for e in l1] == [
         (2, 0, Outcome.COMPLETED)  # once, under the next grant, no attempt spent
     ]

@@ -290,9 +290,10 @@ async def test_what_settled_before_an_endpoint_failure_is_kept(
         await service.run_l1(Run("acme", "task-1", SESSION))
     layers = layers_of(memory)
     assert layers.session_state(SCOPE, SESSION).cursor_seq == 2  # T1 covered, T2 quarantined
-    kept = layers.receipt(SCOPE, "task-1@0")
+    evidence = service.evidence
+    kept = evidence.receipt(SCOPE, "task-1@0")
     assert kept is not None and kept.result["counts"]["quarantined"] == 1
-    assert layers.receipt(SCOPE, "task-1") is None
+    assert evidence.receipt(SCOPE, "task-1") is None
     [failure] = layers.list_failures(SCOPE, FailureQuery(kind=FailureKind.STAGE))
     assert failure.status is FailureStatus.OPEN and "down" in failure.raws[0]
 

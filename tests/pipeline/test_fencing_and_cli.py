@@ -22,7 +22,7 @@ from stratamem.pipeline.fencing import ensure_fences, fence_check
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.store.evidence.executions import ExecutionStart
-from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.evidence.store import SqlEvidenceStore
 from stratamem.store.opening import open_store
 
 
@@ -143,11 +143,11 @@ def test_cli_executions_lists_the_log(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, embedder="none")
     store = open_store(settings)
     try:
-        layers, clock = SqlLayerStore(store), ManualClock(100.0)
+        evidence, clock = SqlEvidenceStore(store), ManualClock(100.0)
         start = ExecutionStart("t1", "L1", "s", "session/acme/s", 0, 1, 3, "w0")
-        first = layers.start_execution(Scope("acme"), start, clock)
+        first = evidence.start_execution(Scope("acme"), start, clock)
         clock.advance(2)
-        layers.start_execution(Scope("acme"), replace(start, delivery=2, token=4, worker="w1"),
+        evidence.start_execution(Scope("acme"), replace(start, delivery=2, token=4, worker="w1"),
                                clock)  # fmt: skip
     finally:
         store.close()

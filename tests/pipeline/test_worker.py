@@ -27,7 +27,7 @@ from stratamem.pipeline.timers import (
 )
 from stratamem.pipeline.worker import Outcome, Worker
 from stratamem.store.evidence.executions import ExecutionStart, ThreadedExecutionLog
-from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.evidence.store import SqlEvidenceStore
 from stratamem.store.opening import open_url
 
 from .conftest import Harness
@@ -580,16 +580,16 @@ async def test_the_execution_log_records_every_execution_and_refuses_stale_ones(
     harness: Harness, tmp_path: Path
 ) -> None:
     store = open_url(f"sqlite:{tmp_path / 'store.db'}", tmp_path / "store.db")
-    layers, scope = SqlLayerStore(store), Scope("t")
+    evidence, scope = SqlEvidenceStore(store), Scope("t")
     try:
         worker, _ = make_worker(harness, ok)
-        worker.executors.executions = ThreadedExecutionLog(layers)
+        worker.executors.executions = ThreadedExecutionLog(evidence)
         done = Task(TaskType.L1, "t", "s")
         assert await worker.handle(await deliver(harness, done)) is Outcome.COMPLETED
         worker.executors.register(TaskType.L1, boom)
         failed = Task(TaskType.L1, "t", "s")
         assert await worker.handle(await deliver(harness, failed)) is Outcome.RETRIED
-        ran = layers.executions(scope)
+        ran = evidence.executions(scope)
         assert [(r.attempt.task_id, r.outcome) for r in ran] == [(done.id, "completed"),
                                                                 (failed.id, "failed")]  # fmt: skip
         assert all(r.end is not None and r.lock_key == "session/t/s" for r in ran)
@@ -600,10 +600,10 @@ async def test_the_execution_log_records_every_execution_and_refuses_stale_ones(
         # its counters): the start is refused, so the task does not run; it is put back, and
         # the counter raised past the store's token for the next grant
         newer = ExecutionStart("x", "L1", "s", "session/t/s", 0, 1, 10**9, "other")
-        layers.start_execution(scope, newer, harness.clock)
+        evidence.start_execution(scope, newer, harness.clock)
         stale = Task(TaskType.L1, "t", "s")
         assert await worker.handle(await deliver(harness, stale)) is Outcome.POSTPONED
-        assert [r.attempt.task_id for r in layers.executions(scope)][-1] == "x"
+        assert [r.attempt.task_id for r in evidence.executions(scope)][-1] == "x"
         assert await harness.backend.fence_token("session/t/s") == 10**9
     finally:
         store.close()

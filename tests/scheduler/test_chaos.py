@@ -234,11 +234,12 @@ def fault(cluster: Cluster, rng: random.Random) -> None:
 
 
 def owed(cluster: Cluster) -> dict[str, list[Any]]:
-    layers = cluster.memory.layer_service().layers
+    backlog = cluster.memory.backlog
+    assert backlog is not None
     return {
-        "L1": layers.sessions_owing_l1(None, 100),
-        "L2": layers.tenants_owing_l2(None, 100),
-        "L3": layers.tenants_owing_l3(None, 10**9, 100),
+        "L1": backlog.sessions_owing_l1(None, 100),
+        "L2": backlog.tenants_owing_l2(None, 100),
+        "L3": backlog.tenants_owing_l3(None, 10**9, 100),
         "offload": cluster.offload_store.sessions_owing(None, time.time(), 100),
     }
 
@@ -274,7 +275,8 @@ def test_nothing_owed_is_lost_under_chaos(cluster: Cluster, scripted_llm: Script
 
     cluster.stop()
     runs = [run for tenant in TENANTS
-            for run in layers.executions(Scope(tenant), limit=100_000)]  # fmt: skip
+            for run in cluster.memory.layer_service().evidence.executions(Scope(tenant),
+                                                                        limit=100_000)]  # fmt: skip
     check_no_overlap(runs, cluster.killed)
     paid_for = Counter(run.type for run in runs)
     # offload-l2 asks once per task diagram of its session (session names are unique here)

@@ -12,7 +12,7 @@ from stratamem.layers.settings import LayerSettings
 from stratamem.pipeline.scheduler import BacklogScheduler
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.backlog import SqlBacklogStore
 from stratamem.store.sqlite import SqliteStore
 
 NOW = 1_800_000_000.0
@@ -30,7 +30,7 @@ async def test_imported_history_never_stalls_a_fresh_session(tmp_path: Path) -> 
                                                 "an old message", NOW - YEAR_S)])  # fmt: skip
     store.add_turns(Scope("zeta"), [Turn("f", "zeta", "fresh", Role.USER, "hi", NOW - 1)])
     settings = PipelineSettings(scheduler_limit=8)
-    scheduler = BacklogScheduler(backend, [L1Source(SqlLayerStore(store), LayerSettings())],
+    scheduler = BacklogScheduler(backend, [L1Source(SqlBacklogStore(store), LayerSettings())],
                                  settings)  # fmt: skip
     submitted: list[tuple[str, str | None]] = []
     for _ in range(math.ceil(501 / 8)):

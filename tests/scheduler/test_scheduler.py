@@ -26,6 +26,7 @@ from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.pipeline.worker import Worker
+from stratamem.store.backlog import SqlBacklogStore
 from stratamem.store.layers.port import L1Commit
 from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.sqlite import SqliteStore
@@ -43,7 +44,8 @@ class Rig:
 
     def scheduler(self, **options: object) -> BacklogScheduler:
         settings = PipelineSettings.model_validate({"scheduler_limit": 4, **options})
-        return BacklogScheduler(self.backend, [L1Source(self.layers, LAYERS)], settings)
+        source = L1Source(SqlBacklogStore(self.store), LAYERS)
+        return BacklogScheduler(self.backend, [source], settings)
 
     def add(self, session: str, count: int = 1, at: float = 10.0, tenant: str = "t") -> None:
         first = self.layers.session_state(Scope(tenant), session).last_seq

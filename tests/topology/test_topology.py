@@ -29,6 +29,7 @@ import pytest
 from stratamem.domain import Scope
 from stratamem.pipeline.redis_backend import RedisBackend
 from stratamem.pipeline.status import WORKERS_SCOPE
+from stratamem.store.backlog import SqlBacklogStore
 from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import RecordStore, open_url
@@ -157,9 +158,9 @@ def _statuses(env: dict[str, str]) -> list[dict[str, Any]]:
 def _caught_up(topo: Topology, store: RecordStore, tokens: dict[str, str]) -> bool:
     """Nothing owed in the store (the scheduler's own queries), nothing pending or dead in any
     tenant's pipeline, every record embedded."""
-    layers, offload = SqlLayerStore(store), SqlOffloadStore(store)
-    owed = [layers.sessions_owing_l1(None, 100), layers.tenants_owing_l2(None, 100),
-            layers.tenants_owing_l3(None, 10**9, 100), layers.flush_requests(None, 100),
+    backlog, offload = SqlBacklogStore(store), SqlOffloadStore(store)
+    owed = [backlog.sessions_owing_l1(None, 100), backlog.tenants_owing_l2(None, 100),
+            backlog.tenants_owing_l3(None, 10**9, 100), backlog.flush_requests(None, 100),
             offload.sessions_owing(None, time.time(), 100)]  # fmt: skip
     claimed = [offload.pending_pairs(Scope(t), s) for t, s in SESSIONS]  # a live claim's too
     if any(owed) or any(claimed):

@@ -13,7 +13,6 @@ import socket
 from stratamem.api.services import Services
 from stratamem.api.settings import ServerSettings
 from stratamem.core import AsyncMemory
-from stratamem.layers.executors import LayerExecutors
 from stratamem.offload.executors import register_executors as register_offload
 from stratamem.pipeline.executors import ExecutorRegistry
 from stratamem.pipeline.runner import open_backend
@@ -24,7 +23,7 @@ from stratamem.pipeline.worker import Worker
 def service_registry(services: Services) -> ExecutorRegistry:
     """The executors and backlog sources of the memory layers and of context offload."""
     backend = services.require_pipeline()
-    registry = LayerExecutors(services.memory.layer_service(), backend).registry()
+    registry = services.memory.layer_executors(backend).registry()
     register_offload(registry, services.require_offload())
     return registry
 

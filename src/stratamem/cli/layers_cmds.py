@@ -22,7 +22,6 @@ from stratamem.cli.common import (
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.domain import MemoryRecord, MemoryType, Profile, Scene, Scope
-from stratamem.layers.executors import LayerExecutors
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task
@@ -129,7 +128,7 @@ async def _schedule(settings: Settings, once: bool) -> list[Task] | None:
     pipeline = PipelineSettings()
     backend = open_backend(pipeline, settings.data_dir)
     try:
-        registry = LayerExecutors(memory.layer_service(), backend).registry()
+        registry = memory.layer_executors(backend).registry()
         owner = f"schedule-{os.getpid()}"
         loop = registry.scheduler_loop(backend, pipeline, memory.clock, owner)
         if loop is None:

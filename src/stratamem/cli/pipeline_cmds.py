@@ -28,7 +28,7 @@ from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import worker_statuses
 from stratamem.store.evidence.executions import Execution
 from stratamem.store.evidence.receipts import Receipt
-from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.evidence.store import SqlEvidenceStore
 from stratamem.store.opening import open_store
 
 T = TypeVar("T")
@@ -155,13 +155,13 @@ def _evidence(ctx: click.Context) -> Iterator[tuple[ReceiptReader | None, Execut
         yield None, None
         return
     store = open_store(settings)
-    layers = SqlLayerStore(store)
+    evidence = SqlEvidenceStore(store)
 
     async def receipt(tenant: str, task_id: str) -> Receipt | None:
-        return await asyncio.to_thread(layers.receipt, Scope(tenant), task_id)
+        return await asyncio.to_thread(evidence.receipt, Scope(tenant), task_id)
 
     async def executions(tenant: str, task_id: str) -> list[Execution]:
-        return await asyncio.to_thread(layers.executions, Scope(tenant), task_id)
+        return await asyncio.to_thread(evidence.executions, Scope(tenant), task_id)
 
     try:
         yield receipt, executions
@@ -211,7 +211,7 @@ def executions_cmd(
     try:
         store = open_store(existing_store(Settings(data_dir=_data_dir(ctx))))
         try:
-            runs = SqlLayerStore(store).executions(Scope(tenant), task_id, limit)
+            runs = SqlEvidenceStore(store).executions(Scope(tenant), task_id, limit)
         finally:
             store.close()
     except StratamemError as exc:
@@ -247,7 +247,7 @@ def rotate_receipt_key(ctx: click.Context, retire_old: bool) -> None:
     settings = Settings(data_dir=_data_dir(ctx))
     store = open_store(settings)
     try:
-        key_id = SqlLayerStore(store).rotate_receipt_key(time.time(), retire_old=retire_old)
+        key_id = SqlEvidenceStore(store).rotate_receipt_key(time.time(), retire_old=retire_old)
     except StratamemError as exc:
         raise click.ClickException(str(exc)) from exc
     finally:

@@ -20,7 +20,7 @@ from stratamem.layers import scheduling
 from stratamem.layers.settings import LayerSettings
 from stratamem.pipeline.scheduler import Cursor, Owed, Page, Source
 from stratamem.pipeline.task import Task, TaskType
-from stratamem.store.layers.port import FlushRequest, LayerStore, TenantOwed
+from stratamem.store.backlog import BacklogStore, FlushRequest, TenantOwed
 
 
 def _pair(after: Cursor | None) -> tuple[str, str] | None:
@@ -42,11 +42,11 @@ def _end(rows: int, limit: int, last: Cursor | None) -> Cursor | None:
 class L1Source:
     kind = TaskType.L1.value
 
-    def __init__(self, layers: LayerStore, settings: LayerSettings) -> None:
-        self.layers, self.settings = layers, settings
+    def __init__(self, backlog: BacklogStore, settings: LayerSettings) -> None:
+        self.backlog, self.settings = backlog, settings
 
     async def page(self, after: Cursor | None, limit: int, now: float) -> Page:
-        rows = await asyncio.to_thread(self.layers.sessions_owing_l1, _pair(after), limit)
+        rows = await asyncio.to_thread(self.backlog.sessions_owing_l1, _pair(after), limit)
         items = []
         for state in rows:
             trigger, due_at = scheduling.l1_due(state, self.settings)
@@ -62,11 +62,11 @@ class L1Source:
 class FlushSource:
     kind = TaskType.FLUSH.value
 
-    def __init__(self, layers: LayerStore, grace_s: float) -> None:
-        self.layers, self.grace_s = layers, grace_s
+    def __init__(self, backlog: BacklogStore, grace_s: float) -> None:
+        self.backlog, self.grace_s = backlog, grace_s
 
     async def page(self, after: Cursor | None, limit: int, now: float) -> Page:
-        rows = await asyncio.to_thread(self.layers.flush_requests, _pair(after), limit)
+        rows = await asyncio.to_thread(self.backlog.flush_requests, _pair(after), limit)
         items = [self._owed(r) for r in rows]
         return Page(items, _end(len(rows), limit, items[-1].cursor if items else None))
 
@@ -84,8 +84,8 @@ class FlushSource:
 class _TenantSource:
     task_type: TaskType
 
-    def __init__(self, layers: LayerStore, settings: LayerSettings, grace_s: float) -> None:
-        self.layers, self.settings, self.grace_s = layers, settings, grace_s
+    def __init__(self, backlog: BacklogStore, settings: LayerSettings, grace_s: float) -> None:
+        self.backlog, self.settings, self.grace_s = backlog, settings, grace_s
         self.kind = self.task_type.value
 
     def _rows(self, after: str | None, limit: int) -> list[TenantOwed]:
@@ -115,7 +115,7 @@ class L2Source(_TenantSource):
     task_type = TaskType.L2
 
     def _rows(self, after: str | None, limit: int) -> list[TenantOwed]:
-        return self.layers.tenants_owing_l2(after, limit)
+        return self.backlog.tenants_owing_l2(after, limit)
 
     def _earliest(self, row: TenantOwed) -> float:
         if row.last_run_at is None:
@@ -127,10 +127,10 @@ class L3Source(_TenantSource):
     task_type = TaskType.L3
 
     def _rows(self, after: str | None, limit: int) -> list[TenantOwed]:
-        return self.layers.tenants_owing_l3(after, self.settings.l3_every_memories, limit)
+        return self.backlog.tenants_owing_l3(after, self.settings.l3_every_memories, limit)
 
 
-def layer_sources(layers: LayerStore, settings: LayerSettings, grace_s: float) -> list[Source]:
+def layer_sources(backlog: BacklogStore, settings: LayerSettings, grace_s: float) -> list[Source]:
     """The four layer sources, for a scheduler beside workers running the layer executors."""
-    return [L1Source(layers, settings), L2Source(layers, settings, grace_s),
-            L3Source(layers, settings, grace_s), FlushSource(layers, grace_s)]  # fmt: skip
+    return [L1Source(backlog, settings), L2Source(backlog, settings, grace_s),
+            L3Source(backlog, settings, grace_s), FlushSource(backlog, grace_s)]  # fmt: skip

@@ -27,8 +27,10 @@ from stratamem.pipeline.locking import holding
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.pipeline.timers import l2_timer_key, lock_key_for
+from stratamem.store.backlog import BacklogStore
 from stratamem.store.core.port import Fence
 from stratamem.store.evidence.executions import ExecutionStart, ThreadedExecutionLog
+from stratamem.store.evidence.port import EvidenceStore
 from stratamem.store.evidence.receipts import Attempt, Receipt, ReceiptDraft
 from stratamem.store.evidence.retention import ThreadedRetainedLog
 
@@ -44,10 +46,16 @@ def _result(stage: StageResult) -> ExecResult:
 
 
 class LayerExecutors:
-    """The executors over one `LayerService`; `backend` lets L2 re-arm its timer when early."""
+    """The executors over one `LayerService`, with the layers' owed work (the backlog
+    scheduler's sources); the service's evidence store is the pipeline's execution log and
+    retention too. `backend` lets L2 re-arm its timer when early."""
 
-    def __init__(self, service: LayerService, backend: PipelineBackend | None = None) -> None:
+    def __init__(
+        self, service: LayerService, backlog: BacklogStore, backend: PipelineBackend | None = None
+    ) -> None:
         self.service = service
+        self.evidence = service.evidence
+        self.backlog = backlog
         self.backend = backend
 
     async def l1(self, ctx: ExecutionContext) -> ExecResult:
@@ -75,12 +83,12 @@ class LayerExecutors:
             changed, batches = changed or stage.changed, i + 1
             if stage.skipped:
                 break
-        await asyncio.to_thread(self.service.layers.complete_flush, run.scope,
-                                ctx.task.session or "", started_at)  # fmt: skip
+        await asyncio.to_thread(self.backlog.complete_flush, run.scope, ctx.task.session or "",
+                                started_at)  # fmt: skip
         result = {"changed": changed, "skipped": False, "counts": {"batches": batches}}
         draft = ReceiptDraft(run.task_id, TaskType.FLUSH.value, ctx.clock.now(), result,
                              attempt=run.attempt)  # fmt: skip
-        await asyncio.to_thread(self.service.layers.record_receipt, run.scope, draft, run.fence)
+        await asyncio.to_thread(self.evidence.record_receipt, run.scope, draft, run.fence)
         await self._l3_by_count(ctx)
         task = ctx.task
         ctx.enqueue_after_release(Task(TaskType.L2, task.tenant, task.session, {"force": True}))
@@ -88,7 +96,7 @@ class LayerExecutors:
 
     async def _flushed(self, run: Run) -> ExecResult | None:
         """The result of this flush's authentic receipt, if an earlier attempt finished it."""
-        receipt = await asyncio.to_thread(self.service.layers.receipt, run.scope, run.task_id)
+        receipt = await asyncio.to_thread(self.evidence.receipt, run.scope, run.task_id)
         if receipt is None:
             return None
         if not receipt.authentic:
@@ -129,7 +137,7 @@ class LayerExecutors:
 
     async def receipt(self, tenant: str, task_id: str) -> Receipt | None:
         """The receipt of any task type (the store keeps them in one place)."""
-        return await asyncio.to_thread(self.service.layers.receipt, Scope(tenant), task_id)
+        return await asyncio.to_thread(self.evidence.receipt, Scope(tenant), task_id)
 
     def registry(self, into: ExecutorRegistry | None = None) -> ExecutorRegistry:
         """Register the four executors (into an existing registry, or a new one)."""
@@ -137,25 +145,15 @@ class LayerExecutors:
         if self.service.llm is not None:
             registry.add_usage_source(self.service.llm.usage.snapshot)
         registry.receipts = self.receipt
-        registry.executions = ThreadedExecutionLog(self.service.layers)
-        registry.retained = ThreadedRetainedLog(self.service.layers)
+        registry.executions = ThreadedExecutionLog(self.evidence)
+        registry.retained = ThreadedRetainedLog(self.evidence)
         registry.register(TaskType.L1, self.l1)
         registry.register(TaskType.L2, self.l2)
         registry.register(TaskType.L3, self.l3)
         registry.register(TaskType.FLUSH, self.flush)
-        service = self.service
-        registry.add_backlog(lambda grace_s: layer_sources(service.layers, service.settings,
-                                                          grace_s))  # fmt: skip
+        backlog, settings = self.backlog, self.service.settings
+        registry.add_backlog(lambda grace_s: layer_sources(backlog, settings, grace_s))
         return registry
-
-
-def register_executors(
-    registry: ExecutorRegistry, service: LayerService, backend: PipelineBackend | None = None
-) -> LayerExecutors:
-    """Plug the memory layers into a worker's registry."""
-    executors = LayerExecutors(service, backend)
-    executors.registry(registry)
-    return executors
 
 
 async def flush_in_turn(
@@ -183,7 +181,7 @@ async def flush_in_turn(
         async with holding(backend, lock, owner, settings, clock) as grant:
             start = ExecutionStart(task_id, task_type.value, of_session, lock, 0, 0, grant.token,
                                    owner, grant.owner)  # fmt: skip
-            async with _logged(service, tenant, start, clock) as attempt:
+            async with _logged(service.evidence, tenant, start, clock) as attempt:
                 run = Run(tenant, task_id, of_session, Fence(lock, grant.token, grant.owner),
                           attempt)  # fmt: skip
                 if task_type is TaskType.L1:
@@ -202,18 +200,18 @@ async def flush_in_turn(
 
 @contextlib.asynccontextmanager
 async def _logged(
-    service: LayerService, tenant: str, start: ExecutionStart, clock: Clock
+    evidence: EvidenceStore, tenant: str, start: ExecutionStart, clock: Clock
 ) -> AsyncIterator[Attempt]:
-    """A stage of a waited flush as an execution of the log (`store.executions`), as a worker
-    records its tasks: it takes its turn in the log with the tasks of the same lock."""
-    layers, scope = service.layers, Scope(tenant)
-    attempt = await asyncio.to_thread(layers.start_execution, scope, start, clock)
+    """A stage of a waited flush as an execution of the log (`store.evidence.executions`), as a
+    worker records its tasks: it takes its turn in the log with the tasks of the same lock."""
+    scope = Scope(tenant)
+    attempt = await asyncio.to_thread(evidence.start_execution, scope, start, clock)
     outcome = "failed"
     try:
         yield attempt
         outcome = "completed"
     finally:
-        await asyncio.to_thread(layers.end_execution, scope, attempt, outcome, clock)
+        await asyncio.to_thread(evidence.end_execution, scope, attempt, outcome, clock)
 
 
 async def _l1_until_caught_up(service: LayerService, run: Run) -> list[StageResult]:
@@ -237,4 +235,4 @@ def layer_registry() -> ExecutorRegistry:
 
     memory = AsyncMemory.open()
     backend = open_backend(PipelineSettings(), memory.settings.data_dir)
-    return LayerExecutors(memory.layer_service(), backend).registry()
+    return memory.layer_executors(backend).registry()

@@ -41,6 +41,7 @@ from stratamem.llm.prompts import load_prompt
 from stratamem.stages.checked import Answer, ask_checked
 from stratamem.stages.records import Origin, reason, recordable
 from stratamem.store.core.port import Fence, Filters, Store
+from stratamem.store.evidence.port import EvidenceStore
 from stratamem.store.evidence.receipts import Attempt
 from stratamem.store.failures.records import Failure, FailureKind
 from stratamem.store.layers.port import L1Commit, L2Commit, L3Commit, LayerStore, RetryCommit
@@ -86,12 +87,14 @@ class FlushResult:
 
 
 class LayerService:
-    """The memory layers over one store; `llm=None` runs the offline mode."""
+    """The memory layers over one store (its turns and memories, the layers' records, and the
+    receipts each stage replays when it finds its own); `llm=None` runs the offline mode."""
 
     def __init__(
         self,
         store: Store,
         layers: LayerStore,
+        evidence: EvidenceStore,
         *,
         llm: LLM | None,
         embedder: Embedder | None = None,
@@ -102,6 +105,7 @@ class LayerService:
     ) -> None:
         self.store = store
         self.layers = layers
+        self.evidence = evidence
         self.llm = llm
         self.embedder = embedder
         self.settings = settings or LayerSettings()
@@ -366,7 +370,7 @@ class LayerService:
     async def _replayed(self, run: Run) -> StageResult | None:
         """The result of this task's authentic receipt (an earlier attempt committed it);
         `ReceiptConflict` for a receipt that does not verify: it is not taken as done."""
-        receipt = await asyncio.to_thread(self.layers.receipt, run.scope, run.task_id)
+        receipt = await asyncio.to_thread(self.evidence.receipt, run.scope, run.task_id)
         if receipt is None:
             return None
         if not receipt.authentic:

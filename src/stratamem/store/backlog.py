@@ -1,17 +1,109 @@
-"""The backlog scheduler's queries (`LayerStore` "owed work", `OffloadStore.sessions_owing`),
-shared by the SQL stores. Each pages by key with a row-value comparison; the partial indexes
+"""The backlog scheduler's queries: the memory layers' owed work behind their own port
+(`BacklogStore`, `SqlBacklogStore`), and context offload's (`OffloadStore.sessions_owing`);
+the same SQL on both databases. Each pages by key with a row-value comparison; the partial indexes
 of migrations 13 and 21 (`layers/schema.py`, `offload/schema.py`) hold only the owed rows, so a
 page costs what it returns. They need the `session_heads` table (kept by each database's
 triggers) and `layer_flush_requests`."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from stratamem.store.layers.port import FlushRequest, SessionState, TenantOwed
+from stratamem.domain import Scope
+from stratamem.store.layers.port import SessionState
 from stratamem.store.layers.rows import session_state_from_row
 from stratamem.store.offload.records import OffloadOwed
-from stratamem.store.sql import SqlConn
+from stratamem.store.sql import SqlConn, SqlStore
+
+
+@dataclass(frozen=True, slots=True)
+class TenantOwed:
+    """A tenant owing L2 or L3: `mark` moves when that work is done (the L2 mark, the time of
+    the last L3); `changed_at` is when its newest unconsolidated change was written;
+    `last_run_at` when that stage last ran (None: never)."""
+
+    tenant: str
+    mark: float
+    changed_at: float | None
+    last_run_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlushRequest:
+    """A flush accepted and not completed yet (the newest request per session)."""
+
+    tenant: str
+    session: str
+    requested_at: float
+
+
+class BacklogStore(Protocol):
+    """The memory layers' owed work, for the backlog scheduler (any tenant, paged by key).
+
+    Each query returns up to `limit` rows whose key is greater than `after` (None: from the
+    start), in key order, so a scheduler pages through all owed work with a cursor. Only owed
+    rows are returned: a page costs what it returns, whatever the number of idle sessions."""
+
+    def sessions_owing_l1(self, after: tuple[str, str] | None, limit: int) -> list[SessionState]:
+        """Sessions (any age) with turns past their cursor; key (tenant, session)."""
+
+    def tenants_owing_l2(self, after: str | None, limit: int) -> list[TenantOwed]:
+        """Tenants with memory rows written after their L2 mark; key tenant. `mark` is the L2
+        mark, `changed_at` the `created_at` of the newest such memory, `last_run_at` the time
+        of the last L2."""
+
+    def tenants_owing_l3(
+        self, after: str | None, every_memories: int, limit: int
+    ) -> list[TenantOwed]:
+        """Tenants with a scene version written after their last L3 read the scenes (or with
+        scenes and no L3 yet), or with at least `every_memories` memories since their last L3;
+        key tenant. `mark` is the last L3 time (0 if none), `changed_at` the newest scene
+        version's time."""
+
+    def request_flush(self, scope: Scope, session: str, now: float) -> None:
+        """Record that a flush of `session` was accepted at `now` (kept until completed)."""
+
+    def complete_flush(self, scope: Scope, session: str, started_at: float) -> None:
+        """A flush that started at `started_at` caught the session up: forget the requests
+        made at or before that time (a later one stays owed)."""
+
+    def flush_requests(self, after: tuple[str, str] | None, limit: int) -> list[FlushRequest]:
+        """Flush requests not completed; key (tenant, session)."""
+
+
+class SqlBacklogStore:
+    """`BacklogStore` beside a SQL store, sharing its connection."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self._store = store
+
+    def sessions_owing_l1(self, after: tuple[str, str] | None, limit: int) -> list[SessionState]:
+        with self._store.reading() as conn:
+            return sessions_owing_l1(conn, after, limit)
+
+    def tenants_owing_l2(self, after: str | None, limit: int) -> list[TenantOwed]:
+        with self._store.reading() as conn:
+            return tenants_owing_l2(conn, after, limit)
+
+    def tenants_owing_l3(
+        self, after: str | None, every_memories: int, limit: int
+    ) -> list[TenantOwed]:
+        with self._store.reading() as conn:
+            return tenants_owing_l3(conn, after, every_memories, limit)
+
+    def request_flush(self, scope: Scope, session: str, now: float) -> None:
+        with self._store.writing() as conn:
+            request_flush(conn, scope.tenant, session, now)
+
+    def complete_flush(self, scope: Scope, session: str, started_at: float) -> None:
+        with self._store.writing() as conn:
+            complete_flush(conn, scope.tenant, session, started_at)
+
+    def flush_requests(self, after: tuple[str, str] | None, limit: int) -> list[FlushRequest]:
+        with self._store.reading() as conn:
+            return flush_requests(conn, after, limit)
+
 
 _NOWHERE = ("", "")  # sorts before every (tenant, session): identifiers are never empty
 

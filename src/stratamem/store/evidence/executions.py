@@ -166,16 +166,20 @@ def _from_row(row: Any) -> Execution:
 
 
 class ExecutionRecords(Protocol):
-    """The store side of the log (`LayerStore` has it)."""
+    """The store side of the log (`EvidenceStore` has it)."""
 
-    def start_execution(self, scope: Scope, start: ExecutionStart, clock: Clock) -> Attempt: ...
+    def start_execution(self, scope: Scope, start: ExecutionStart, clock: Clock) -> Attempt:
+        """Record an execution starting now (`clock`, read in the transaction), fencing the open
+        ones of its task and lock key; `StaleFencingToken` if a newer token of its lock was
+        seen. Returns its `Attempt`."""
 
     def end_execution(self, scope: Scope, attempt: Attempt, outcome: str, clock: Clock) -> None:
-        ...
+        """Record that the execution `attempt` ended now with `outcome`."""
 
     def executions(
         self, scope: Scope, task_id: str | None = None, limit: int = 1000
-    ) -> list[Execution]: ...
+    ) -> list[Execution]:
+        """The tenant's executions (of one task), in the order they started."""
 
 
 class ThreadedExecutionLog:

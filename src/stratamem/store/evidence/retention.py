@@ -172,15 +172,21 @@ def _key(table: LogTable, row: Any) -> tuple[Any, ...]:
 
 
 class RetentionRecords(Protocol):
-    """The store side (`LayerStore` has it)."""
+    """The store side (`EvidenceStore` has it); any tenant."""
 
     def log_page(
         self, table: LogTable, before: float, after: tuple[Any, ...] | None, limit: int
-    ) -> LogPage: ...
+    ) -> LogPage:
+        """Up to `limit` ended executions (or receipts) older than `before`, oldest first,
+        after the key `after` (None: from the oldest). Open executions are never listed."""
 
-    def prune_log(self, table: LogTable, rows: Sequence[LogRow], before: float) -> int: ...
+    def prune_log(self, table: LogTable, rows: Sequence[LogRow], before: float) -> int:
+        """Delete `rows` (of one `log_page`) still older than `before`, in one short write
+        transaction; returns how many went. The caller leaves out the rows still needed."""
 
-    def prune_receipt_keys(self, before: float) -> int: ...
+    def prune_receipt_keys(self, before: float) -> int:
+        """Delete the receipt keys retired before `before` that no receipt names (never the
+        active key, nor one not retired); returns how many went."""
 
 
 class ThreadedRetainedLog:

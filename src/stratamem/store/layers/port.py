@@ -14,15 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from stratamem.clock import Clock
 from stratamem.domain import MemoryRecord, Profile, Scene, Scope
 from stratamem.store.core.port import Fence
-from stratamem.store.evidence.executions import Execution, ExecutionStart
-from stratamem.store.evidence.receipts import Attempt, Receipt, ReceiptDraft
-from stratamem.store.evidence.retention import LogPage, LogRow, LogTable
+from stratamem.store.evidence.receipts import Attempt
 from stratamem.store.failures.records import Failure, FailureQuery
-
-__all__ = ["Attempt", "Receipt", "ReceiptDraft"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,27 +47,6 @@ class TenantState:
     memories_since_l3: int = 0
     last_l2_at: float | None = None
     last_l3_at: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TenantOwed:
-    """A tenant owing L2 or L3: `mark` moves when that work is done (the L2 mark, the time of
-    the last L3); `changed_at` is when its newest unconsolidated change was written;
-    `last_run_at` when that stage last ran (None: never)."""
-
-    tenant: str
-    mark: float
-    changed_at: float | None
-    last_run_at: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class FlushRequest:
-    """A flush accepted and not completed yet (the newest request per session)."""
-
-    tenant: str
-    session: str
-    requested_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +115,11 @@ class RetryCommit:
 
 
 class LayerStore(Protocol):
-    """Records of L1 versions, L2 scenes and L3 profile, beside a `Store`, in the same database."""
+    """Records of L1 versions, L2 scenes and L3 profile, beside a `Store`, in the same database.
+
+    Each commit writes its task's receipt; reading receipts, the pipeline's execution log and
+    the receipts' keys are `store.evidence.port.EvidenceStore`; the layers' owed work, for the
+    backlog scheduler, `store.backlog.BacklogStore`."""
 
     # -- state -------------------------------------------------------------------------------
     def session_state(self, scope: Scope, session: str) -> SessionState:
@@ -152,78 +130,6 @@ class LayerStore(Protocol):
         sessions, in one aggregated query (what `GET /v1/pipeline` reports)."""
 
     def tenant_state(self, scope: Scope) -> TenantState: ...
-
-    def receipt(self, scope: Scope, task_id: str) -> Receipt | None:
-        """The completion receipt of a task (any task type), if it committed; `authentic`
-        says whether its MAC verified with a live key."""
-
-    def record_receipt(self, scope: Scope, draft: ReceiptDraft, fence: Fence | None) -> None:
-        """Write a receipt alone, under `fence`: for tasks whose effects were committed in
-        parts, each under its own receipt (flush, offload-l2). `LayerConflict` if it exists."""
-
-    def rotate_receipt_key(self, now: float, retire_old: bool = False) -> str:
-        """Add a new key that signs receipts from now on; the older keys still verify until
-        retired (`retire_old`: retire them now, and their receipts stop verifying)."""
-
-    # -- the execution log (`stratamem.store.evidence.executions`) --------------------------
-    def start_execution(self, scope: Scope, start: ExecutionStart, clock: Clock) -> Attempt:
-        """Record an execution starting now (`clock`, read in the transaction), fencing the open
-        ones of its task and lock key; `StaleFencingToken` if a newer token of its lock was
-        seen. Returns its `Attempt`."""
-
-    def end_execution(self, scope: Scope, attempt: Attempt, outcome: str, clock: Clock) -> None:
-        """Record that the execution `attempt` ended now with `outcome`."""
-
-    def executions(
-        self, scope: Scope, task_id: str | None = None, limit: int = 1000
-    ) -> list[Execution]:
-        """The tenant's executions (of one task), in the order they started."""
-
-    # -- retention of the log and receipts (`stratamem.store.evidence.retention`; any tenant) -----
-    def log_page(
-        self, table: LogTable, before: float, after: tuple[Any, ...] | None, limit: int
-    ) -> LogPage:
-        """Up to `limit` ended executions (or receipts) older than `before`, oldest first,
-        after the key `after` (None: from the oldest). Open executions are never listed."""
-
-    def prune_log(self, table: LogTable, rows: Sequence[LogRow], before: float) -> int:
-        """Delete `rows` (of one `log_page`) still older than `before`, in one short write
-        transaction; returns how many went. The caller leaves out the rows still needed."""
-
-    def prune_receipt_keys(self, before: float) -> int:
-        """Delete the receipt keys retired before `before` that no receipt names (never the
-        active key, nor one not retired); returns how many went."""
-
-    # -- owed work (the backlog scheduler's queries; any tenant, paged by key) ---------------
-    # Each returns up to `limit` rows whose key is greater than `after` (None: from the start),
-    # in key order, so a scheduler pages through all owed work with a cursor. Only owed rows
-    # are returned: a page costs what it returns, whatever the number of idle sessions.
-
-    def sessions_owing_l1(self, after: tuple[str, str] | None, limit: int) -> list[SessionState]:
-        """Sessions (any age) with turns past their cursor; key (tenant, session)."""
-
-    def tenants_owing_l2(self, after: str | None, limit: int) -> list[TenantOwed]:
-        """Tenants with memory rows written after their L2 mark; key tenant. `mark` is the L2
-        mark, `changed_at` the `created_at` of the newest such memory, `last_run_at` the time
-        of the last L2."""
-
-    def tenants_owing_l3(
-        self, after: str | None, every_memories: int, limit: int
-    ) -> list[TenantOwed]:
-        """Tenants with a scene version written after their last L3 read the scenes (or with
-        scenes and no L3 yet), or with at least `every_memories` memories since their last L3;
-        key tenant. `mark` is the last L3 time (0 if none), `changed_at` the newest scene
-        version's time."""
-
-    def request_flush(self, scope: Scope, session: str, now: float) -> None:
-        """Record that a flush of `session` was accepted at `now` (kept until completed)."""
-
-    def complete_flush(self, scope: Scope, session: str, started_at: float) -> None:
-        """A flush that started at `started_at` caught the session up: forget the requests
-        made at or before that time (a later one stays owed)."""
-
-    def flush_requests(self, after: tuple[str, str] | None, limit: int) -> list[FlushRequest]:
-        """Flush requests not completed; key (tenant, session)."""
 
     # -- L1 ----------------------------------------------------------------------------------
     def commit_l1(self, scope: Scope, commit: L1Commit, fence: Fence | None = None) -> None:

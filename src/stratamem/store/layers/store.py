@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from stratamem.clock import Clock
 from stratamem.domain import MemoryRecord, Profile, Scene, Scope
 from stratamem.errors import LayerConflict, NotFound
-from stratamem.store import backlog
 from stratamem.store.core.port import Fence
 from stratamem.store.core.rows import (
     MEMORY_COLUMNS,
@@ -21,24 +19,17 @@ from stratamem.store.core.rows import (
     memory_params,
 )
 from stratamem.store.core.scope_tokens import memory_fts_scope
-from stratamem.store.evidence import executions as execution_rows
 from stratamem.store.evidence import receipt_rows
-from stratamem.store.evidence import retention as log_retention
-from stratamem.store.evidence.executions import Execution, ExecutionStart
-from stratamem.store.evidence.receipts import COMPLETED, SKIPPED, Attempt, ReceiptDraft
-from stratamem.store.evidence.retention import LogPage, LogRow, LogTable
+from stratamem.store.evidence.receipts import COMPLETED, SKIPPED, ReceiptDraft
 from stratamem.store.failures import rows as failure_rows
 from stratamem.store.failures.records import Failure, FailureQuery
 from stratamem.store.layers.port import (
-    FlushRequest,
     L1Commit,
     L2Commit,
     L3Commit,
-    Receipt,
     RetryCommit,
     SessionState,
     Supersede,
-    TenantOwed,
     TenantState,
 )
 from stratamem.store.layers.rows import (
@@ -94,33 +85,6 @@ class SqlLayerStore:
             ).fetchone()
         return int(row[0])
 
-    # -- owed work (see `backlog`) ------------------------------------------------------------
-    def sessions_owing_l1(self, after: tuple[str, str] | None, limit: int) -> list[SessionState]:
-        with self._store.reading() as conn:
-            return backlog.sessions_owing_l1(conn, after, limit)
-
-    def tenants_owing_l2(self, after: str | None, limit: int) -> list[TenantOwed]:
-        with self._store.reading() as conn:
-            return backlog.tenants_owing_l2(conn, after, limit)
-
-    def tenants_owing_l3(
-        self, after: str | None, every_memories: int, limit: int
-    ) -> list[TenantOwed]:
-        with self._store.reading() as conn:
-            return backlog.tenants_owing_l3(conn, after, every_memories, limit)
-
-    def request_flush(self, scope: Scope, session: str, now: float) -> None:
-        with self._store.writing() as conn:
-            backlog.request_flush(conn, scope.tenant, session, now)
-
-    def complete_flush(self, scope: Scope, session: str, started_at: float) -> None:
-        with self._store.writing() as conn:
-            backlog.complete_flush(conn, scope.tenant, session, started_at)
-
-    def flush_requests(self, after: tuple[str, str] | None, limit: int) -> list[FlushRequest]:
-        with self._store.reading() as conn:
-            return backlog.flush_requests(conn, after, limit)
-
     def tenant_state(self, scope: Scope) -> TenantState:
         with self._store.reading() as conn:
             row = conn.execute(
@@ -128,54 +92,7 @@ class SqlLayerStore:
             ).fetchone()
         return tenant_state_from_row(scope.tenant, row)
 
-    def receipt(self, scope: Scope, task_id: str) -> Receipt | None:
-        with self._store.reading() as conn:
-            return receipt_rows.read_receipt(conn, scope.tenant, task_id)
-
-    def record_receipt(self, scope: Scope, draft: ReceiptDraft, fence: Fence | None) -> None:
-        with self._store.writing(fence) as conn:
-            receipt_rows.write_receipt(conn, scope.tenant, draft)
-
-    def rotate_receipt_key(self, now: float, retire_old: bool = False) -> str:
-        with self._store.writing() as conn:
-            return receipt_rows.rotate_key(conn, now, retire_old)
-
-    def start_execution(self, scope: Scope, start: ExecutionStart, clock: Clock) -> Attempt:
-        fence = None
-        if start.lock_key is not None and start.token is not None:
-            fence = Fence(start.lock_key, start.token, start.fence_owner)
-        with self._store.writing(fence, key=scope.tenant) as conn:
-            return execution_rows.start(conn, scope.tenant, start, clock.now())
-
-    def end_execution(self, scope: Scope, attempt: Attempt, outcome: str, clock: Clock) -> None:
-        with self._store.writing(key=scope.tenant) as conn:
-            execution_rows.end(conn, scope.tenant, attempt, outcome, clock)
-
-    def executions(
-        self, scope: Scope, task_id: str | None = None, limit: int = 1000
-    ) -> list[Execution]:
-        with self._store.reading() as conn:
-            return execution_rows.listing(conn, scope.tenant, task_id, limit)
-
     # -- L1 ----------------------------------------------------------------------------------
-    def log_page(
-        self, table: LogTable, before: float, after: tuple[Any, ...] | None, limit: int
-    ) -> LogPage:
-        with self._store.reading() as conn:
-            return log_retention.page(conn, table, before, after, limit)
-
-    def prune_log(self, table: LogTable, rows: Sequence[LogRow], before: float) -> int:
-        with self._store.writing() as conn:
-            return log_retention.delete(conn, table, rows, before)
-
-    def prune_receipt_keys(self, before: float) -> int:
-        with self._store.reading() as conn:
-            unused = log_retention.unused_keys(conn, before)
-        if not unused:
-            return 0
-        with self._store.writing() as conn:
-            return log_retention.delete_keys(conn, unused, before)
-
     def commit_l1(self, scope: Scope, commit: L1Commit, fence: Fence | None = None) -> None:
         tenant = scope.tenant
         with self._store.writing(fence, key=scope.tenant) as conn:

@@ -131,7 +131,7 @@ class OffloadStore(Protocol):
         task, routes the mark's unrouted entries to the task it chose, resolves the session's
         open offload-l15 failures and writes `receipt` (the task's)."""
 
-    # -- receipts (the same records as `LayerStore.receipt` / `record_receipt`) -------------
+    # -- receipts (the same records as `EvidenceStore.receipt` / `record_receipt`) -------------
     def receipt(self, scope: Scope, task_id: str) -> Receipt | None:
         """The receipt of a task, if it committed; `authentic` if its MAC verified."""
 
