@@ -22,7 +22,7 @@ from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import RecordStore, open_url
 from stratamem.store.postgres import PostgresStore
 from stratamem.store.postgres.copy import copy_store
-from stratamem.store.tenants.store import TenantStore
+from stratamem.store.tenants.store import SqlTenantStore
 from tests.stores import fresh_pg_url
 
 pytestmark = pytest.mark.postgres
@@ -69,7 +69,7 @@ def _fill(store: RecordStore) -> str:
         offload.complete_claim(scope, "s1", "k", [NewEntry(pair, "a file", 8, Mode.LLM)],
                                {"c1": f"ref-{scope.tenant}"}, 60.0)  # fmt: skip
     _embed(store)
-    tenants = TenantStore(store)
+    tenants = SqlTenantStore(store)
     tenants.create_tenant("acme")
     return tenants.create_key("acme", "app").token
 
@@ -111,7 +111,7 @@ def test_a_copied_store_answers_the_same(pg_server: str, tmp_path: Path) -> None
             sum(c.values()) for c in report.counts.values())  # fmt: skip
         assert _answers(target) == expected
         assert target.embedding_info() == EmbeddingInfo(EMBEDDER.model, 64)
-        assert TenantStore(target).tenant_for_token(token) == "acme"
+        assert SqlTenantStore(target).tenant_for_token(token) == "acme"
         again = copy_store(tmp_path / "s.db", target)  # nothing left: copies nothing, verifies
         assert sum(again.copied.values()) == 0 and again.counts == report.counts
     finally:

@@ -7,7 +7,8 @@ import pytest
 from stratamem.clock import ManualClock
 from stratamem.errors import AlreadyExists, InvalidIdentifier, NotFound
 from stratamem.store.opening import RecordStore
-from stratamem.store.tenants.store import TenantStore, hash_token, key_id_of
+from stratamem.store.tenants.port import TenantStore
+from stratamem.store.tenants.store import SqlTenantStore, hash_token, key_id_of
 from tests.stores import StoreFactory
 
 
@@ -19,7 +20,7 @@ def sqlite(open_store: StoreFactory) -> RecordStore:
 
 @pytest.fixture
 def tenants(sqlite: RecordStore) -> TenantStore:
-    return TenantStore(sqlite, clock=ManualClock(100.0))
+    return SqlTenantStore(sqlite, clock=ManualClock(100.0))
 
 
 def test_a_key_resolves_to_its_tenant_and_only_its_hash_is_stored(
@@ -49,7 +50,7 @@ def test_a_revoked_key_stops_working_and_keeps_its_first_revocation_time(
     sqlite: RecordStore,
 ) -> None:
     clock = ManualClock(100.0)
-    tenants = TenantStore(sqlite, clock=clock)
+    tenants = SqlTenantStore(sqlite, clock=clock)
     tenants.create_tenant("acme")
     issued = tenants.create_key("acme")
     clock.advance(5)
@@ -83,10 +84,10 @@ def test_listing_tenants_and_keys(tenants: TenantStore) -> None:
 
 def test_tenants_survive_reopening(open_store: StoreFactory) -> None:
     first = open_store()
-    token = TenantStore(first).create_key(TenantStore(first).create_tenant("acme").name).token
+    token = SqlTenantStore(first).create_key(SqlTenantStore(first).create_tenant("acme").name).token
     first.close()
     second = open_store()
     try:
-        assert TenantStore(second).tenant_for_token(token) == "acme"
+        assert SqlTenantStore(second).tenant_for_token(token) == "acme"
     finally:
         second.close()

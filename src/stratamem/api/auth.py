@@ -9,7 +9,7 @@ import hmac
 
 from stratamem.api.settings import ServerSettings
 from stratamem.errors import Forbidden, Unauthenticated
-from stratamem.store.tenants.store import TenantStore
+from stratamem.store.tenants.port import TenantStore
 
 _NO_KEY = "send an API key as `Authorization: Bearer <key>` (see `stratamem keys create`)"
 

@@ -38,7 +38,7 @@ from stratamem.errors import StratamemError, Throttled, Unauthenticated
 from stratamem.offload import Offload
 from stratamem.retrieval.search import MAX_QUERY_CHARS
 from stratamem.store.opening import RecordStore
-from stratamem.store.tenants.store import TenantStore
+from stratamem.store.tenants.port import TenantStore
 
 MCP_PATH = "/mcp"
 INSTRUCTIONS = (

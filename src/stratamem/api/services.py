@@ -27,7 +27,8 @@ from stratamem.proxy.settings import ProxySettings
 from stratamem.store.layers.port import LayerStore
 from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import RecordStore
-from stratamem.store.tenants.store import TenantStore
+from stratamem.store.tenants.port import TenantStore
+from stratamem.store.tenants.store import SqlTenantStore
 
 
 @dataclass
@@ -70,7 +71,7 @@ class Services:
             scheduler = PipelineScheduler(pipeline, memory.clock)
             offload = Offload(SqlOffloadStore(store), scheduler, llm=memory.llm,
                               clock=memory.clock)  # fmt: skip
-        return cls(memory, TenantStore(store, memory.clock), settings, pipeline, offload,
+        return cls(memory, SqlTenantStore(store, memory.clock), settings, pipeline, offload,
                    pipeline_settings=pipeline_settings or PipelineSettings(),
                    proxy_settings=proxy_settings or ProxySettings())  # fmt: skip
 

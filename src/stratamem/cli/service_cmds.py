@@ -15,7 +15,8 @@ from stratamem.config import Settings
 from stratamem.domain import Scope
 from stratamem.errors import ConfigError
 from stratamem.store.opening import open_store
-from stratamem.store.tenants.store import TenantStore
+from stratamem.store.tenants.port import TenantStore
+from stratamem.store.tenants.store import SqlTenantStore
 
 
 @click.command()
@@ -69,7 +70,7 @@ def _check_tenant(settings: Settings, tenant: str) -> None:
     MCP host configured with a typo would otherwise seem to work, recalling nothing)."""
     store = open_store(settings)
     try:
-        registered = [t.name for t in TenantStore(store).list_tenants()]
+        registered = [t.name for t in SqlTenantStore(store).list_tenants()]
         stats = store.stats(Scope(tenant))
     finally:
         store.close()
@@ -98,7 +99,7 @@ def _tenant_store(ctx: click.Context) -> Iterator[TenantStore]:
     settings = settings_from(ctx)
     store = open_store(settings)
     try:
-        yield TenantStore(store)
+        yield SqlTenantStore(store)
     finally:
         store.close()
 

@@ -1,4 +1,5 @@
-"""Tenants and their API keys, stored hashed, beside a SQL store (SQLite migration 30).
+"""`SqlTenantStore`: tenants and their API keys, stored hashed, beside a SQL store (migration 30,
+`schema.py`).
 
 A key reads `smk_<key id>_<secret>`. Only the key id and the SHA-256 of the whole key are kept:
 the key id finds the row, the hash is compared in constant time. Keys are 32 random bytes, so a
@@ -12,13 +13,13 @@ import hmac
 import re
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from stratamem.clock import Clock, SystemClock
 from stratamem.domain import Scope, check_ident
 from stratamem.errors import AlreadyExists, InvalidInput, NotFound
 from stratamem.store.sql import DUPLICATE, SqlStore
+from stratamem.store.tenants.port import ApiKey, IssuedKey, Tenant
 
 KEY_PREFIX = "smk"
 KEY_ID_BYTES = 6
@@ -27,44 +28,6 @@ MAX_LABEL_CHARS = 200
 _TOKEN = re.compile(rf"^{KEY_PREFIX}_(?P<key_id>[0-9a-f]{{{KEY_ID_BYTES * 2}}})_[A-Za-z0-9_\-]+$")
 
 RandomBytes = Callable[[int], bytes]
-
-
-@dataclass(frozen=True, slots=True)
-class Tenant:
-    name: str
-    label: str
-    created_at: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "label": self.label, "created_at": self.created_at}
-
-
-@dataclass(frozen=True, slots=True)
-class ApiKey:
-    """A key as stored: never the secret."""
-
-    key_id: str
-    tenant: str
-    label: str
-    created_at: float
-    revoked_at: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "key_id": self.key_id,
-            "tenant": self.tenant,
-            "label": self.label,
-            "created_at": self.created_at,
-            "revoked_at": self.revoked_at,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class IssuedKey:
-    """A key just made: the only moment its token is known."""
-
-    key: ApiKey
-    token: str
 
 
 def hash_token(token: str) -> str:
@@ -77,8 +40,8 @@ def key_id_of(token: str) -> str | None:
     return None if match is None else match.group("key_id")
 
 
-class TenantStore:
-    """Tenants and hashed keys over a SQL store (its `reading()` / `writing()`)."""
+class SqlTenantStore:
+    """`TenantStore` over a SQL store (its `reading()` / `writing()`)."""
 
     def __init__(
         self,
@@ -121,16 +84,10 @@ class TenantStore:
         return [Tenant(r["name"], r["label"], r["created_at"]) for r in rows]
 
     def count_tenants(self) -> int:
-        """How many tenants there are (also a cheap check that the store answers)."""
         with self._store.reading() as conn:
             return int(conn.execute("SELECT COUNT(*) FROM tenants").fetchone()[0])
 
     def delete_tenant(self, name: str) -> dict[str, int]:
-        """Delete a tenant with all its data and keys; returns the counts of erased records.
-
-        Its keys are revoked first, so nothing is written for it while its data is erased, and
-        the tenant and its keys go last: if this is interrupted, calling it again finishes it.
-        """
         self.get_tenant(name)
         with self._store.writing() as conn:
             conn.execute(
@@ -145,7 +102,6 @@ class TenantStore:
 
     # -- keys --------------------------------------------------------------------------------
     def create_key(self, tenant: str, label: str = "") -> IssuedKey:
-        """Issue a new key for an existing tenant; its token is returned once, never stored."""
         self.get_tenant(tenant)
         key_id = self._random(KEY_ID_BYTES).hex()
         secret = self._random(SECRET_BYTES).hex()
@@ -160,7 +116,6 @@ class TenantStore:
         return IssuedKey(key, token)
 
     def revoke_key(self, key_id: str) -> ApiKey:
-        """Revoke a key (idempotent: a revoked key keeps its first revocation time)."""
         with self._store.writing() as conn:
             conn.execute(
                 "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
@@ -190,7 +145,6 @@ class TenantStore:
         return [_key_from_row(r) for r in rows]
 
     def tenant_for_token(self, token: str) -> str | None:
-        """The tenant of a live key with exactly this token, else None."""
         key_id = key_id_of(token)
         if key_id is None:
             return None
