@@ -14,7 +14,7 @@ from stratamem.offload.l15_judgment import JudgmentConflict, run_l15
 from stratamem.offload.schedule import l2_timer_key
 from stratamem.store.failures.records import FailureKind, FailureStatus
 from stratamem.store.layers.store import SqlLayerStore
-from stratamem.store.offload.records import Decision, DiagramWrite, VersionConflict
+from stratamem.store.offload.records import Decision, DiagramWrite, JudgmentCommit, VersionConflict
 from stratamem.testing import Reply, ScriptedLLM
 
 from . import model
@@ -63,9 +63,9 @@ async def test_a_stale_compare_and_set_is_refused(rig: Rig) -> None:
     scope, now = Scope(T), rig.clock.now()
     mark = await rig.offload.user_message(T, S, "Start", timestamp=now)
     decision = Decision(False, False, None, "Start")
-    rig.store.apply_decision(scope, S, mark, 0, decision, "t-1", now)
+    rig.store.apply_decision(scope, S, JudgmentCommit(mark, 0, decision, "t-1", now))
     with pytest.raises(VersionConflict):
-        rig.store.apply_decision(scope, S, mark, 0, decision, "t-2", now)
+        rig.store.apply_decision(scope, S, JudgmentCommit(mark, 0, decision, "t-2", now))
 
 
 async def test_judgment_gives_up_after_its_attempts(rig: Rig, scripted_llm: ScriptedLLM) -> None:
@@ -77,7 +77,7 @@ async def test_judgment_gives_up_after_its_attempts(rig: Rig, scripted_llm: Scri
         boundary = rig.store.boundary(scope, S)
         decision = Decision(False, False, None, "meddler")
         rig.store.apply_decision(
-            scope, S, other, boundary.version, decision, f"t-m{boundary.version}", 0
+            scope, S, JudgmentCommit(other, boundary.version, decision, f"t-m{boundary.version}", 0)
         )
         return model.judgment("mine")
 

@@ -15,7 +15,7 @@ from stratamem.offload.schedule import l1_timer_key
 from stratamem.offload.stage import ref_id_for
 from stratamem.store.failures.records import FailureKind
 from stratamem.store.layers.store import SqlLayerStore
-from stratamem.store.offload.records import NewEntry
+from stratamem.store.offload.records import ClaimCommit, NewEntry
 from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.testing import Reply, ScriptedLLM
 
@@ -116,7 +116,7 @@ async def test_a_slow_run_finishing_after_its_lease_duplicates_nothing(
     assert entry_count(rig) == 3
     late = [model_entry(p) for p in slow.pairs]
     refs = {p.call_id: ref_id_for(S, p.call_id) for p in slow.pairs}
-    assert store.complete_claim(scope, S, "slow", late, refs, rig.clock.now()) == []
+    assert store.complete_claim(scope, S, ClaimCommit("slow", late, refs, rig.clock.now())) == []
     assert entry_count(rig) == 3
 
 

@@ -17,7 +17,7 @@ from stratamem.embed.hashing import HashingEmbedder
 from stratamem.store.core.port import NO_FILTERS, EmbeddingInfo
 from stratamem.store.layers.port import L1Commit, L2Commit, L3Commit, Supersede
 from stratamem.store.layers.store import SqlLayerStore
-from stratamem.store.offload.records import NewEntry, ToolPair
+from stratamem.store.offload.records import ClaimCommit, NewEntry, ToolPair
 from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import RecordStore, open_url
 from stratamem.store.postgres import PostgresStore
@@ -66,8 +66,9 @@ def _fill(store: RecordStore) -> str:
         offload = SqlOffloadStore(store)
         pair = ToolPair("c1", "cat", {"path": "a"}, "the whole file", 50.0)
         offload.append_pairs(scope, "s1", [pair], 50.0)
-        offload.complete_claim(scope, "s1", "k", [NewEntry(pair, "a file", 8, Mode.LLM)],
-                               {"c1": f"ref-{scope.tenant}"}, 60.0)  # fmt: skip
+        done = ClaimCommit("k", [NewEntry(pair, "a file", 8, Mode.LLM)],
+                           {"c1": f"ref-{scope.tenant}"}, 60.0)  # fmt: skip
+        offload.complete_claim(scope, "s1", done)
     _embed(store)
     tenants = SqlTenantStore(store)
     tenants.create_tenant("acme")

@@ -37,6 +37,7 @@ from stratamem.store.offload.records import (
     Decision,
     Diagram,
     Entry,
+    JudgmentCommit,
     Mark,
     VersionConflict,
 )
@@ -98,10 +99,9 @@ async def run_l15(
             receipt = ReceiptDraft(run.task_id, "offload-l15", now, {"mark": mark_id},
                                    attempt=run)  # fmt: skip
         try:
-            routed = await asyncio.to_thread(
-                deps.store.apply_decision, scope, session, mark_id, view.boundary.version,
-                decision, derived_id("t", session, mark_id), now, receipt,
-            )  # fmt: skip
+            commit = JudgmentCommit(mark_id, view.boundary.version, decision,
+                                    derived_id("t", session, mark_id), now, receipt)  # fmt: skip
+            routed = await asyncio.to_thread(deps.store.apply_decision, scope, session, commit)
         except VersionConflict:
             continue
         if notes:

@@ -47,7 +47,7 @@ from stratamem.stages.envelope import StrictReply, array_of
 from stratamem.stages.records import Origin, reason, recordable
 from stratamem.store.evidence.receipts import Attempt, ReceiptDraft
 from stratamem.store.failures.records import Failure, FailureKind
-from stratamem.store.offload.records import Claim, Entry, NewEntry, ToolPair
+from stratamem.store.offload.records import Claim, ClaimCommit, Entry, NewEntry, ToolPair
 
 STAGE = Stage.L1.value
 
@@ -145,10 +145,8 @@ async def _complete(
     refs = {e.pair.call_id: ref_id_for(session, e.pair.call_id) for e in done.entries}
     created: list[Entry] = []
     if done.entries:
-        created = await asyncio.to_thread(
-            deps.store.complete_claim, scope, session, claim.claim_id, done.entries, refs,
-            deps.clock.now(), receipt,
-        )  # fmt: skip
+        commit = ClaimCommit(claim.claim_id, done.entries, refs, deps.clock.now(), receipt)
+        created = await asyncio.to_thread(deps.store.complete_claim, scope, session, commit)
     if done.notes:
         await asyncio.to_thread(deps.store.record_failures, done.notes)
     if len(done.entries) < len(claim.pairs):

@@ -18,7 +18,7 @@ from typing import Any
 from stratamem.domain import Scope
 from stratamem.offload.offline import offline_entry
 from stratamem.offload.stage import StageDeps, ref_id_for
-from stratamem.store.offload.records import Entry, ToolPair
+from stratamem.store.offload.records import ClaimCommit, Entry, ToolPair
 
 UNKNOWN_TOOL = "tool"
 
@@ -39,7 +39,7 @@ async def offline_entries(
 
     def store() -> list[Entry]:
         claim = f"compaction-{deps.ids.new_id()}"
-        deps.store.complete_claim(scope, session, claim, entries, refs, now)
+        deps.store.complete_claim(scope, session, ClaimCommit(claim, entries, refs, now))
         return deps.store.list_entries(scope, session, list(call_ids))
 
     return await asyncio.to_thread(store)

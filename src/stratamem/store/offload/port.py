@@ -19,7 +19,7 @@ Implementation: `stratamem.store.offload.store.SqlOffloadStore` (on either store
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from stratamem.domain import Scope
@@ -30,12 +30,12 @@ from stratamem.store.offload.records import (
     Appended,
     Boundary,
     Claim,
-    Decision,
+    ClaimCommit,
     Diagram,
     DiagramWrite,
     Entry,
+    JudgmentCommit,
     Mark,
-    NewEntry,
     OffloadOwed,
     Ref,
     Routed,
@@ -69,20 +69,10 @@ class OffloadStore(Protocol):
     def release_claim(self, scope: Scope, session: str, claim_id: str) -> int:
         """Give the claimed pairs back (after a failed run); returns how many."""
 
-    def complete_claim(
-        self,
-        scope: Scope,
-        session: str,
-        claim_id: str,
-        entries: Sequence[NewEntry],
-        ref_ids: Mapping[str, str],
-        now: float,
-        receipt: ReceiptDraft | None = None,
-    ) -> list[Entry]:
+    def complete_claim(self, scope: Scope, session: str, commit: ClaimCommit) -> list[Entry]:
         """In one transaction: insert entries (routed by the boundary covering their time) and
         their refs, skip call ids with an entry, mark the pairs done, resolve the session's open
-        offload-l1 failures, write `receipt` (the task's); returns the new entries. `claim_id`
-        may be one no pair holds (an entry made outside a claim, by compaction)."""
+        offload-l1 failures, write the commit's receipt (the task's); returns the new entries."""
 
     # -- entries and refs --------------------------------------------------------------------
     def list_entries(
@@ -115,21 +105,11 @@ class OffloadStore(Protocol):
     def boundary(self, scope: Scope, session: str) -> Boundary:
         """The session's routing state (version 0 before the first judgment)."""
 
-    def apply_decision(
-        self,
-        scope: Scope,
-        session: str,
-        mark_id: str,
-        expected_version: int,
-        decision: Decision,
-        new_task_id: str,
-        now: float,
-        receipt: ReceiptDraft | None = None,
-    ) -> Routed:
-        """Compare-and-set: apply a judgment of `mark_id` if the boundary is still at
+    def apply_decision(self, scope: Scope, session: str, commit: JudgmentCommit) -> Routed:
+        """Compare-and-set: apply a judgment of its mark if the boundary is still at its
         `expected_version`, else raise `VersionConflict`. Creates, switches or clears the active
         task, routes the mark's unrouted entries to the task it chose, resolves the session's
-        open offload-l15 failures and writes `receipt` (the task's)."""
+        open offload-l15 failures and writes the commit's receipt (the task's)."""
 
     # -- receipts (the same records as `EvidenceStore.receipt` / `record_receipt`) -------------
     def receipt(self, scope: Scope, task_id: str) -> Receipt | None:

@@ -5,7 +5,7 @@ They live below the layers, so every store implementation depends only downward.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -13,6 +13,7 @@ from typing import Any
 from stratamem.domain import Mode, check_ident
 from stratamem.errors import InvalidInput, StoreError
 from stratamem.inputs import check_json
+from stratamem.store.evidence.receipts import ReceiptDraft
 from stratamem.timestamps import check_timestamp
 
 
@@ -251,6 +252,33 @@ class Routed:
     boundary: Boundary
     task_id: str | None
     routed: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimCommit:
+    """What a run made of its claim: an entry per settled pair, the ref of each call id, the
+    commit time, and the run's receipt (None outside the pipeline). `claim_id` may be one no
+    pair holds (entries made outside a claim, by compaction)."""
+
+    claim_id: str
+    entries: Sequence[NewEntry]
+    ref_ids: Mapping[str, str]
+    now: float
+    receipt: ReceiptDraft | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JudgmentCommit:
+    """A judgment of mark `mark_id` made on the boundary at `expected_version`: its decision,
+    the id a new task takes, the commit time and the run's receipt (None outside the
+    pipeline)."""
+
+    mark_id: str
+    expected_version: int
+    decision: Decision
+    new_task_id: str
+    now: float
+    receipt: ReceiptDraft | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from stratamem.domain import Mode, Scope
@@ -24,10 +24,12 @@ from stratamem.store.offload.records import (
     Appended,
     Boundary,
     Claim,
+    ClaimCommit,
     Decision,
     Diagram,
     DiagramWrite,
     Entry,
+    JudgmentCommit,
     Mark,
     NewEntry,
     OffloadOwed,
@@ -142,22 +144,14 @@ class SqlOffloadStore:
         return cursor.rowcount
 
     @_translated
-    def complete_claim(
-        self,
-        scope: Scope,
-        session: str,
-        claim_id: str,
-        entries: Sequence[NewEntry],
-        ref_ids: Mapping[str, str],
-        now: float,
-        receipt: ReceiptDraft | None = None,
-    ) -> list[Entry]:
+    def complete_claim(self, scope: Scope, session: str, commit: ClaimCommit) -> list[Entry]:
         created: list[Entry] = []
+        now = commit.now
         with self._store.writing(key=scope.tenant) as conn:
-            if receipt is not None:
-                receipt_rows.write_receipt(conn, scope.tenant, receipt)
-            for item in entries:
-                ref_id = ref_ids[item.pair.call_id]
+            if commit.receipt is not None:
+                receipt_rows.write_receipt(conn, scope.tenant, commit.receipt)
+            for item in commit.entries:
+                ref_id = commit.ref_ids[item.pair.call_id]
                 entry = _insert_entry(conn, scope.tenant, session, item, ref_id, now)
                 if entry is not None:
                     created.append(entry)
@@ -273,29 +267,20 @@ class SqlOffloadStore:
             return _boundary(conn, scope.tenant, session)
 
     @_translated
-    def apply_decision(
-        self,
-        scope: Scope,
-        session: str,
-        mark_id: str,
-        expected_version: int,
-        decision: Decision,
-        new_task_id: str,
-        now: float,
-        receipt: ReceiptDraft | None = None,
-    ) -> Routed:
-        tenant = scope.tenant
+    def apply_decision(self, scope: Scope, session: str, commit: JudgmentCommit) -> Routed:
+        tenant, now = scope.tenant, commit.now
         with self._store.writing(key=scope.tenant) as conn:
-            if receipt is not None:
-                receipt_rows.write_receipt(conn, tenant, receipt)
+            if commit.receipt is not None:
+                receipt_rows.write_receipt(conn, tenant, commit.receipt)
             current = _boundary(conn, tenant, session)
-            if current.version != expected_version:
+            if current.version != commit.expected_version:
                 raise VersionConflict(
                     f"boundary of session {session!r} is at version {current.version},"
-                    f" not {expected_version}"
+                    f" not {commit.expected_version}"
                 )
-            mark = _mark_row(conn, tenant, session, mark_id)
-            task_id = _decide_task(conn, tenant, session, current, decision, new_task_id, now)
+            mark = _mark_row(conn, tenant, session, commit.mark_id)
+            task_id = _decide_task(conn, tenant, session, current, commit.decision,
+                                   commit.new_task_id, now)  # fmt: skip
             _set_mark_task(conn, tenant, session, mark, task_id)
             routed = _route_mark(conn, tenant, session, mark, task_id)
             boundary = _write_boundary(conn, tenant, session, current, mark, task_id, now)
