@@ -104,9 +104,3 @@ def numbered(text: str) -> str:
     if not text.strip():
         return "(empty: start with `flowchart TD`)"
     return "\n".join(f"{i:3d} | {line}" for i, line in enumerate(text.splitlines(), start=1))
-
-
-def safe_label(text: str, max_chars: int = 60) -> str:
-    """Text usable inside `["…"]`: quotes, brackets and the like removed."""
-    cleaned = re.sub(r"[\"\[\]{}()|<>`\n]", " ", text)
-    return " ".join(cleaned.split())[:max_chars] or "step"

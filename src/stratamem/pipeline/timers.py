@@ -39,11 +39,6 @@ def session_scope(tenant: str, session: str) -> str:
     return f"{tenant}/{session}"
 
 
-def tenant_scope(tenant: str) -> str:
-    """A tenant's own state scope (`/` never starts an identifier, so it cannot be a session's)."""
-    return f"/{tenant}"
-
-
 def l2_timer_key(tenant: str, session: str) -> str:
     return f"l2/{tenant}/{session}"
 

@@ -184,11 +184,6 @@ def phrase_terms(text: str, max_phrases: int = 16) -> list[str]:
     return list(pairs)
 
 
-def match_expression(text: str) -> str | None:
-    """An FTS5 expression matching any term of `text`, or None when it has no words."""
-    return terms_expression(query_terms(text))
-
-
 def terms_expression(terms: list[str]) -> str | None:
     """Quoted terms OR-joined (FTS5 syntax in the words is never interpreted; a term of several
     words is a phrase), or None."""
