@@ -135,3 +135,47 @@ class Unauthenticated(AccessDenied):
 
 class Forbidden(AccessDenied):
     """Valid credentials that do not grant this operation (a tenant key on an admin route)."""
+
+
+#: The service's wire vocabulary (`{"error": {"type", "message"}}`), once: each error family's
+#: HTTP status and type. The service answers with the first row its error matches
+#: (`stratamem.api.errors`); the client raises, for a type, the family of the type's first row
+#: (`stratamem.client.errors`), so `conflict` reads back as `MemoryChanged`, the conflict a caller
+#: of the client meets (a memory edited meanwhile).
+WIRE_ERRORS: tuple[tuple[type[StratamemError], int, str], ...] = (
+    (Unauthenticated, 401, "unauthenticated"),
+    (Forbidden, 403, "forbidden"),
+    (AlreadyExists, 409, "already_exists"),
+    (InvalidIdentifier, 422, "invalid_identifier"),
+    (InvalidInput, 422, "invalid_input"),
+    (NotFound, 404, "not_found"),
+    (MemoryChanged, 409, "conflict"),
+    (LayerConflict, 409, "conflict"),
+    (EmbeddingMismatch, 409, "embedding_mismatch"),
+    (StaleFencingToken, 409, "conflict"),
+    (Throttled, 429, "rate_limited"),
+    (EmbeddingError, 503, "embedding_unavailable"),
+    (LLMError, 502, "llm_failed"),
+    (LayerError, 502, "layer_failed"),
+    (LockBusy, 503, "busy"),
+    (PipelineError, 503, "pipeline_unavailable"),
+    (StoreError, 500, "store_error"),
+    (ConfigError, 500, "config_error"),
+    (StratamemError, 500, "internal_error"),
+)
+
+#: The types the service's framework answers with (routing, body limits, CORS: no domain error
+#: behind them), with their status and the family the client raises for each (None: the
+#: status's, `client.errors.ERROR_OF_STATUS`). The first row of a status is its type.
+FRAMEWORK_ERRORS: tuple[tuple[int, str, type[StratamemError] | None], ...] = (
+    (400, "bad_request", InvalidInput),
+    (400, "cors_refused", InvalidInput),
+    (401, "unauthenticated", Unauthenticated),
+    (404, "not_found", NotFound),
+    (405, "method_not_allowed", None),
+    (408, "body_too_slow", InvalidInput),
+    (413, "body_too_large", InvalidInput),
+    (415, "unsupported_media_type", InvalidInput),
+    (422, "invalid_input", InvalidInput),
+    (429, "rate_limited", Throttled),
+)

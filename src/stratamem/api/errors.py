@@ -12,68 +12,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from stratamem.errors import (
-    AlreadyExists,
-    ConfigError,
-    EmbeddingError,
-    EmbeddingMismatch,
-    Forbidden,
-    InvalidIdentifier,
-    InvalidInput,
-    LayerConflict,
-    LayerError,
-    LLMError,
-    LockBusy,
-    MemoryChanged,
-    NotFound,
-    PipelineError,
-    StaleFencingToken,
-    StoreError,
-    StratamemError,
-    Throttled,
-    Unauthenticated,
-)
+from stratamem.errors import FRAMEWORK_ERRORS, WIRE_ERRORS, StratamemError, Throttled
 from stratamem.httpretry import redact_urls
-from stratamem.pipeline.errors import DeadLetterNotFound
 
 log = logging.getLogger(__name__)
 
-#: Domain error family → (HTTP status, error type). The first matching row wins.
-STATUS_OF_ERROR: tuple[tuple[type[StratamemError], int, str], ...] = (
-    (Unauthenticated, 401, "unauthenticated"),
-    (Forbidden, 403, "forbidden"),
-    (AlreadyExists, 409, "already_exists"),
-    (InvalidIdentifier, 422, "invalid_identifier"),
-    (InvalidInput, 422, "invalid_input"),
-    (NotFound, 404, "not_found"),
-    (DeadLetterNotFound, 404, "not_found"),
-    (LayerConflict, 409, "conflict"),
-    (EmbeddingMismatch, 409, "embedding_mismatch"),
-    (StaleFencingToken, 409, "conflict"),
-    (MemoryChanged, 409, "conflict"),
-    (Throttled, 429, "rate_limited"),
-    (EmbeddingError, 503, "embedding_unavailable"),
-    (LLMError, 502, "llm_failed"),
-    (LayerError, 502, "layer_failed"),
-    (LockBusy, 503, "busy"),
-    (PipelineError, 503, "pipeline_unavailable"),
-    (StoreError, 500, "store_error"),
-    (ConfigError, 500, "config_error"),
-    (StratamemError, 500, "internal_error"),
-)
+#: Domain error family → (HTTP status, error type) (`stratamem.errors.WIRE_ERRORS`). The first
+#: matching row wins.
+STATUS_OF_ERROR = WIRE_ERRORS
 
 #: Framework-level statuses (routing, body limits) → error type.
-TYPE_OF_STATUS = {
-    400: "bad_request",
-    401: "unauthenticated",
-    404: "not_found",
-    405: "method_not_allowed",
-    408: "body_too_slow",
-    413: "body_too_large",
-    415: "unsupported_media_type",
-    422: "invalid_input",
-    429: "rate_limited",
-}
+TYPE_OF_STATUS = {status: kind for status, kind, _ in reversed(FRAMEWORK_ERRORS)}
 
 
 def error_body(kind: str, message: str) -> dict[str, dict[str, str]]:

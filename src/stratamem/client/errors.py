@@ -1,7 +1,7 @@
 """The service's error shape, `{"error": {"type", "message"}}`, back into `stratamem.errors`.
 
-The table is the inverse of the service's (`stratamem.api.errors`); a test keeps the two in step.
-An unknown type falls back to the family of its HTTP status.
+The table is derived from the one wire vocabulary the service answers by
+(`stratamem.errors.WIRE_ERRORS`); an unknown type falls back to the family of its HTTP status.
 """
 
 from __future__ import annotations
@@ -11,19 +11,11 @@ import json
 import httpx
 
 from stratamem.errors import (
-    AlreadyExists,
-    ConfigError,
-    EmbeddingError,
-    EmbeddingMismatch,
+    FRAMEWORK_ERRORS,
+    WIRE_ERRORS,
     Forbidden,
-    InvalidIdentifier,
     InvalidInput,
-    LayerError,
-    LLMError,
-    LockBusy,
-    MemoryChanged,
     NotFound,
-    PipelineError,
     StoreError,
     StratamemError,
     Throttled,
@@ -31,33 +23,22 @@ from stratamem.errors import (
 )
 from stratamem.httpretry import parse_retry_after
 
-#: Error type of the service → the error the client raises. `conflict` is what a caller of the
-#: client meets as a memory edited meanwhile (`update_memory`, `forget_memory`).
-ERROR_OF_TYPE: dict[str, type[StratamemError]] = {
-    "unauthenticated": Unauthenticated,
-    "forbidden": Forbidden,
-    "already_exists": AlreadyExists,
-    "invalid_identifier": InvalidIdentifier,
-    "invalid_input": InvalidInput,
-    "bad_request": InvalidInput,
-    "body_too_large": InvalidInput,
-    "body_too_slow": InvalidInput,
-    "cors_refused": InvalidInput,
-    "rate_limited": Throttled,
-    "unsupported_media_type": InvalidInput,
-    "not_found": NotFound,
-    "conflict": MemoryChanged,
-    "embedding_mismatch": EmbeddingMismatch,
-    "embedding_unavailable": EmbeddingError,
-    "llm_failed": LLMError,
-    "layer_failed": LayerError,
-    "busy": LockBusy,
-    "pipeline_unavailable": PipelineError,
-    "store_error": StoreError,
-    "config_error": ConfigError,
-    "internal_error": StratamemError,
-}
 
+def _error_of_type() -> dict[str, type[StratamemError]]:
+    """Each wire type's family: its first row in the service's table, then the framework's."""
+    table: dict[str, type[StratamemError]] = {}
+    for family, _, kind in WIRE_ERRORS:
+        table.setdefault(kind, family)
+    for _, kind, raised in FRAMEWORK_ERRORS:
+        if raised is not None:
+            table.setdefault(kind, raised)
+    return table
+
+
+#: Error type of the service → the error the client raises (`stratamem.errors.WIRE_ERRORS`).
+ERROR_OF_TYPE = _error_of_type()
+
+#: A status → the family raised for a type this client does not know (a newer service's).
 ERROR_OF_STATUS: dict[int, type[StratamemError]] = {
     400: InvalidInput,
     401: Unauthenticated,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stratamem.errors import InvalidInput, PipelineError
+from stratamem.errors import InvalidInput, NotFound, PipelineError
 
 
 class BackendUnavailable(PipelineError):
@@ -14,7 +14,7 @@ class UnknownTaskType(PipelineError, InvalidInput):
     registered for it in this worker."""
 
 
-class DeadLetterNotFound(PipelineError, LookupError):
+class DeadLetterNotFound(PipelineError, NotFound):
     """The named dead-letter record does not exist (already requeued or purged)."""
 
 
