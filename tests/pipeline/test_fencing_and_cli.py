@@ -118,7 +118,7 @@ def test_cli_status_and_dead_letters(tmp_path: Path) -> None:
     missing = CliRunner().invoke(
         cli, ["--data-dir", str(tmp_path), "pipeline", "dead-letters", "requeue", "999"]
     )
-    assert missing.exit_code == 1 and "no dead letter" in missing.output
+    assert missing.exit_code == 3 and "no dead letter" in missing.output  # NotFound
 
 
 def test_cli_reconcile_reports_and_changes_nothing(tmp_path: Path) -> None:
@@ -160,14 +160,14 @@ def test_cli_executions_lists_the_log(tmp_path: Path) -> None:
     empty = tmp_path / "elsewhere"
     refused = CliRunner().invoke(cli, ["--data-dir", str(empty), "pipeline", "executions",
                                        "--tenant", "acme"])  # fmt: skip
-    assert refused.exit_code == 1 and "no store" in refused.output and not empty.exists()
+    assert refused.exit_code == 5 and "no store" in refused.output and not empty.exists()
 
 
 def test_cli_worker_refuses_bad_executors(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         cli, ["--data-dir", str(tmp_path), "worker", "--executors", "no.such.module:factory"]
     )
-    assert result.exit_code == 1 and "cannot be loaded" in result.output
+    assert result.exit_code == 5 and "cannot be loaded" in result.output  # ConfigError
 
 
 def _commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:

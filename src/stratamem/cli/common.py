@@ -1,8 +1,8 @@
-"""What every CLI command shares: the data directory, the memory, errors mapped to exit codes."""
+"""What every CLI command shares: the data directory, the memory (errors are mapped to exit codes
+by the root group, `cli.exits`)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -15,49 +15,12 @@ import click
 from stratamem.config import Settings, load_core
 from stratamem.errors import (
     ConfigError,
-    EmbeddingMismatch,
-    InvalidInput,
-    NotFound,
-    StoreError,
-    StratamemError,
 )
 from stratamem.store.opening import SQLITE_SCHEME
 from stratamem.sync import Memory
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-#: Exit codes: one place maps each error family to one code.
-EXIT_CODES: tuple[tuple[type[StratamemError], int], ...] = (
-    (InvalidInput, 2),
-    (NotFound, 3),
-    (EmbeddingMismatch, 4),
-    (ConfigError, 5),
-    (StoreError, 6),
-    (StratamemError, 1),
-)
-
-
-def exit_code(error: StratamemError) -> int:
-    for kind, code in EXIT_CODES:
-        if isinstance(error, kind):
-            return code
-    return 1
-
-
-def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
-    """Turn library errors into a one-line message on stderr and the family's exit code."""
-
-    @functools.wraps(command)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return command(*args, **kwargs)
-        except StratamemError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(exit_code(exc))
-
-    return wrapper
-
 
 def settings_from(ctx: click.Context) -> Settings:
     obj: dict[str, Any] = ctx.ensure_object(dict)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from stratamem.cli.common import handle_errors, print_json, settings_from
+from stratamem.cli.common import print_json, settings_from
 from stratamem.config import Settings
 from stratamem.core import retrieval_config
 from stratamem.errors import InvalidInput
@@ -78,7 +78,6 @@ def variants(
 @click.option("--embed-cache", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A SQLite file keeping every vector between runs (any embedder).")
 @click.pass_context
-@handle_errors
 def locomo(
     ctx: click.Context,
     data: Path,

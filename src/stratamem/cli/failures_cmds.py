@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from stratamem.cli.common import handle_errors, print_json, settings_from
+from stratamem.cli.common import print_json, settings_from
 from stratamem.core import AsyncMemory
 from stratamem.errors import ConfigError
 from stratamem.failures import Failures
@@ -84,7 +84,6 @@ def failures() -> None:
 @click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True)
 @_JSON
 @click.pass_context
-@handle_errors
 def failures_list(
     ctx: click.Context,
     tenant: str,
@@ -118,7 +117,6 @@ def failures_list(
 @click.argument("failure_id")
 @_JSON
 @click.pass_context
-@handle_errors
 def failures_show(ctx: click.Context, tenant: str, failure_id: str, as_json: bool) -> None:
     """One failure record with its raw replies."""
     failure = _run(ctx, lambda f: f.get(tenant, failure_id))
@@ -139,7 +137,6 @@ def failures_show(ctx: click.Context, tenant: str, failure_id: str, as_json: boo
 @click.argument("failure_id")
 @_JSON
 @click.pass_context
-@handle_errors
 def failures_retry(ctx: click.Context, tenant: str, failure_id: str, as_json: bool) -> None:
     """Re-run a quarantined turn or a failed stage now, with the configured LLM endpoint."""
     outcome = _run(ctx, lambda f: f.retry(tenant, failure_id), retrying=True)

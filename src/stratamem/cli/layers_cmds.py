@@ -13,7 +13,6 @@ import click
 
 from stratamem.cli.common import (
     existing_store,
-    handle_errors,
     open_memory,
     print_json,
     settings_from,
@@ -83,7 +82,6 @@ def _memory_line(memory: MemoryRecord) -> str:
 @click.option("--session", required=True, help="Session to run the layers for.")
 @_JSON
 @click.pass_context
-@handle_errors
 def flush(ctx: click.Context, tenant: str, session: str, as_json: bool) -> None:
     """Run the layers for a session now (L1 until caught up, L2, L3) and wait."""
     with open_memory(ctx) as memory:
@@ -109,7 +107,6 @@ def flush(ctx: click.Context, tenant: str, session: str, as_json: bool) -> None:
     " so) while another process (a worker, serve) holds the lease: that one runs the passes.",
 )
 @click.pass_context
-@handle_errors
 def schedule(ctx: click.Context, once: bool) -> None:
     """Run the backlog scheduler over the layers' owed work (L1, L2, L3, flush), and retention
     of the pipeline's log and receipts, until SIGTERM / SIGINT (workers and serve run one
@@ -159,7 +156,6 @@ def memories() -> None:
 @click.option("--limit", default=50, show_default=True)
 @_JSON
 @click.pass_context
-@handle_errors
 def memories_list(
     ctx: click.Context,
     tenant: str,
@@ -191,7 +187,6 @@ def memories_list(
 @click.argument("memory_id")
 @_JSON
 @click.pass_context
-@handle_errors
 def memories_show(ctx: click.Context, tenant: str, memory_id: str, as_json: bool) -> None:
     """One memory with its provenance and validity."""
     with _open_layers(ctx) as (store, _):
@@ -209,7 +204,6 @@ def memories_show(ctx: click.Context, tenant: str, memory_id: str, as_json: bool
 @click.argument("memory_id")
 @_JSON
 @click.pass_context
-@handle_errors
 def memories_history(ctx: click.Context, tenant: str, memory_id: str, as_json: bool) -> None:
     """Every version linked to a memory by updates and merges, oldest first."""
     with _open_layers(ctx) as (_, layers):
@@ -231,7 +225,6 @@ def profile() -> None:
 @click.option("--history", is_flag=True, help="Every version, oldest first.")
 @_JSON
 @click.pass_context
-@handle_errors
 def profile_show(ctx: click.Context, tenant: str, history: bool, as_json: bool) -> None:
     """The current profile (or all its versions)."""
     with _open_layers(ctx) as (_, layers):
@@ -259,7 +252,6 @@ def scenes() -> None:
 @_TENANT
 @_JSON
 @click.pass_context
-@handle_errors
 def scenes_list(ctx: click.Context, tenant: str, as_json: bool) -> None:
     """Live scenes, hottest first."""
     with _open_layers(ctx) as (_, layers):
@@ -278,7 +270,6 @@ def scenes_list(ctx: click.Context, tenant: str, as_json: bool) -> None:
 @click.option("--history", is_flag=True, help="Every version, oldest first.")
 @_JSON
 @click.pass_context
-@handle_errors
 def scenes_show(
     ctx: click.Context, tenant: str, scene_id: str, history: bool, as_json: bool
 ) -> None:

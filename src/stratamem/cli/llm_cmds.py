@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from stratamem.cli.common import handle_errors, print_json
+from stratamem.cli.common import print_json
 from stratamem.errors import ConfigError
 from stratamem.llm import LLMClient, LLMSettings
 from stratamem.llmcheck import CheckReport, check_endpoint, render
@@ -23,7 +23,6 @@ def llm() -> None:
 @llm.command("check")
 @click.option("--stage", default="L1", show_default=True, help="Whose endpoint settings to use.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@handle_errors
 def check(stage: str, as_json: bool) -> None:
     """The endpoint's structured-output profile, its latency, and whether a tiny extraction
     round-trips; exits 1 when the endpoint is not usable."""

@@ -18,11 +18,12 @@ from stratamem.cli import (
     offload_cmds,
     service_cmds,
 )
+from stratamem.cli.exits import MappedGroup
 from stratamem.cli.layers_cmds import LAYER_COMMANDS
 from stratamem.cli.pipeline_cmds import bench, pipeline, worker
 
 
-@click.group()
+@click.group(cls=MappedGroup)
 @click.version_option(package_name="stratamem")
 @click.option(
     "--data-dir",

@@ -10,7 +10,6 @@ import click
 
 from stratamem.capture import ROLE_ALIASES, parse_timestamp
 from stratamem.cli.common import (
-    handle_errors,
     open_memory,
     print_json,
     progress,
@@ -41,7 +40,6 @@ _LAYERS = click.Choice(["L0", "L1", "all"], case_sensitive=False)
 @click.option("--id", "message_id", default=None, help="Caller's id, for idempotent re-capture.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-@handle_errors
 def capture(
     ctx: click.Context,
     tenant: str,
@@ -95,7 +93,6 @@ def _search_options(command: Any) -> Any:
 @click.argument("query")
 @_search_options
 @click.pass_context
-@handle_errors
 def search(
     ctx: click.Context,
     query: str,
@@ -153,7 +150,6 @@ def _catch_up(memory: Memory) -> None:
 @click.option("--budget", default=None, type=int, help="Character budget of the block.")
 @click.option("--json", "as_json", is_flag=True, help="Print context, stable block and hits.")
 @click.pass_context
-@handle_errors
 def recall(
     ctx: click.Context,
     query: str,
@@ -185,7 +181,6 @@ def recall(
 @click.option("--no-embed", is_flag=True, help="Leave embeddings for later.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-@handle_errors
 def import_(
     ctx: click.Context,
     path: Path,
@@ -234,7 +229,6 @@ def _import_plan(
 @click.command()
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
-@handle_errors
 def reindex(ctx: click.Context, yes: bool) -> None:
     """Drop every vector and embed everything again with the configured embedder."""
     if not yes:
@@ -251,7 +245,6 @@ def reindex(ctx: click.Context, yes: bool) -> None:
 @click.option("--session", default=None, help="Only this session (else the whole tenant).")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
-@handle_errors
 def erase(ctx: click.Context, tenant: str, session: str | None, yes: bool) -> None:
     """Forget a session (its turns, the memories drawn from them, its layer and offload records)
     or a whole tenant's data. Tenant registrations and keys are `tenants` / `keys` business."""
@@ -267,7 +260,6 @@ def erase(ctx: click.Context, tenant: str, session: str | None, yes: bool) -> No
 @click.option("--tenant", default=None, help="Only this tenant.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-@handle_errors
 def stats(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
     """Counts of turns, memories, sessions and pending embeddings."""
     with open_memory(ctx, verify_embedding=False, existing=True) as memory:

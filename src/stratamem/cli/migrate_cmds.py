@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stratamem.cli.common import handle_errors, print_json
+from stratamem.cli.common import print_json
 from stratamem.errors import ConfigError
 from stratamem.store.opening import POSTGRES_SCHEMES, SQLITE_SCHEME
 
@@ -14,7 +14,6 @@ from stratamem.store.opening import POSTGRES_SCHEMES, SQLITE_SCHEME
 @click.command("migrate")
 @click.option("--from", "source", required=True, help="The embedded store: sqlite:PATH.")
 @click.option("--to", "target", required=True, help="The PostgreSQL store: postgresql://…")
-@handle_errors
 def migrate(source: str, target: str) -> None:
     """Copy a SQLite store into PostgreSQL (vectors included), verify the rows per tenant and
     table; run it again to finish an interrupted copy. Stop the SQLite store's writers first."""

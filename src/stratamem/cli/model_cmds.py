@@ -7,7 +7,7 @@ import time
 
 import click
 
-from stratamem.cli.common import handle_errors, settings_from
+from stratamem.cli.common import settings_from
 from stratamem.embed import Embedder, make_embedder
 from stratamem.embed.base import preload
 from stratamem.errors import EmbeddingError
@@ -15,7 +15,6 @@ from stratamem.errors import EmbeddingError
 
 @click.command()
 @click.pass_context
-@handle_errors
 def prepare(ctx: click.Context) -> None:
     """Load the configured embedder now: the local model's ONNX graph is built into the model
     cache if it is not there yet. Prints the model, its width and the seconds it took."""

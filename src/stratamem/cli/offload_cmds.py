@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from stratamem.cli.common import handle_errors, print_json, settings_from
+from stratamem.cli.common import print_json, settings_from
 from stratamem.clock import SystemClock
 from stratamem.errors import InvalidInput
 from stratamem.llm import LLMClient, LLMSettings
@@ -82,7 +82,6 @@ def offload() -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-@handle_errors
 def ingest(
     ctx: click.Context, path: Path, tenant: str, session: str, stages: str, as_json: bool
 ) -> None:
@@ -153,7 +152,6 @@ async def _ingest_lines(
 @click.option("--budget", "budget_tokens", type=int, required=True, help="Token budget.")
 @click.option("--stats", "stats_only", is_flag=True, help="Print the figures only.")
 @click.pass_context
-@handle_errors
 def compact(
     ctx: click.Context, path: Path, tenant: str, session: str, budget_tokens: int,
     stats_only: bool,
@@ -183,7 +181,6 @@ def compact(
 @click.option("--max-tokens", type=int, default=None, help="Token cap of the text returned.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-@handle_errors
 def read(
     ctx: click.Context, ref_id: str, tenant: str, query: str | None, max_tokens: int | None,
     as_json: bool,
@@ -206,7 +203,6 @@ def read(
 @click.option("--session", required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the tasks as JSON.")
 @click.pass_context
-@handle_errors
 def diagrams(ctx: click.Context, tenant: str, session: str, as_json: bool) -> None:
     """Show the session's tasks and their Mermaid diagrams."""
 
@@ -228,7 +224,6 @@ def diagrams(ctx: click.Context, tenant: str, session: str, as_json: bool) -> No
 @click.option("--tenant", required=True)
 @click.option("--session", required=True)
 @click.pass_context
-@handle_errors
 def entries(ctx: click.Context, tenant: str, session: str) -> None:
     """List the session's entries (summary, score, ref) as JSON."""
 
@@ -249,7 +244,6 @@ def entries(ctx: click.Context, tenant: str, session: str) -> None:
     help="Run the resubmitted stages now, or hand them to the pipeline's workers.",
 )
 @click.pass_context
-@handle_errors
 def resubmit(ctx: click.Context, tenant: str, session: str, stages: str) -> None:
     """Submit a session's waiting work again (after dead letters); prints JSON."""
 

@@ -1,5 +1,6 @@
 """`stratamem worker`, `stratamem pipeline …` and `stratamem bench pipeline`: thin shells over
-`stratamem.pipeline`. Each command opens the backend, calls one thing, maps errors once."""
+`stratamem.pipeline`. Each command opens the backend and calls one thing; the root group maps
+its errors to exit codes."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from stratamem import logs
 from stratamem.cli.common import existing_store, sqlite_file
 from stratamem.config import Settings
 from stratamem.domain import Scope
-from stratamem.errors import StratamemError
+from stratamem.errors import ConfigError
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ReceiptReader
 from stratamem.pipeline.reconcile import ExecutionReader, Report, reconcile
@@ -44,10 +45,7 @@ def _data_dir(ctx: click.Context) -> Path:
 
 
 def _settings(**overrides: Any) -> PipelineSettings:
-    try:
-        return PipelineSettings(**{k: v for k, v in overrides.items() if v is not None})
-    except StratamemError as exc:
-        raise click.ClickException(str(exc)) from exc
+    return PipelineSettings(**{k: v for k, v in overrides.items() if v is not None})
 
 
 def _with_backend(
@@ -60,10 +58,7 @@ def _with_backend(
         finally:
             await backend.close()
 
-    try:
-        return asyncio.run(go())
-    except StratamemError as exc:
-        raise click.ClickException(str(exc)) from exc
+    return asyncio.run(go())
 
 
 backend_option = click.option(
@@ -96,11 +91,8 @@ def worker(
     """Run a pipeline worker until SIGTERM / SIGINT (then stop gracefully)."""
     settings = _settings(backend=backend, concurrency=concurrency)
     logs.configure()
-    try:
-        registry = load_registry(executors)
-        done = asyncio.run(serve(settings, _data_dir(ctx), registry, name))
-    except StratamemError as exc:
-        raise click.ClickException(str(exc)) from exc
+    registry = load_registry(executors)
+    done = asyncio.run(serve(settings, _data_dir(ctx), registry, name))
     click.echo(json.dumps(done.metrics.snapshot()["counters"]))
 
 
@@ -208,14 +200,11 @@ def executions_cmd(
 ) -> None:
     """The execution log of a tenant's tasks, in the order they started: attempt, delivery,
     fencing token, worker, start, commit, end, outcome, and when a later execution fenced it."""
+    store = open_store(existing_store(Settings(data_dir=_data_dir(ctx))))
     try:
-        store = open_store(existing_store(Settings(data_dir=_data_dir(ctx))))
-        try:
-            runs = SqlEvidenceStore(store).executions(Scope(tenant), task_id, limit)
-        finally:
-            store.close()
-    except StratamemError as exc:
-        raise click.ClickException(str(exc)) from exc
+        runs = SqlEvidenceStore(store).executions(Scope(tenant), task_id, limit)
+    finally:
+        store.close()
     if as_json:
         click.echo(json.dumps([r.to_json() for r in runs], sort_keys=True))
         return
@@ -248,8 +237,6 @@ def rotate_receipt_key(ctx: click.Context, retire_old: bool) -> None:
     store = open_store(settings)
     try:
         key_id = SqlEvidenceStore(store).rotate_receipt_key(time.time(), retire_old=retire_old)
-    except StratamemError as exc:
-        raise click.ClickException(str(exc)) from exc
     finally:
         store.close()
     click.echo(
@@ -332,13 +319,13 @@ def bench_pipeline(
     *, backend: str, tasks: int, workers: int, repeat: int, redis_url: str | None, as_json: bool
 ) -> None:
     """No-op tasks through the real worker path vs saq on the same Redis, in one run."""
-    from stratamem.pipeline.bench import run_bench  # noqa: PLC0415 - needs the bench extra
+    from stratamem.pipeline.bench import run_bench  # noqa: PLC0415 - imported when run
 
     url = redis_url or PipelineSettings().redis_url
     try:
         report = asyncio.run(run_bench(backend, tasks, workers, url, repeat=repeat))
-    except (StratamemError, ImportError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    except ImportError as exc:  # saq and redis are the bench extra's
+        raise ConfigError(f"the pipeline bench needs the bench extra: {exc}") from exc
     if as_json:
         click.echo(json.dumps(report))
         return

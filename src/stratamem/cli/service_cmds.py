@@ -10,7 +10,7 @@ from types import ModuleType
 
 import click
 
-from stratamem.cli.common import existing_store, handle_errors, print_json, settings_from
+from stratamem.cli.common import existing_store, print_json, settings_from
 from stratamem.config import Settings
 from stratamem.domain import Scope
 from stratamem.errors import ConfigError
@@ -38,7 +38,6 @@ from stratamem.store.tenants.store import SqlTenantStore
     help="Pipeline consumers in this process; 0: API only [env STRATAMEM_SERVER_WORKERS; 2].",
 )
 @click.pass_context
-@handle_errors
 def serve(
     ctx: click.Context,
     config_file: Path | None,
@@ -57,7 +56,6 @@ def serve(
 @click.command("mcp")
 @click.option("--tenant", required=True, help="The tenant whose memory the tools use.")
 @click.pass_context
-@handle_errors
 def mcp(ctx: click.Context, tenant: str) -> None:
     """Serve the MCP tools over stdio for one tenant (for an agent on this machine)."""
     settings = existing_store(settings_from(ctx))  # a mistyped --data-dir: refused, not created
@@ -114,7 +112,6 @@ def tenants() -> None:
 @click.option("--label", default="", help="A free-text description.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-@handle_errors
 def create_tenant(ctx: click.Context, name: str, label: str, as_json: bool) -> None:
     """Create a tenant."""
     with _tenant_store(ctx) as store:
@@ -128,7 +125,6 @@ def create_tenant(ctx: click.Context, name: str, label: str, as_json: bool) -> N
 @tenants.command("list")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-@handle_errors
 def list_tenants(ctx: click.Context, as_json: bool) -> None:
     """List tenants."""
     with _tenant_store(ctx) as store:
@@ -150,7 +146,6 @@ def keys() -> None:
 @click.option("--label", default="", help="What the key is for.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-@handle_errors
 def create_key(ctx: click.Context, tenant: str, label: str, as_json: bool) -> None:
     """Issue a key for TENANT; the key is printed once and cannot be shown again."""
     with _tenant_store(ctx) as store:
@@ -164,7 +159,6 @@ def create_key(ctx: click.Context, tenant: str, label: str, as_json: bool) -> No
 @keys.command("revoke")
 @click.argument("key_id")
 @click.pass_context
-@handle_errors
 def revoke_key(ctx: click.Context, key_id: str) -> None:
     """Revoke a key by its id (the 12 hex digits after `smk_`)."""
     with _tenant_store(ctx) as store:
@@ -176,7 +170,6 @@ def revoke_key(ctx: click.Context, key_id: str) -> None:
 @click.option("--tenant", default=None, help="Only this tenant's keys.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-@handle_errors
 def list_keys(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
     """List keys (ids, tenants, labels; never the keys themselves)."""
     with _tenant_store(ctx) as store:
