@@ -20,7 +20,7 @@ from stratamem.errors import ReceiptConflict
 from stratamem.layers import scheduling
 from stratamem.layers.backlog import layer_sources
 from stratamem.layers.model import StageResult
-from stratamem.layers.service import MAX_FLUSH_BATCHES, FlushResult, LayerService, Run
+from stratamem.layers.service import FlushResult, LayerService, Run, StageBody
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
 from stratamem.pipeline.locking import holding
@@ -76,16 +76,11 @@ class LayerExecutors:
         done = await self._flushed(run)
         if done is not None:
             return done
-        changed, batches = False, 0
-        for i in range(1000):
-            stage = await self.service.run_l1(Run(run.tenant, f"{run.task_id}.{i}",
-                                                  run.session, run.fence, run.attempt))  # fmt: skip
-            changed, batches = changed or stage.changed, i + 1
-            if stage.skipped:
-                break
+        batches = await self.service.l1_until_caught_up(run)
+        changed = any(stage.changed for stage in batches)
         await asyncio.to_thread(self.backlog.complete_flush, run.scope, ctx.task.session or "",
                                 started_at)  # fmt: skip
-        result = {"changed": changed, "skipped": False, "counts": {"batches": batches}}
+        result = {"changed": changed, "skipped": False, "counts": {"batches": len(batches)}}
         draft = ReceiptDraft(run.task_id, TaskType.FLUSH.value, ctx.clock.now(), result,
                              attempt=run.attempt)  # fmt: skip
         await asyncio.to_thread(self.evidence.record_receipt, run.scope, draft, run.fence)
@@ -176,26 +171,16 @@ async def flush_in_turn(
         assert found is not None  # L1, L2 and L3 always lock
         return found
 
-    async def run(task_type: TaskType, of_session: str | None) -> list[StageResult]:
-        lock, task_id = key(task_type, of_session), f"{base}.{task_type.value}"
+    async def in_turn(stage: str, of_session: str | None, body: StageBody) -> list[StageResult]:
+        lock, task_id = key(TaskType(stage), of_session), f"{base}.{stage}"
         async with holding(backend, lock, owner, settings, clock) as grant:
-            start = ExecutionStart(task_id, task_type.value, of_session, lock, 0, 0, grant.token,
-                                   owner, grant.owner)  # fmt: skip
+            start = ExecutionStart(task_id, stage, of_session, lock, 0, 0, grant.token, owner,
+                                   grant.owner)  # fmt: skip
             async with _logged(service.evidence, tenant, start, clock) as attempt:
-                run = Run(tenant, task_id, of_session, Fence(lock, grant.token, grant.owner),
-                          attempt)  # fmt: skip
-                if task_type is TaskType.L1:
-                    return await _l1_until_caught_up(service, run)
-                stage = service.run_l2 if task_type is TaskType.L2 else service.run_l3
-                return [await stage(run)]
+                fence = Fence(lock, grant.token, grant.owner)
+                return await body(Run(tenant, task_id, of_session, fence, attempt))
 
-    l1 = await run(TaskType.L1, session)
-    [l2] = await run(TaskType.L2, session)
-    pending = await asyncio.to_thread(service.layers.tenant_state, Scope(tenant))
-    l3 = None
-    if l2.changed or pending.memories_since_l3 > 0:
-        [l3] = await run(TaskType.L3, None)
-    return FlushResult(l1, l2, l3)
+    return await service.flush(tenant, session, base, in_turn)
 
 
 @contextlib.asynccontextmanager
@@ -212,17 +197,6 @@ async def _logged(
         outcome = "completed"
     finally:
         await asyncio.to_thread(evidence.end_execution, scope, attempt, outcome, clock)
-
-
-async def _l1_until_caught_up(service: LayerService, run: Run) -> list[StageResult]:
-    results: list[StageResult] = []
-    for i in range(MAX_FLUSH_BATCHES):
-        result = await service.run_l1(Run(run.tenant, f"{run.task_id}.{i}", run.session,
-                                          run.fence, run.attempt))  # fmt: skip
-        results.append(result)
-        if result.skipped:
-            break
-    return results
 
 
 def layer_registry() -> ExecutorRegistry:

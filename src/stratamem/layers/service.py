@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -49,6 +49,7 @@ from stratamem.store.layers.port import L1Commit, L2Commit, L3Commit, LayerStore
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R")
+#: The most L1 batches one flush runs before it stops (its L2 and L3 still run).
 MAX_FLUSH_BATCHES = 1000
 _RAW_EXCERPT = 300
 
@@ -70,6 +71,13 @@ class Run:
 
     def origin(self, now: float) -> Origin:
         return Origin(self.tenant, self.session, self.task_id, now)
+
+
+#: A flush stage's body over its run: L1's batches, or L2's or L3's one result.
+StageBody = Callable[[Run], Awaitable[list[StageResult]]]
+#: How a flush runs a stage ("L1", "L2", "L3") of a session (None: L3's tenant): builds the
+#: stage's `Run` (task id, fence, attempt) and runs the body under what the stage must hold.
+StageTurn = Callable[[str, str | None, StageBody], Awaitable[list[StageResult]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,21 +327,37 @@ class LayerService:
         return l3_profile.bounded(answer.value, limit)
 
     # -- flush -------------------------------------------------------------------------------
-    async def flush(self, tenant: str, session: str, task_id: str | None = None) -> FlushResult:
-        """Run L1 until the session is caught up, then L2, then L3 when something changed."""
+    async def flush(
+        self, tenant: str, session: str, task_id: str | None = None, turn: StageTurn | None = None
+    ) -> FlushResult:
+        """Run L1 until the session is caught up, then L2, then L3 when something changed: the
+        one flush loop. Each stage runs as `turn` runs it (as it is, by default; under the
+        stage's lock and execution record for a flush that takes its turn with the pipeline's
+        tasks, `layers.executors.flush_in_turn`), its task id `<base>.<stage>`."""
         base = task_id or f"flush-{uuid.uuid4().hex}"
-        l1: list[StageResult] = []
-        for i in range(MAX_FLUSH_BATCHES):
-            result = await self.run_l1(Run(tenant, f"{base}.L1.{i}", session))
-            l1.append(result)
-            if result.skipped:
-                break
-        l2 = await self.run_l2(Run(tenant, f"{base}.L2", session))
+
+        async def plain(stage: str, of_session: str | None, body: StageBody) -> list[StageResult]:
+            return await body(Run(tenant, f"{base}.{stage}", of_session))
+
+        run_stage = turn or plain
+        l1 = await run_stage("L1", session, self.l1_until_caught_up)
+        [l2] = await run_stage("L2", session, _one(self.run_l2))
         pending = await asyncio.to_thread(self.layers.tenant_state, Scope(tenant))
         l3 = None
         if l2.changed or pending.memories_since_l3 > 0:
-            l3 = await self.run_l3(Run(tenant, f"{base}.L3"))
+            [l3] = await run_stage("L3", None, _one(self.run_l3))
         return FlushResult(l1, l2, l3)
+
+    async def l1_until_caught_up(self, run: Run) -> list[StageResult]:
+        """L1 batches until one finds nothing left (at most `MAX_FLUSH_BATCHES`), batch `i`
+        under the task id `<run.task_id>.<i>` (its receipt)."""
+        results: list[StageResult] = []
+        for i in range(MAX_FLUSH_BATCHES):
+            result = await self.run_l1(replace(run, task_id=f"{run.task_id}.{i}"))
+            results.append(result)
+            if result.skipped:
+                break
+        return results
 
     # -- retrying a quarantined turn --------------------------------------------------------
     async def retry_quarantine(self, run: Run, failure: Failure) -> StageResult:
@@ -415,6 +439,13 @@ class LayerService:
             return
         failure = run.origin(self.clock.now()).failed(stage, exc)
         await asyncio.to_thread(self.layers.record_failures, [failure])
+
+
+def _one(stage: Callable[[Run], Awaitable[StageResult]]) -> StageBody:
+    async def body(run: Run) -> list[StageResult]:
+        return [await stage(run)]
+
+    return body
 
 
 def _session_of(run: Run) -> str:
