@@ -76,7 +76,8 @@ class Throttled(StratamemError):
 
 
 class Postponed(StratamemError):
-    """A service is known to be down for now (an LLM endpoint's circuit breaker is open).
+    """A service is known to be in trouble for now (an LLM endpoint that could not be reached,
+    timed out or answered a 5xx, or whose circuit breaker is open).
 
     Work that needs it is not at fault: a pipeline task failing with it is put back for
     `retry_after_s` without spending one of its attempts (`pipeline.worker`), and the stages

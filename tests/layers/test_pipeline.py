@@ -21,6 +21,7 @@ from stratamem.layers.executors import LayerExecutors
 from stratamem.layers.service import LayerService
 from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLMClient
+from stratamem.llm.breaker import BreakerState
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
 from stratamem.pipeline.reconcile import Report, reconcile
 from stratamem.pipeline.scheduler import BacklogScheduler
@@ -237,16 +238,20 @@ async def test_l3_is_enqueued_every_k_memories(rig: Rig, scripted_llm: ScriptedL
 @pytest.mark.parametrize(
     ("reply", "error"),
     [
-        (Reply.error(500, "model overloaded"), "LLMHTTPError"),
+        (Reply.error(500, "model overloaded"), "LLMServerError"),
+        (Reply.error(503, "model warming up"), "LLMServerError"),
         (Reply.held(Reply.json({"memories": []})), "LLMTimeout"),
+        (Reply.dropped(), "LLMUnavailable"),
     ],
-    ids=["http-500", "timeout"],
+    ids=["http-500", "http-503", "timeout", "refused"],
 )
-async def test_every_transport_failure_ends_in_a_dead_letter(
+async def test_endpoint_trouble_postpones_without_spending_an_attempt(
     rig: Rig, scripted_llm: ScriptedLLM, reply: Reply, error: str
 ) -> None:
-    scripted_llm.on("L1", lambda request: reply)
-    short = LLMClient(llm_settings(scripted_llm, timeout_s=0.3, max_attempts=1))
+    scripted_llm.push_for("L1", reply)
+    scripted_llm.on("L1", l1_reply)
+    options = {"timeout_s": 0.3, "max_attempts": 1, "breaker_failures": 1}
+    short = LLMClient(llm_settings(scripted_llm, **options), clock=rig.clock)
     assert rig.memory.layers is not None
     service = LayerService(rig.memory.store, rig.memory.layers, rig.memory.evidence, llm=short)
     registry = ExecutorRegistry()
@@ -256,15 +261,25 @@ async def test_every_transport_failure_ends_in_a_dead_letter(
     await rig.memory.capture("acme", "s1", TURNS)
     await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
 
-    assert await worker.handle(await rig.next(TaskType.L1)) is Outcome.DEAD
-    [dead] = await rig.backend.list_dead(limit=10)
-    assert dead.error.startswith(error)
+    assert await worker.handle(await rig.next(TaskType.L1)) is Outcome.POSTPONED
+    assert await rig.backend.list_dead(limit=10) == []  # not the task's fault: no dead letter
+    assert short.breaker.state(scripted_llm.base_url) is BreakerState.OPEN
+    assert worker.metrics.failed == 0 and worker.metrics.postponed == 1
     [failure] = rig.memory.layers.list_failures(SCOPE)
-    assert failure.stage == "L1" and failure.task_id == dead.task.id
-    if error == "LLMHTTPError":
-        assert "model overloaded" in failure.raws[0]
+    assert failure.stage == "L1" and failure.error.startswith(error)
+    assert failure.kind is FailureKind.STAGE  # not a quarantine: the turns are not at fault
+    if error == "LLMServerError":
+        assert "model" in failure.raws[0]
     assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == 0
-    assert len(rig.memory.store.list_turns(SCOPE, "s1")) == 2
+
+    rig.clock.advance(30)  # the breaker's cool-down: the task is due again, same attempt
+    assert await worker.pump_once() == 1
+    again = await rig.next(TaskType.L1)
+    assert again.task.attempt == 0
+    assert await worker.handle(again) is Outcome.COMPLETED
+    assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == 2
+    [resolved] = rig.memory.layers.list_failures(SCOPE)
+    assert resolved.status.value == "resolved"
     await short.aclose()
 
 
@@ -480,7 +495,7 @@ async def test_a_redelivery_whose_execution_left_no_receipt_runs_again(
     )
     assert again.stamp == stamp
     scripted_llm.on("L1", l1_reply)
-    assert await rig.worker.handle(again) in (Outcome.COMPLETED, Outcome.RETRIED)
+    assert await rig.worker.handle(again) in (Outcome.COMPLETED, Outcome.POSTPONED)
     assert len(scripted_llm.calls("L1")) >= 1
 
 

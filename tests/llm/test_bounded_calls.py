@@ -15,6 +15,7 @@ from stratamem.llm import (
     LLMClient,
     LLMHTTPError,
     LLMOutputInvalid,
+    LLMServerError,
     LLMSettings,
     LLMUnavailable,
     StageSettings,
@@ -86,6 +87,34 @@ async def test_the_breaker_opens_after_consecutive_transport_failures(
     assert len(scripted_llm.calls()) == 3  # the fourth call sent nothing
     assert isinstance(caught.value, Postponed) and caught.value.retry_after_s == 30.0
     assert not isinstance(caught.value, LLMOutputInvalid)  # never the turns' fault
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 504])
+async def test_a_5xx_storm_opens_the_breaker_and_postpones(
+    scripted_llm: ScriptedLLM, clock: ManualClock, status: int
+) -> None:
+    scripted_llm.push(*[Reply.error(status, "overloaded")] * 2)
+    options = {"breaker_failures": 2, "breaker_cooldown_s": 30.0, "max_attempts": 1}
+    async with LLMClient(settings(scripted_llm, **options), clock=clock) as client:
+        for _ in range(2):
+            with pytest.raises(LLMServerError) as caught:
+                await client.complete_text("L1", MESSAGES)
+            assert caught.value.status == status and "overloaded" in caught.value.body
+            assert isinstance(caught.value, Postponed) and caught.value.retry_after_s == 30.0
+            assert not isinstance(caught.value, LLMOutputInvalid)
+        assert client.breaker.state(scripted_llm.base_url) is BreakerState.OPEN
+        with pytest.raises(LLMCircuitOpen):
+            await client.complete_text("L1", MESSAGES)
+    assert len(scripted_llm.calls()) == 2
+
+
+async def test_a_501_is_no_endpoint_trouble(scripted_llm: ScriptedLLM, clock: ManualClock) -> None:
+    scripted_llm.push(Reply.error(501, "not implemented"))
+    async with LLMClient(settings(scripted_llm, breaker_failures=1), clock=clock) as client:
+        with pytest.raises(LLMHTTPError) as caught:
+            await client.complete_text("L1", MESSAGES)
+        assert not isinstance(caught.value, Postponed)  # the request's fault: retried, then dead
+        assert client.breaker.state(scripted_llm.base_url) is BreakerState.CLOSED
 
 
 async def test_an_answer_resets_the_count(scripted_llm: ScriptedLLM, clock: ManualClock) -> None:

@@ -98,7 +98,7 @@ def batch(t0: float, count: int = 8) -> list[ToolPair]:
 async def test_a_failed_summary_call_is_retried_and_loses_nothing(
     pipe: Pipe, scripted_llm: ScriptedLLM
 ) -> None:
-    scripted_llm.push_for("offload-l1", Reply.error(500, "overloaded"))
+    scripted_llm.push_for("offload-l1", Reply.error(400, "bad request"))
     scripted_llm.on("offload-l1", model.summaries)
     assert (await pipe.offload.ingest(T, S, batch(pipe.clock.now()))).enqueued
     assert await pipe.step() is Outcome.RETRIED
@@ -112,14 +112,14 @@ async def test_a_failed_summary_call_is_retried_and_loses_nothing(
 async def test_a_dead_lettered_task_is_requeued_and_loses_nothing(
     pipe: Pipe, scripted_llm: ScriptedLLM
 ) -> None:
-    scripted_llm.push_for("offload-l1", Reply.error(500), Reply.error(503))
+    scripted_llm.push_for("offload-l1", Reply.error(400), Reply.error(422))
     scripted_llm.on("offload-l1", model.summaries)
     await pipe.offload.ingest(T, S, batch(pipe.clock.now()))
     assert await pipe.step() is Outcome.RETRIED
     pipe.clock.advance(5)
     assert await pipe.step() is Outcome.DEAD
     [dead] = await pipe.backend.list_dead(limit=10)
-    assert dead.task.type is TaskType.OFFLOAD_L1 and "503" in dead.error
+    assert dead.task.type is TaskType.OFFLOAD_L1 and "422" in dead.error
     assert pipe.entries() == 0  # the pairs wait in the store, unclaimed
     await pipe.backend.requeue_dead(dead.id, now=pipe.clock.now())
     assert await pipe.step() is Outcome.COMPLETED
@@ -170,8 +170,8 @@ def test_the_worker_factory_registers_the_offload_executors(
 async def test_purged_dead_letters_lose_nothing_either(
     pipe: Pipe, scripted_llm: ScriptedLLM
 ) -> None:
-    scripted_llm.push_for("offload-l1", Reply.error(500), Reply.error(500))
-    scripted_llm.push_for("offload-l15", Reply.error(500), Reply.error(500))
+    scripted_llm.push_for("offload-l1", Reply.error(400), Reply.error(400))
+    scripted_llm.push_for("offload-l15", Reply.error(400), Reply.error(400))
     scripted_llm.on("offload-l1", model.summaries)
     scripted_llm.on("offload-l15", lambda request: model.judgment("Search"))
     mark = await pipe.offload.user_message(T, S, "Search the logs", timestamp=pipe.clock.now())
@@ -194,8 +194,8 @@ async def test_purged_dead_letters_lose_nothing_either(
 async def test_stuck_work_is_parked_while_dead_lettered_then_submitted_again_once_purged(
     pipe: Pipe, scripted_llm: ScriptedLLM
 ) -> None:
-    scripted_llm.push_for("offload-l1", Reply.error(500), Reply.error(500))
-    scripted_llm.push_for("offload-l15", Reply.error(500), Reply.error(500))
+    scripted_llm.push_for("offload-l1", Reply.error(400), Reply.error(400))
+    scripted_llm.push_for("offload-l15", Reply.error(400), Reply.error(400))
     scripted_llm.on("offload-l1", model.summaries)
     scripted_llm.on("offload-l15", lambda request: model.judgment("Search"))
     settings = PipelineSettings(scheduler_park_refresh_s=0)

@@ -1,12 +1,13 @@
 """A circuit breaker per endpoint, so a dead or stuck server does not make every queued task
 wait out its timeout and burn its retries.
 
-Closed: calls go through; `failures` consecutive transport failures or timeouts open it. Open:
-calls fail at once with `LLMCircuitOpen` (no request sent) until `cooldown_s` has passed. Then
+Closed: calls go through; `failures` consecutive calls in endpoint trouble (transport failures,
+timeouts, and answers 500, 502, 504 or a 503 that does not ask to wait) open it. Open: calls
+fail at once with `LLMCircuitOpen` (no request sent) until `cooldown_s` has passed. Then
 half-open: one call at a time is let through as a probe; its success closes the breaker, its
-failure opens it for another cool-down. Any answer from the server (even an HTTP error) counts
-as a success: the server is up. State lives in the process (one breaker per client, keyed by
-endpoint URL); time comes from the injected clock.
+failure opens it for another cool-down. Any other answer from the server (a 4xx, a reply that
+cannot be used) counts as a success: the server is up. State lives in the process (one breaker
+per client, keyed by endpoint URL); time comes from the injected clock.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class CircuitBreaker:
             wait_s = self._wait_s(current)
         raise LLMCircuitOpen(
             f"the circuit breaker of {redact_url(endpoint)} is open after {self.failures}"
-            f" consecutive transport failures; next try in {wait_s:.0f} s",
+            f" consecutive calls in trouble; next try in {wait_s:.0f} s",
             retry_after_s=wait_s,
         )
 

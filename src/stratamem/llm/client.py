@@ -3,11 +3,13 @@
 One call = one `complete_text` or `complete_json`. Every request is bounded: `max_tokens` (the
 call's, else the stage's setting), a deadline that cancels the request and closes its
 connection, and a circuit breaker per endpoint (`llm.breaker`). It retries 429/5xx (honouring
-Retry-After, bounded), stops its HTTP request when its task is cancelled, counts calls, tokens
-and outcomes per stage, and for JSON: asks the endpoint's way for JSON following the schema
-(`llm.profiles`, learned from refusals unless configured), reads the reply strictly as one
-JSON value (`llm.jsonparse`), validates it, and runs one repair round before raising
-`LLMOutputInvalid` with the raw replies. A reply cut off by the length limit is never read.
+Retry-After, bounded); what still fails in transport, in time or with a 5xx is endpoint trouble
+(`LLMEndpointTrouble`: counted by the breaker, the work postponed, never the reply's fault). It
+stops its HTTP request when its task is cancelled, counts calls, tokens and outcomes per stage,
+and for JSON: asks the endpoint's way for JSON following the schema (`llm.profiles`, learned
+from refusals unless configured), reads the reply strictly as one JSON value
+(`llm.jsonparse`), validates it, and runs one repair round before raising `LLMOutputInvalid`
+with the raw replies. A reply cut off by the length limit is never read.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from stratamem.llm.errors import (
     LLMOutputInvalid,
     LLMRateLimited,
     LLMReplyTruncated,
+    LLMServerError,
     LLMTimeout,
     LLMUnavailable,
 )
@@ -52,9 +55,10 @@ _EXCERPT_CHARS = 500
 _ERROR_CHARS = 2000
 
 
-_DEAD_GATEWAY = frozenset({502, 504})
-"""Answers of a proxy whose upstream is gone: they count against the breaker like a refused
-connection (so does a 503 that does not ask to wait)."""
+_SERVER_TROUBLE = frozenset({500, 502, 504})
+"""Answers of a server (or of a proxy whose upstream is gone) in trouble: they count against the
+breaker like a refused connection (so does a 503 that does not ask to wait), and postpone the
+work (`LLMServerError`)."""
 
 
 class _FormatRejected(Exception):
@@ -221,6 +225,9 @@ class LLMClient:
         asked_s = parse_retry_after(response.headers.get("retry-after"), self._now())
         if status == 429 or (status == 503 and asked_s is not None):
             return LLMRateLimited(message, status=status, body=body, retry_after_s=asked_s)
+        if _server_trouble(response):
+            return LLMServerError(message, status=status, body=body,
+                                  retry_after_s=self.breaker.cooldown_s)  # fmt: skip
         return LLMHTTPError(message, status=status, body=body)
 
     def _now(self) -> float:
@@ -254,7 +261,7 @@ class LLMClient:
             response = await send_with_retry(
                 send, self._retry, sleep=self._sleep, clock=self._clock
             )
-            up = not _gateway_down(response)
+            up = not _server_trouble(response)
             return response
         except _FormatRejected:
             up = True
@@ -263,13 +270,15 @@ class LLMClient:
             up = False
             raise LLMTimeout(
                 f"stage {config.stage}: no answer from {redact_url(url)} within"
-                f" {config.timeout_s:g} s"
+                f" {config.timeout_s:g} s",
+                retry_after_s=self.breaker.cooldown_s,
             ) from e
         except httpx.HTTPError as e:
             up = False
             raise LLMUnavailable(
                 f"stage {config.stage}: request to {redact_url(url)} failed:"
-                f" {redact_urls(str(e)) or type(e).__name__}"
+                f" {redact_urls(str(e)) or type(e).__name__}",
+                retry_after_s=self.breaker.cooldown_s,
             ) from e
         finally:
             self._report(config.base_url, up, probe)
@@ -318,9 +327,9 @@ def _excerpt(config: StageConfig, reply: str) -> str:
     return scrub_reply(reply[:_EXCERPT_CHARS], config.base_url, config.api_key)
 
 
-def _gateway_down(response: httpx.Response) -> bool:
+def _server_trouble(response: httpx.Response) -> bool:
     status = response.status_code
-    return status in _DEAD_GATEWAY or (status == 503 and "retry-after" not in response.headers)
+    return status in _SERVER_TROUBLE or (status == 503 and "retry-after" not in response.headers)
 
 
 def _request_body(

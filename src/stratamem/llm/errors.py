@@ -4,8 +4,21 @@ from __future__ import annotations
 
 from stratamem.errors import LLMError, Postponed, Throttled
 
+DEFAULT_POSTPONE_S = 30.0
+"""How long work waits after endpoint trouble when the client names no wait (the breaker's
+default cool-down)."""
 
-class LLMUnavailable(LLMError):
+
+class LLMEndpointTrouble(LLMError, Postponed):
+    """The endpoint is in trouble, not the reply: it could not be reached, did not answer in
+    time, or answered a 5xx. Counted by the endpoint's circuit breaker; work that needs it is
+    postponed for `retry_after_s` (the pipeline spends no attempt, no turn is quarantined)."""
+
+    def __init__(self, message: str, *, retry_after_s: float = DEFAULT_POSTPONE_S) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
+
+
+class LLMUnavailable(LLMEndpointTrouble):
     """The endpoint could not be reached (refused connection, broken transport)."""
 
 
@@ -13,7 +26,7 @@ class LLMTimeout(LLMUnavailable):
     """The endpoint did not answer within the stage's timeout."""
 
 
-class LLMCircuitOpen(LLMError, Postponed):
+class LLMCircuitOpen(LLMEndpointTrouble):
     """The endpoint's circuit breaker is open (its last calls failed in transport or timed
     out): no request was sent. Not the reply's fault, so never an `LLMOutputInvalid`."""
 
@@ -23,6 +36,16 @@ class LLMHTTPError(LLMError):
 
     def __init__(self, message: str, *, status: int, body: str = "") -> None:
         super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class LLMServerError(LLMHTTPError, LLMEndpointTrouble):
+    """The endpoint answered 500, 502, 504 or a 503 that does not ask to wait (after the
+    client's own retries): the server, or the proxy in front of it, is in trouble."""
+
+    def __init__(self, message: str, *, status: int, body: str = "", retry_after_s: float) -> None:
+        LLMEndpointTrouble.__init__(self, message, retry_after_s=retry_after_s)
         self.status = status
         self.body = body
 

@@ -135,15 +135,16 @@ class LLMSettings(BaseSettings):
         default=5,
         ge=1,
         le=1000,
-        description="Consecutive transport failures or timeouts that open an endpoint's"
-        " circuit breaker (calls then fail at once, and pipeline tasks wait without spending"
-        " attempts).",
+        description="Consecutive calls in endpoint trouble (transport failures, timeouts, HTTP"
+        " 500/502/503/504) that open an endpoint's circuit breaker (calls then fail at once;"
+        " pipeline tasks wait without spending attempts either way).",
     )
     breaker_cooldown_s: float = Field(
         default=30.0,
         gt=0,
         le=3600,
-        description="How long an open breaker refuses calls before one probe call is let through.",
+        description="How long an open breaker refuses calls before one probe call is let through"
+        " (and how long work waits after endpoint trouble).",
     )
     stages: dict[str, StageSettings] = Field(default_factory=dict)
 

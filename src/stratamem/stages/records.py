@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stratamem.errors import LLMError, Postponed
-from stratamem.llm.errors import LLMHTTPError, LLMOutputInvalid
+from stratamem.errors import LLMError
+from stratamem.llm.errors import LLMCircuitOpen, LLMHTTPError, LLMOutputInvalid
 from stratamem.stages.checked import Dropped
 from stratamem.store.failures.records import (
     RETRYABLE,
@@ -80,9 +80,9 @@ class Origin:
 
 def recordable(exc: LLMError) -> bool:
     """Whether a failed call deserves a failure record: not a call the endpoint's open circuit
-    breaker kept from being sent (`Postponed`: the failures that opened it were recorded, and
-    the task waits without spending attempts, so it would be recorded at every wake-up)."""
-    return not isinstance(exc, Postponed)
+    breaker kept from being sent (the failures that opened it were recorded, and the task
+    waits without spending attempts, so it would be recorded at every wake-up)."""
+    return not isinstance(exc, LLMCircuitOpen)
 
 
 def reason(exc: Exception) -> str:
