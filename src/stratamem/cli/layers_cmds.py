@@ -288,4 +288,3 @@ def scenes_show(
 
 
 #: The commands `stratamem.cli.main` adds to the root group.
-LAYER_COMMANDS: tuple[click.Command, ...] = (flush, schedule, memories, profile, scenes)

@@ -1,0 +1,49 @@
+"""`stratamem --help` imports the CLI's shell, not the package: its commands are imported when
+one runs, and the listing is written from `cli.main.COMMANDS`, held here to each command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from stratamem.cli.main import COMMANDS, cli, summary_of
+
+
+def test_the_help_imports_no_command_and_not_the_library() -> None:
+    probe = (
+        "import sys\n"
+        "from stratamem.cli.main import cli\n"
+        "try:\n"
+        "    cli(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('stratamem.'))\n"
+        "print(' '.join(loaded))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    loaded = done.stdout.strip().splitlines()[-1].split()
+    assert set(loaded) <= {"stratamem.cli", "stratamem.cli.main", "stratamem.cli.exits",
+                           "stratamem.errors"}, loaded  # fmt: skip
+    assert "Commands:" in done.stdout and "worker" in done.stdout
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_each_listed_summary_is_the_command_s_own(name: str) -> None:
+    command = cli.get_command(click.Context(cli), name)
+    assert command is not None and command.name == name
+    for limit in (20, 45, 64, 80, 200):
+        assert summary_of(name).get_short_help_str(limit) == command.get_short_help_str(limit)
+
+
+def test_the_listing_is_what_the_commands_would_print() -> None:
+    ctx = click.Context(cli, terminal_width=80)
+    lazy, loaded = ctx.make_formatter(), ctx.make_formatter()
+    cli.format_commands(ctx, lazy)
+    click.Group.format_commands(cli, ctx, loaded)  # every command imported, asked for its help
+    assert lazy.getvalue() == loaded.getvalue() and "worker" in lazy.getvalue()
+    assert "Commands:" in CliRunner().invoke(cli, ["--help"]).output
