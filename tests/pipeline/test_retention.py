@@ -23,8 +23,9 @@ from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.reconcile import Finding, reconcile
 from stratamem.pipeline.retention import LogPruner
 from stratamem.pipeline.scheduler import (
-    LEASE_KEY,
+    RETENTION,
     backlog_loop,
+    lease_key,
     read_snapshot,
     snapshot_gauges,
 )
@@ -332,9 +333,9 @@ def test_schedule_once_prunes_unless_another_process_holds_the_lease(tmp_path: P
         backend = SqliteBackend(tmp_path / "pipeline.db")
         try:
             if take:
-                return await backend.acquire_lock(LEASE_KEY, owner, ttl_ms=3_600_000,
+                return await backend.acquire_lock(lease_key(RETENTION), owner, ttl_ms=3_600_000,
                                                   now=time.time()) is not None  # fmt: skip
-            return await backend.release_lock(LEASE_KEY, owner)
+            return await backend.release_lock(lease_key(RETENTION), owner)
         finally:
             await backend.close()
 

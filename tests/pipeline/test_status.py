@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stratamem.pipeline.executors import ExecutorRegistry
+from stratamem.pipeline.executors import ExecutorRegistry, noop_registry
 from stratamem.pipeline.metrics import RunningTask
 from stratamem.pipeline.scheduler import BacklogScheduler
 from stratamem.pipeline.settings import PipelineSettings
@@ -67,17 +67,17 @@ async def test_the_scheduler_keeps_twice_the_running_consumers_queued(harness: H
     settings = PipelineSettings(scheduler_limit=8, concurrency=6, pump_interval_s=1.0)
     scheduler = BacklogScheduler(harness.backend, [], settings)
     t0 = harness.clock.now()
-    assert await scheduler.limit(t0) == 8  # no worker has published
+    assert (await scheduler.limits(t0))[TaskType.L1] == 8  # no worker has published
     for name in ("a", "b", "c"):
-        worker = Worker(harness.backend, ExecutorRegistry(), settings, clock=harness.clock,
+        worker = Worker(harness.backend, noop_registry(), settings, clock=harness.clock,
                         name=name)  # fmt: skip
         await worker.publish_status()
-    assert await scheduler.limit(t0) == 36
+    assert (await scheduler.limits(t0))[TaskType.L1] == 36
     await harness.backend.enqueue(Task(TaskType.L1, "t", "s"), now=t0)
-    assert await scheduler.budget(t0) == 35
+    assert (await harness.backend.depth()).queued_of([TaskType.L1]) == 1
     await worker.publish_status(stopped=True)
-    assert await scheduler.limit(t0) == 24
+    assert (await scheduler.limits(t0))[TaskType.L1] == 24
     harness.clock.set(t0 + stale_after_s(settings) + 1)  # a and b stopped publishing: dead
-    assert await scheduler.limit(harness.clock.now()) == 8
+    assert (await scheduler.limits(harness.clock.now()))[TaskType.L1] == 8
     off = BacklogScheduler(harness.backend, [], settings.model_copy(update={"scheduler_limit": 0}))
-    assert await off.limit(harness.clock.now()) == 0
+    assert set((await off.limits(harness.clock.now())).values()) == {0}

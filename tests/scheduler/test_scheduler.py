@@ -14,7 +14,7 @@ from stratamem.clock import ManualClock
 from stratamem.domain import Role, Scope, Turn
 from stratamem.layers.backlog import L1Source
 from stratamem.layers.settings import LayerSettings
-from stratamem.pipeline.executors import ExecutorRegistry
+from stratamem.pipeline.executors import noop_registry
 from stratamem.pipeline.scheduler import (
     FOLLOW_UP_SHARE,
     BacklogScheduler,
@@ -169,7 +169,7 @@ async def test_a_pass_fills_the_running_workers_consumers(rig: Rig) -> None:
         rig.add(f"s{i:02}")
     settings = PipelineSettings(concurrency=4)
     for name in ("w1", "w2"):
-        worker = Worker(rig.backend, ExecutorRegistry(), settings, clock=rig.clock, name=name)
+        worker = Worker(rig.backend, noop_registry(), settings, clock=rig.clock, name=name)
         await worker.publish_status()
     scheduler = rig.scheduler()  # scheduler_limit 4, but 8 consumers run
     assert len((await scheduler.run_pass(NOW)).submitted) == 16

@@ -12,7 +12,7 @@ from stratamem.domain import MemoryRecord, MemoryType, Mode, Role, Scene, Scope,
 from stratamem.store.backlog import SqlBacklogStore
 from stratamem.store.layers.port import L1Commit, L2Commit, L3Commit
 from stratamem.store.layers.store import SqlLayerStore
-from stratamem.store.offload.records import ToolPair
+from stratamem.store.offload.records import OffloadStage, ToolPair
 from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.sqlite import SqliteStore
 
@@ -96,3 +96,6 @@ def test_offload_sessions_owing(store: SqliteStore) -> None:
     assert len(claim.pairs) == 1
     assert offload.sessions_owing(("a", "s1"), 10.0, 10) == []  # b's pair is under a claim
     assert [o.tenant for o in offload.sessions_owing(None, 71.0, 10)] == ["a", "b"]  # expired
+    # one stage's source reads that stage's rows only: no unmapped entry, no unjudged boundary
+    assert offload.sessions_owing(None, 71.0, 10, [OffloadStage.L2, OffloadStage.L15]) == []
+    assert len(offload.sessions_owing(None, 71.0, 10, [OffloadStage.L1])) == 2

@@ -103,24 +103,26 @@ def flush(ctx: click.Context, tenant: str, session: str, as_json: bool) -> None:
 @click.option(
     "--once", is_flag=True,
     help="Run one pass (no state kept from earlier runs) and a retention pass if one is due,"
-    " under the scheduler's lease, print the tasks submitted, and exit. Does nothing (and says"
-    " so) while another process (a worker, serve) holds the lease: that one runs the passes.",
+    " under the scheduler's leases, print the tasks submitted, and exit. Skips (and names) the"
+    " kinds whose lease another process (a worker, serve) holds: that one runs their passes.",
 )
 @click.pass_context
 def schedule(ctx: click.Context, once: bool) -> None:
     """Run the backlog scheduler over the layers' owed work (L1, L2, L3, flush), and retention
     of the pipeline's log and receipts, until SIGTERM / SIGINT (workers and serve run one
-    already; this is for a deployment without them)."""
-    tasks = asyncio.run(_schedule(settings_from(ctx), once))
-    if tasks is None:
-        click.echo("another process holds the scheduler's lease and runs its passes:"
-                   " nothing done", err=True)  # fmt: skip
-    for task in tasks or []:
+    already; this is for a deployment without them). Each kind has its own lease: this process
+    schedules the kinds no other process holds."""
+    tasks, skipped = asyncio.run(_schedule(settings_from(ctx), once))
+    if skipped:
+        click.echo(f"another process holds the scheduler's lease of {', '.join(skipped)}"
+                   " and runs their passes: skipped", err=True)  # fmt: skip
+    for task in tasks:
         click.echo(f"{task.type.value} {task.tenant} {task.session or '-'}")
 
 
-async def _schedule(settings: Settings, once: bool) -> list[Task] | None:
-    """The tasks a `once` pass submitted (None: another process holds the lease)."""
+async def _schedule(settings: Settings, once: bool) -> tuple[list[Task], list[str]]:
+    """The tasks a `once` pass submitted, and the kinds it skipped (another process holds
+    their lease)."""
     memory = AsyncMemory.open(settings, embedder=None, llm=None)
     pipeline = PipelineSettings()
     backend = open_backend(pipeline, settings.data_dir)
@@ -129,15 +131,16 @@ async def _schedule(settings: Settings, once: bool) -> list[Task] | None:
         owner = f"schedule-{os.getpid()}"
         loop = registry.scheduler_loop(backend, pipeline, memory.clock, owner)
         if loop is None:
-            return []
+            return [], []
         if once:
             report = await loop.once()
-            return None if report is None else report.submitted
+            skipped = [n for n in loop.leases() if n not in loop.last_held]
+            return ([] if report is None else report.submitted), skipped
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().add_signal_handler(signum, stop.set)
         await loop.run(stop)
-        return []
+        return [], []
     finally:
         await backend.close()
         await memory.aclose()

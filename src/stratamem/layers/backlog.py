@@ -40,7 +40,7 @@ def _end(rows: int, limit: int, last: Cursor | None) -> Cursor | None:
 
 
 class L1Source:
-    kind = TaskType.L1.value
+    kind, task_type = TaskType.L1.value, TaskType.L1
 
     def __init__(self, backlog: BacklogStore, settings: LayerSettings) -> None:
         self.backlog, self.settings = backlog, settings
@@ -60,7 +60,7 @@ class L1Source:
 
 
 class FlushSource:
-    kind = TaskType.FLUSH.value
+    kind, task_type = TaskType.FLUSH.value, TaskType.FLUSH
 
     def __init__(self, backlog: BacklogStore, grace_s: float) -> None:
         self.backlog, self.grace_s = backlog, grace_s

@@ -18,7 +18,7 @@ from stratamem.config import Settings
 from stratamem.domain import Scope
 from stratamem.errors import ReceiptConflict
 from stratamem.llm import LLMClient, LLMSettings
-from stratamem.offload.backlog import OffloadSource
+from stratamem.offload.backlog import offload_sources
 from stratamem.offload.facade import Offload, mark_of
 from stratamem.offload.schedule import Stage, StageTask
 from stratamem.pipeline.backend import PipelineBackend
@@ -102,7 +102,7 @@ def register_executors(registry: ExecutorRegistry, offload: Offload) -> None:
     if offload.deps.llm is not None:
         registry.add_usage_source(offload.deps.llm.usage.snapshot)
     store, diagrams = offload.deps.store, not offload.offline
-    registry.add_backlog(lambda grace_s: [OffloadSource(store, grace_s, diagrams)])
+    registry.add_backlog(lambda grace_s: offload_sources(store, grace_s, diagrams))
     executors = OffloadExecutors(offload)
     if registry.receipts is None:  # the layers' reader reads the same records
         registry.receipts = executors.receipt

@@ -466,9 +466,9 @@ class RedisBackend:
             *per_type, timers, dead = await pipe.execute()
         total = sum(int(n) for n in per_type[0::2])
         in_flight = sum(int(p["pending"]) for p in per_type[1::2])
-        return QueueDepth(
-            ready=total - in_flight, in_flight=in_flight, timers=int(timers), dead=int(dead)
-        )
+        queued = {t: int(n) for t, n in zip(TaskType, per_type[0::2], strict=True)}
+        return QueueDepth(ready=total - in_flight, in_flight=in_flight, timers=int(timers),
+                          dead=int(dead), queued=queued)  # fmt: skip
 
     @_translated
     async def list_tasks(self, *, limit: int) -> list[Task]:

@@ -1,18 +1,29 @@
 """The backlog scheduler: the queue is a cache of the store.
 
 Every kind of owed work (L1 turns past a cursor, L2 and L3 owed by a tenant, flush requests,
-offload work) is a `Source`: a store query that pages through the owed keys of its kind with a
-cursor, and says for each key the task to submit, when it is due, and a progress marker that
-moves when the work advances. One bounded loop (`BacklogScheduler.run_pass`) walks the sources
-and submits what is due, within the queue's free concurrency:
+each offload stage's work) is a `Source`: a store query that pages through the owed keys of its
+kind with a cursor, and says for each key the task to submit (of the source's one task type),
+when it is due, and a progress marker that moves when the work advances. One bounded loop
+(`BacklogScheduler.run_pass`) walks the sources and submits what is due, within each kind's
+free concurrency:
 
+- each kind has its own scheduler among the processes that have its source: a lease per kind
+  (`scheduler/lease/<kind>`, and `scheduler/lease/retention` for retention), so a deployment
+  split by kind (an offload-only worker, a layers-only one, `stratamem schedule`) schedules
+  every kind somewhere, and one process may hold some kinds while another holds the rest;
+- a budget per kind: `limit - queued`, where `queued` counts the ready and in-flight tasks of
+  that kind's type only and `limit` is `scheduler_limit`, or twice the consumers of the
+  running workers that run that type when that is more; a type whose tasks wait (no worker
+  runs it, or its workers are slow) never holds back another;
 - pages of `max(4 * budget, 16)` keys; the cursor advances past every key it looks at (a key not
   due never blocks one that is) and is restored when the pass fails; at the end of a source it
   starts again from the beginning (a sweep), and the sweep's count is that kind's backlog;
-- at most `budget = scheduler_limit - (ready + in flight)` submissions per pass;
 - per key: in flight (submitted, not seen to progress yet) → after `in_flight_s` without progress
   it backs off (30 s, doubling, 15 min cap; progress resets it) → due again; a key whose task is
   in the dead-letter queue is parked until an operator requeues or purges it;
+- between passes the loop waits for consumers of its kinds' types to be free
+  (`PipelineBackend.wait_free`: a worker's consumer that started or finished a task), at most
+  `scheduler_interval_s`, so the queue is refilled as soon as consumers take from it;
 - memory: counters and keys only; keys no longer owed are forgotten at the end of each sweep.
 
 It knows tasks and keys only; the memory layers and context offload provide the sources.
@@ -25,7 +36,7 @@ import contextlib
 import json
 import logging
 import sqlite3
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Collection, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -36,7 +47,7 @@ from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.retention import LogPruner, RetainedLog
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import RUNNING, worker_statuses
-from stratamem.pipeline.task import Task
+from stratamem.pipeline.task import QueueDepth, Task, TaskType
 
 log = logging.getLogger(__name__)
 Cursor = tuple[str, ...]
@@ -72,6 +83,8 @@ class Source(Protocol):
     """One kind of owed work, over a store query (see the module doc)."""
 
     kind: str
+    task_type: TaskType
+    """The type of every task it submits: its budget counts the queued tasks of this type."""
 
     def page(self, after: Cursor | None, limit: int, now: float) -> Awaitable[Page]:
         """The owed keys of up to `limit` store rows after `after` (None: from the start)."""
@@ -125,11 +138,13 @@ class PassReport:
     submitted: list[Task] = field(default_factory=list)
     errors: int = 0
     budget: int = 0
-    """What the pass could submit: when it submitted all of it, more may be due."""
+    """What the pass could submit, over all its kinds."""
+    spent: list[str] = field(default_factory=list)
+    """The kinds that submitted their whole budget: more of them may be due."""
 
     @property
     def full(self) -> bool:
-        return self.budget > 0 and len(self.submitted) >= self.budget
+        return bool(self.spent)
 
 
 FOLLOW_UP_SHARE = 0.1
@@ -168,62 +183,84 @@ class BacklogScheduler:
         self._parked_at = float("-inf")
         self._first = 0
 
-    def reset(self) -> None:
-        """Forget per-key state (when the lease was lost: another scheduler holds it now)."""
+    def reset(self, kinds: Collection[str] | None = None) -> None:
+        """Forget the per-key state of `kinds` (all when None): their lease was lost, another
+        scheduler holds it now."""
         for kind in self._keys:
-            self._keys[kind].clear()
-            self._cursors[kind] = _SourceState()
+            if kinds is None or kind in kinds:
+                self._keys[kind].clear()
+                self._cursors[kind] = _SourceState()
 
-    async def budget(self, now: float) -> int:
-        """Free concurrency: the limit (`limit`) minus what is queued (ready and in flight)."""
+    def types_of(self, kinds: Collection[str]) -> list[TaskType]:
+        """The task types the sources of `kinds` submit."""
+        return sorted({s.task_type for s in self.sources if s.kind in kinds})
+
+    async def budgets(self, now: float, kinds: Collection[str] | None = None) -> dict[str, int]:
+        """Free concurrency per kind (of `kinds`, all when None): its type's limit (`limits`)
+        minus its type's queued tasks (ready and in flight)."""
         depth = await self.backend.depth()
-        return max(0, await self.limit(now) - depth.ready - depth.in_flight)
+        limits = await self.limits(now)
+        return {s.kind: _free(limits[s.task_type], depth, s.task_type)
+                for s in self.sources if kinds is None or s.kind in kinds}  # fmt: skip
 
-    async def limit(self, now: float) -> int:
-        """How many tasks to keep queued: `scheduler_limit`, or `CONSUMERS_FACTOR` times the
-        running workers' total concurrency when that is more (owed work reaches L1 only through
-        this scheduler: with a fixed limit, consumers beyond it would stay idle)."""
+    async def limits(self, now: float) -> dict[TaskType, int]:
+        """How many tasks of each type to keep queued: `scheduler_limit`, or
+        `CONSUMERS_FACTOR` times the consumers of the running workers that run that type when
+        that is more (owed work reaches L1 only through this scheduler: with a fixed limit,
+        consumers beyond it would stay idle). The counters keep the largest."""
         if self.settings.scheduler_limit == 0:
-            return 0
+            return dict.fromkeys(TaskType, 0)
         statuses = await worker_statuses(self.backend, now, self.settings)
-        consumers = sum(_concurrency(s) for s in statuses if s["state"] == RUNNING)
-        self.counters.limit = max(self.settings.scheduler_limit, CONSUMERS_FACTOR * consumers)
-        return self.counters.limit
+        running = [s for s in statuses if s["state"] == RUNNING]
+        floor = self.settings.scheduler_limit
+        limits = {t: max(floor, CONSUMERS_FACTOR * sum(_concurrency(s) for s in running
+                                                         if _runs(s, t)))
+                  for t in TaskType}  # fmt: skip
+        self.counters.limit = max(limits.values())
+        return limits
 
-    async def run_pass(self, now: float) -> PassReport:
-        """Look through the sources (a different one first each pass) and submit what is due,
-        within the budget. A failing source is logged and counted; the others still run."""
+    async def run_pass(self, now: float, kinds: Collection[str] | None = None) -> PassReport:
+        """Look through the sources of `kinds` (all when None; a different one first each
+        pass) and submit what is due, within each kind's budget. A failing source is logged
+        and counted; the others still run."""
         report = PassReport()
         self.counters.passes += 1
         try:
-            budget = report.budget = await self.budget(now)
+            budgets = await self.budgets(now, kinds)
             await self._refresh_parked(now)
         except PASS_ERRORS:
             log.exception("backlog scheduler: the backend failed")
             self.counters.errors += 1
             report.errors += 1
             return report
+        report.budget = sum(budgets.values())
         order = self.sources[self._first :] + self.sources[: self._first]
         self._first = (self._first + 1) % max(len(self.sources), 1)
         for source in order:
-            if budget - len(report.submitted) <= 0:
-                break
-            await self._scan_guarded(source, budget, now, report)
+            budget = budgets.get(source.kind, 0)
+            if budget <= 0:
+                continue
+            submitted = await self._scan_guarded(source, budget, now, report)
+            report.submitted += submitted
+            if len(submitted) >= budget:
+                report.spent.append(source.kind)
         return report
 
     async def _scan_guarded(
         self, source: Source, budget: int, now: float, report: PassReport
-    ) -> None:
-        saved = self._cursors[source.kind].cursor
+    ) -> list[Task]:
+        """The tasks of `source` submitted (up to `budget`)."""
+        saved, submitted = self._cursors[source.kind].cursor, list[Task]()
         try:
-            await self._scan(source, budget, now, report)
+            await self._scan(source, budget, now, submitted)
         except PASS_ERRORS:
             log.exception("backlog scheduler: source %s failed", source.kind)
             self._cursors[source.kind].cursor = saved
             self.counters.errors += 1
             report.errors += 1
+        return submitted
 
-    async def _scan(self, source: Source, budget: int, now: float, report: PassReport) -> None:
+    async def _scan(self, source: Source, budget: int, now: float, submitted: list[Task]) -> None:
         """Page through `source` until the budget is spent or the end of the source. The cursor
         moves past whole rows only, so a row whose keys were not all considered comes first in
         the next pass."""
@@ -234,7 +271,7 @@ class BacklogScheduler:
             before, row = at.cursor, None  # `before`: the cursor of the last whole row
             for owed in page.items:
                 new_row = owed.cursor != row
-                if len(report.submitted) >= budget:
+                if len(submitted) >= budget:
                     at.cursor = row if new_row and row is not None else before
                     return
                 if new_row:
@@ -242,7 +279,7 @@ class BacklogScheduler:
                     row = owed.cursor
                     at.seen += 1
                 if await self._consider(source.kind, owed, now, at.sweep):
-                    report.submitted.append(owed.task)
+                    submitted.append(owed.task)
             if page.next_after is None:
                 self._end_sweep(source.kind, at)
                 return
@@ -310,8 +347,19 @@ class BacklogScheduler:
 
 
 SNAPSHOT_COUNTERS = (*Counters().as_dict(), "in_flight", "backing_off", "parked")
-LEASE_KEY = "scheduler/lease"
+LEASE_PREFIX = "scheduler/lease/"
+RETENTION = "retention"
+"""The lease of retention, beside the kinds' (a process without sources may prune)."""
 SCHEDULER_SCOPE = "_scheduler"
+SNAPSHOT_PREFIX = "snapshot/"
+RENEW_SHARE = 1 / 3
+"""A held lease is renewed once this share of its TTL has passed since its last renewal (not
+every pass: passes follow each other as fast as consumers free up)."""
+
+
+def lease_key(name: str) -> str:
+    """The lease of a kind (or of `RETENTION`)."""
+    return f"{LEASE_PREFIX}{name}"
 
 
 def backlog_loop(
@@ -335,11 +383,12 @@ def backlog_loop(
 
 
 class SchedulerLoop:
-    """Runs passes every `scheduler_interval_s` while this process holds the deployment's lease
-    (a lock on the pipeline backend with a TTL, renewed every pass: when its holder dies, the
-    next process to ask takes it over), and the `pruner`'s when due. Publishes the snapshot for
-    `pipeline status`. Nothing but `stop` ends the loop: a failed pass is logged, counted and
-    followed by the next."""
+    """Runs passes over the kinds whose lease this process holds (a lock per kind on the
+    pipeline backend with a TTL, renewed while held: when its holder dies, the next process
+    with that kind's source to ask takes it over), and the `pruner`'s under the retention
+    lease, when due. Between passes it waits for free consumers of its kinds' types, at most
+    `scheduler_interval_s`. Publishes a snapshot per kind held for `pipeline status`. Nothing
+    but `stop` ends the loop: a failed pass is logged, counted and followed by the next."""
 
     def __init__(
         self,
@@ -352,26 +401,49 @@ class SchedulerLoop:
         self.clock = clock
         self.owner = owner
         self.pruner = pruner
-        self.active = False
+        self._held: dict[str, float] = {}  # lease -> when it was last taken or renewed
+        self._tried: dict[str, float] = {}  # lease not held -> when it was last asked for
+        self._published: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
+        self.last_held: set[str] = set()
+        """The leases held at the last `tick` (kept after `release`)."""
 
     @property
     def settings(self) -> PipelineSettings:
         return self.scheduler.settings
 
+    @property
+    def active(self) -> bool:
+        """Whether this process holds at least one lease."""
+        return bool(self._held)
+
+    @property
+    def held(self) -> set[str]:
+        """The kinds (and `RETENTION`) whose lease this process holds."""
+        return set(self._held)
+
+    def leases(self) -> list[str]:
+        """What this loop can hold: its sources' kinds, and retention with a pruner."""
+        kinds = [s.kind for s in self.scheduler.sources]
+        return kinds + ([RETENTION] if self.pruner is not None else [])
+
     async def tick(self) -> PassReport | None:
-        """Hold (or take) the lease and run one pass; None when another process holds it."""
+        """Hold (or take) the leases and run one pass over the kinds held; None when another
+        process holds every lease."""
         try:
-            held = await self._hold_lease()
+            await self._hold_leases()
         except PASS_ERRORS:
-            log.exception("backlog scheduler: the lease could not be checked")
+            log.exception("backlog scheduler: the leases could not be checked")
             self.scheduler.counters.errors += 1
             return None
-        if not held:
+        self.last_held = self.held
+        if not self._held:
             return None
         report = PassReport()
-        if self.scheduler.sources:
-            report = await self.scheduler.run_pass(self.clock.now())
-        await self._prune()
+        kinds = self.held - {RETENTION}
+        if kinds:
+            report = await self.scheduler.run_pass(self.clock.now(), kinds)
+        if RETENTION in self._held:
+            await self._prune()
         await self._publish()
         return report
 
@@ -385,43 +457,77 @@ class SchedulerLoop:
             self.pruner.counters.errors += 1
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Pass after pass until `stop` is set; releases the lease when it ends."""
+        """Pass after pass until `stop` is set; releases the leases when it ends."""
         try:
             while not stop.is_set():
                 report = await self.tick()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), next_pass_in_s(report, self.settings))
+                await self._wait(stop, next_pass_in_s(report, self.settings))
         finally:
             await self.release()
 
+    async def _wait(self, stop: asyncio.Event, timeout_s: float) -> None:
+        """Until `stop`, a free consumer of the held kinds' types, or `timeout_s`."""
+        types = self.scheduler.types_of(self.held)
+        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(stop.wait())]
+        if types:
+            free = self.scheduler.backend.wait_free(types, timeout_s=timeout_s)
+            waits.append(asyncio.ensure_future(free))
+        try:
+            done, _ = await asyncio.wait(waits, timeout=timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            failed = [w for w in done if not w.cancelled() and w.exception() is not None]
+            if failed and not stop.is_set():  # the backend failed: wait the interval out
+                log.warning("backlog scheduler: waiting for free consumers failed: %s",
+                            failed[0].exception())  # fmt: skip
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout_s)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+
     async def once(self) -> PassReport | None:
-        """One `tick` (a pass, and a retention pass if due), then the lease is released; None
-        when another process holds the lease (it runs the passes)."""
+        """One `tick` (a pass, and a retention pass if due), then the leases are released;
+        None when other processes hold every lease (they run the passes)."""
         try:
             return await self.tick()
         finally:
             await self.release()
 
     async def release(self) -> None:
-        if self.active:
-            self.active = False
+        held, self._held = list(self._held), {}
+        for name in held:
             with contextlib.suppress(*PASS_ERRORS):
-                await self.scheduler.backend.release_lock(LEASE_KEY, self.owner)
+                await self.scheduler.backend.release_lock(lease_key(name), self.owner)
 
-    async def _hold_lease(self) -> bool:
-        backend, now = self.scheduler.backend, self.clock.now()
+    async def _hold_leases(self) -> None:
+        now = self.clock.now()
+        for name in self.leases():
+            await self._hold(name, now)
+
+    async def _hold(self, name: str, now: float) -> None:
+        """Renew the lease `name` when due, or ask for it (at most once an interval)."""
+        backend, key = self.scheduler.backend, lease_key(name)
         ttl_ms = self.settings.scheduler_lease_ms
-        if self.active and await backend.renew_lock(LEASE_KEY, self.owner, ttl_ms=ttl_ms, now=now):
-            return True
-        if self.active:
-            log.warning("backlog scheduler %s lost its lease", self.owner)
-            self.scheduler.reset()
-        grant = await backend.acquire_lock(LEASE_KEY, self.owner, ttl_ms=ttl_ms, now=now)
-        if grant is not None:
-            log.info("backlog scheduler %s holds the lease", self.owner)
+        renewed = self._held.get(name)
+        if renewed is not None:
+            if now - renewed < RENEW_SHARE * ttl_ms / 1000:
+                return
+            if await backend.renew_lock(key, self.owner, ttl_ms=ttl_ms, now=now):
+                self._held[name] = now
+                return
+            log.warning("backlog scheduler %s lost its lease of %s", self.owner, name)
+            del self._held[name]
+            self.scheduler.reset([name])
+        if now - self._tried.get(name, float("-inf")) < self.settings.scheduler_interval_s:
+            return
+        self._tried[name] = now
+        if await backend.acquire_lock(key, self.owner, ttl_ms=ttl_ms, now=now) is None:
+            return
+        log.info("backlog scheduler %s holds the lease of %s", self.owner, name)
+        self._held[name] = now
+        if name == RETENTION:
             await self._resume_pruner()
-        self.active = grant is not None
-        return self.active
 
     async def _resume_pruner(self) -> None:
         """A process taking the lease prunes when the deployment's last retention pass (in
@@ -434,20 +540,54 @@ class SchedulerLoop:
             self.pruner.counters.last_at = float(last_at)
 
     async def _publish(self) -> None:
-        snapshot = {"owner": self.owner, "updated_at": self.clock.now(),
-                    **self.scheduler.snapshot()}  # fmt: skip
-        if self.pruner is not None:
-            snapshot["retention"] = self.pruner.counters.as_dict()
-        with contextlib.suppress(*PASS_ERRORS):
-            await self.scheduler.backend.state_set(
-                SCHEDULER_SCOPE, "snapshot", json.dumps(snapshot)
-            )
+        """A snapshot per lease held, at most once an interval (and whenever the leases held
+        change)."""
+        now, held = self.clock.now(), frozenset(self._held)
+        last_at, last_held = self._published
+        if held == last_held and now - last_at < self.settings.scheduler_interval_s:
+            return
+        self._published = (now, held)
+        base = {"owner": self.owner, "updated_at": now}
+        snapshot = self.scheduler.snapshot()
+        for name in sorted(held):
+            if name == RETENTION and self.pruner is not None:
+                part = {**base, **self.pruner.counters.as_dict()}
+            else:
+                part = {**base, **{k: snapshot[k] for k in SNAPSHOT_COUNTERS},
+                        "backlog": snapshot["backlog"].get(name)}  # fmt: skip
+            with contextlib.suppress(*PASS_ERRORS):
+                await self.scheduler.backend.state_set(
+                    SCHEDULER_SCOPE, SNAPSHOT_PREFIX + name, json.dumps(part)
+                )
 
 
 async def read_snapshot(backend: PipelineBackend) -> dict[str, Any] | None:
-    """What the active scheduler last published (None if no scheduler ever ran)."""
-    raw = (await backend.state_get(SCHEDULER_SCOPE)).get("snapshot")
-    return None if raw is None else dict(json.loads(raw))
+    """What the active schedulers last published (None if no scheduler ever ran): the
+    counters summed over the processes holding a kind's lease, the backlog per kind, who
+    holds each lease (`owners`; `owner` names them all), and retention's counters."""
+    raw = await backend.state_get(SCHEDULER_SCOPE)
+    parts = {name.removeprefix(SNAPSHOT_PREFIX): json.loads(value)
+             for name, value in raw.items() if name.startswith(SNAPSHOT_PREFIX)}  # fmt: skip
+    if not parts:
+        return None
+    kinds = {k: p for k, p in parts.items() if k != RETENTION}
+    by_owner: dict[str, dict[str, Any]] = {}
+    for part in sorted(kinds.values(), key=lambda p: float(p["updated_at"])):
+        by_owner[part["owner"]] = part  # each process's newest counters
+    merged: dict[str, Any] = {name: sum(int(p.get(name, 0)) for p in by_owner.values())
+                              for name in SNAPSHOT_COUNTERS}  # fmt: skip
+    merged["limit"] = max((int(p.get("limit", 0)) for p in by_owner.values()), default=0)
+    owners = {k: p["owner"] for k, p in sorted(parts.items())}
+    merged.update(
+        owner=", ".join(sorted(set(owners.values()))),
+        owners=owners,
+        updated_at=max(float(p["updated_at"]) for p in parts.values()),
+        backlog={k: p.get("backlog") for k, p in sorted(kinds.items())},
+    )
+    if RETENTION in parts:
+        merged["retention"] = {k: v for k, v in parts[RETENTION].items()
+                               if k not in ("owner", "updated_at")}  # fmt: skip
+    return merged
 
 
 def snapshot_gauges(snapshot: dict[str, Any] | None) -> dict[str, float]:
@@ -463,6 +603,17 @@ def snapshot_gauges(snapshot: dict[str, Any] | None) -> dict[str, float]:
         if value is not None and name != "last_at":
             gauges[f"retention_{name}"] = float(value)
     return gauges
+
+
+def _free(limit: int, depth: QueueDepth, task_type: TaskType) -> int:
+    return max(0, limit - depth.queued_of([task_type]))
+
+
+def _runs(status: dict[str, Any], task_type: TaskType) -> bool:
+    """Whether a worker's published status says it runs `task_type` (a status without its
+    types, from an older worker, runs every type)."""
+    types = status.get("types")
+    return not isinstance(types, list) or task_type.value in types
 
 
 def _concurrency(status: dict[str, Any]) -> int:

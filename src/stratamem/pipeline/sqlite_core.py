@@ -299,9 +299,11 @@ class SqliteCore:
                 "SELECT COALESCE(SUM(consumer IS NULL), 0), COALESCE(SUM(consumer IS NOT NULL), 0)"
                 " FROM tasks"
             ).fetchone()
+            per_type = c.execute("SELECT type, COUNT(*) FROM tasks GROUP BY type").fetchall()
             (timers,) = c.execute("SELECT COUNT(*) FROM timers").fetchone()
             (dead,) = c.execute("SELECT COUNT(*) FROM dead_letters").fetchone()
-        return QueueDepth(ready=ready, in_flight=flight, timers=timers, dead=dead)
+        queued = {TaskType(t): n for t, n in per_type if t in _TYPE_VALUES}
+        return QueueDepth(ready=ready, in_flight=flight, timers=timers, dead=dead, queued=queued)
 
     def list_tasks(self, limit: int) -> list[Task]:
         with self.read() as c:
@@ -491,6 +493,9 @@ def _insert_task(c: sqlite3.Connection, task: Task, now: float) -> None:
         "INSERT INTO tasks (id, type, body, enqueued_at) VALUES (?, ?, ?, ?)",
         (task.id, task.type.value, task.to_json(), now),
     )
+
+
+_TYPE_VALUES = frozenset(t.value for t in TaskType)
 
 
 def _of_types(types: Sequence[TaskType] | None) -> tuple[str, tuple[str, ...]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -150,6 +151,12 @@ class QueueDepth:
     in_flight: int
     timers: int
     dead: int
+    queued: dict[TaskType, int] = field(default_factory=dict)
+    """Ready and in-flight tasks per type (a type with none may be left out): what the backlog
+    scheduler's budget of each kind counts."""
+
+    def queued_of(self, types: Collection[TaskType]) -> int:
+        return sum(self.queued.get(t, 0) for t in types)
 
     def as_dict(self) -> dict[str, int]:
         return {

@@ -450,6 +450,7 @@ class Worker:
             "state": STOPPED if stopped else RUNNING,
             "updated_at": self.clock.now(),
             "concurrency": self.settings.concurrency,
+            "types": [t.value for t in self.executors.types()],
             **self.metrics.snapshot(),
             "llm_usage": self.executors.usage(),
         }

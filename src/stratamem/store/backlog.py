@@ -7,13 +7,14 @@ triggers) and `layer_flush_requests`."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from stratamem.domain import Scope
 from stratamem.store.layers.port import SessionState
 from stratamem.store.layers.rows import session_state_from_row
-from stratamem.store.offload.records import OffloadOwed
+from stratamem.store.offload.records import OffloadOwed, OffloadStage
 from stratamem.store.sql import SqlConn, SqlStore
 
 
@@ -191,45 +192,63 @@ def flush_requests(
     return [FlushRequest(r["tenant"], r["session"], r["requested_at"]) for r in rows]
 
 
-_OFFLOAD_OWED = """
-WITH p AS (
+# Context offload's owed work, one part per stage (a CTE of the owed rows of its table, through
+# its partial index); a query reads the parts of the stages asked for only.
+_OFFLOAD_PARTS: dict[OffloadStage, tuple[str, str, str]] = {
+    OffloadStage.L1: ("p", "p.pending_at AS pending_at", """
     SELECT tenant, session, MIN(received_at) AS pending_at
     FROM offload_pairs
     WHERE done = 0 AND (claim_expires IS NULL OR claim_expires <= ?)
       AND (tenant, session) > (?, ?)
-    GROUP BY tenant, session
-), m AS (
+    GROUP BY tenant, session"""),
+    OffloadStage.L15: ("m", "m.unjudged_at AS unjudged_at, (SELECT o.mark_id FROM offload_marks o"
+                       " WHERE o.tenant = k.tenant AND o.session = k.session AND o.judged = 0"
+                       " ORDER BY o.ts, o.mark_id LIMIT 1) AS unjudged_mark", """
     SELECT tenant, session, MIN(ts) AS unjudged_at
     FROM offload_marks
     WHERE judged = 0 AND (tenant, session) > (?, ?)
-    GROUP BY tenant, session
-), e AS (
+    GROUP BY tenant, session"""),
+    OffloadStage.L2: ("e", "e.unmapped_at AS unmapped_at", """
     SELECT tenant, session, MIN(created_at) AS unmapped_at
     FROM offload_entries
     WHERE task_id IS NOT NULL AND node_id IS NULL AND (tenant, session) > (?, ?)
-    GROUP BY tenant, session
-), k AS (
-    SELECT tenant, session FROM p UNION SELECT tenant, session FROM m
-    UNION SELECT tenant, session FROM e ORDER BY 1, 2 LIMIT ?
-)
-SELECT k.tenant AS tenant, k.session AS session, p.pending_at AS pending_at,
-       m.unjudged_at AS unjudged_at, e.unmapped_at AS unmapped_at,
-       (SELECT o.mark_id FROM offload_marks o WHERE o.tenant = k.tenant
-        AND o.session = k.session AND o.judged = 0 ORDER BY o.ts, o.mark_id LIMIT 1)
-           AS unjudged_mark
-FROM k LEFT JOIN p ON p.tenant = k.tenant AND p.session = k.session
-LEFT JOIN m ON m.tenant = k.tenant AND m.session = k.session
-LEFT JOIN e ON e.tenant = k.tenant AND e.session = k.session
-ORDER BY k.tenant, k.session
-"""
+    GROUP BY tenant, session"""),
+}
+_OFFLOAD_NONE = {OffloadStage.L1: "NULL AS pending_at",
+                 OffloadStage.L15: "NULL AS unjudged_at, NULL AS unjudged_mark",
+                 OffloadStage.L2: "NULL AS unmapped_at"}  # fmt: skip
+
+
+def _offload_owed_sql(stages: Sequence[OffloadStage]) -> str:
+    parts = [_OFFLOAD_PARTS[s] for s in stages]
+    ctes = ", ".join(f"{name} AS ({body}\n)" for name, _, body in parts)
+    keys = " UNION ".join(f"SELECT tenant, session FROM {name}" for name, _, _ in parts)
+    columns = ", ".join(_OFFLOAD_PARTS[s][1] if s in stages else _OFFLOAD_NONE[s]
+                        for s in OffloadStage)  # fmt: skip
+    joins = " ".join(f"LEFT JOIN {name} ON {name}.tenant = k.tenant AND {name}.session = k.session"
+                     for name, _, _ in parts)  # fmt: skip
+    return (f"WITH {ctes}, k AS ({keys} ORDER BY 1, 2 LIMIT ?)"
+            f" SELECT k.tenant AS tenant, k.session AS session, {columns}"
+            f" FROM k {joins} ORDER BY k.tenant, k.session")  # fmt: skip
 
 
 def offload_owed(
-    conn: SqlConn, after: tuple[str, str] | None, now: float, limit: int
+    conn: SqlConn,
+    after: tuple[str, str] | None,
+    now: float,
+    limit: int,
+    stages: Collection[OffloadStage] | None = None,
 ) -> list[OffloadOwed]:
+    """Sessions owing work of `stages` (all when None), only those parts read."""
+    chosen = [s for s in OffloadStage if stages is None or s in stages]
+    if not chosen:
+        return []
     tenant, session = after or _NOWHERE
-    params = (now, tenant, session, tenant, session, tenant, session, limit)
-    return [_offload_owed(r) for r in conn.execute(_OFFLOAD_OWED, params).fetchall()]
+    params: list[Any] = []
+    for stage in chosen:
+        params += [now, tenant, session] if stage is OffloadStage.L1 else [tenant, session]
+    rows = conn.execute(_offload_owed_sql(chosen), (*params, limit)).fetchall()
+    return [_offload_owed(r) for r in rows]
 
 
 def _offload_owed(r: Any) -> OffloadOwed:

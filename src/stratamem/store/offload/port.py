@@ -19,7 +19,7 @@ Implementation: `stratamem.store.offload.store.SqlOffloadStore` (on either store
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Protocol
 
 from stratamem.domain import Scope
@@ -37,6 +37,7 @@ from stratamem.store.offload.records import (
     JudgmentCommit,
     Mark,
     OffloadOwed,
+    OffloadStage,
     Ref,
     Routed,
     ToolPair,
@@ -57,11 +58,16 @@ class OffloadStore(Protocol):
         call id already has an entry are marked done instead and listed as duplicates."""
 
     def sessions_owing(
-        self, after: tuple[str, str] | None, now: float, limit: int
+        self,
+        after: tuple[str, str] | None,
+        now: float,
+        limit: int,
+        stages: Collection[OffloadStage] | None = None,
     ) -> list[OffloadOwed]:
-        """Sessions (any tenant) with owed offload work (see `OffloadOwed`), in (tenant,
-        session) order after `after` (None: from the start), up to `limit`; the backlog
-        scheduler pages through them with a cursor. Only owed rows are read."""
+        """Sessions (any tenant) with owed offload work of `stages` (all when None; see
+        `OffloadOwed`, whose parts of other stages are None), in (tenant, session) order
+        after `after` (None: from the start), up to `limit`; the backlog scheduler pages
+        through them with a cursor. Only owed rows of those stages are read."""
 
     def next_claim_expiry(self, scope: Scope, session: str, now: float) -> float | None:
         """When the earliest live claim on a pending pair of the session expires, if any."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from stratamem.domain import Mode, Scope
@@ -247,10 +247,14 @@ class SqlOffloadStore:
 
     @_translated
     def sessions_owing(
-        self, after: tuple[str, str] | None, now: float, limit: int
+        self,
+        after: tuple[str, str] | None,
+        now: float,
+        limit: int,
+        stages: Collection[OffloadStage] | None = None,
     ) -> list[OffloadOwed]:
         with self._store.reading() as conn:
-            return backlog.offload_owed(conn, after, now, limit)
+            return backlog.offload_owed(conn, after, now, limit, stages)
 
     @_translated
     def pending_pairs(self, scope: Scope, session: str) -> int:
