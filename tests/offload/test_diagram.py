@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from stratamem.domain import Scope
 from stratamem.errors import StaleFencingToken
-from stratamem.llm import LLMOutputInvalid
 from stratamem.offload import ToolPair
+from stratamem.offload.backlog import ORPHANS, offload_sources
 from stratamem.offload.l1_summaries import run_l1
-from stratamem.offload.l2_diagram import ORPHAN_NODE, run_l2
+from stratamem.offload.l2_diagram import ORPHAN_NODE, diagram_timer_key, run_l2
 from stratamem.offload.mermaid import Edit, InvalidDiagram, apply_edits, validate
 from stratamem.offload.schedule import l2_timer_key
+from stratamem.pipeline.scheduler import BacklogScheduler
+from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.sqlite_backend import SqliteBackend
+from stratamem.pipeline.task import Task, TaskType
 from stratamem.store.core.port import Fence
 from stratamem.store.failures.records import FailureKind, FailureQuery, FailureStatus
 from stratamem.store.layers.store import SqlLayerStore
-from stratamem.testing import Reply, ScriptedLLM
+from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
 
 from . import model
 from .conftest import Rig
@@ -85,8 +91,8 @@ async def test_invalid_diagrams_and_unknown_ids_are_repaired_once(
     bad_node = reply(FLOW, {"c7": "zzz"}, [])
     no_call = reply(FLOW, {"c0": "a"}, [])  # c0 was not among the new calls
     scripted_llm.push_for("offload-l2", bad_node, no_call)
-    with pytest.raises(LLMOutputInvalid):
-        await run_l2(rig.offload.deps, T, S)
+    failed = await run_l2(rig.offload.deps, T, S)  # the task goes on: this diagram waits
+    assert (failed.mapped, failed.leftover, failed.tasks) == (0, 0, ())
     [diagram] = (await rig.offload.diagrams(T, S)).diagrams
     assert diagram.version == 1  # nothing written
     assert [e.call_id for e in rig.store.unmapped_entries(Scope(T), S)] == ["c7"]
@@ -176,3 +182,87 @@ async def test_a_rewrite_may_not_drop_nodes_in_use(rig: Rig, scripted_llm: Scrip
     first, repair = scripted_llm.calls("offload-l2")[1:]
     assert "MUST STAY (earlier calls are mapped to them): a" in first.messages[1]["content"]
     assert "mapped to nodes it removed: ['a']" in repair.messages[-1]["content"]
+
+
+def _bad_for(label: str) -> Callable[[RecordedRequest], Reply]:
+    """offload-l2 replies: unusable (a node that is not there) for the task `label`, the
+    stand-in model's diagram for every other."""
+
+    def answer(request: RecordedRequest) -> Reply:
+        if f"TASK: {label}" in model.user_text(request):
+            return reply(FLOW, {"c0": "zzz"}, [])
+        return model.diagram(request)
+
+    return answer
+
+
+async def second_task(rig: Rig, scripted_llm: ScriptedLLM) -> str:
+    """A second task in the session, with one call (d0) routed to it."""
+    t1 = rig.clock.now() + 10
+    mark = await rig.offload.user_message(T, S, "Now write the docs", timestamp=t1)
+    scripted_llm.push_for("offload-l15", model.judgment("Write the docs"))
+    await rig.run()
+    await rig.offload.ingest(T, S, [ToolPair("d0", "edit", {}, "done", t1 + 1)])
+    await run_l1(rig.offload.deps, T, S)
+    task_id = rig.store.get_mark(Scope(T), S, mark).task_id
+    assert task_id is not None
+    return task_id
+
+
+async def test_a_bad_diagram_is_retried_on_its_own_timer_while_the_others_go_on(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    """Issue 24: one task diagram whose reply stays unusable failed the whole offload-l2 task
+    (a dead letter after its retries, and every entry of the session unmapped). Now it is
+    recorded and retried alone on its own timer (60 s, then 300 s …), the other diagram is
+    asked for and saved."""
+    scripted_llm.on("offload-l2", _bad_for("Fix the parser"))
+    parser = await session_with_entries(rig, scripted_llm, 1)
+    docs = await second_task(rig, scripted_llm)
+    outcome = await run_l2(rig.offload.deps, T, S)
+    assert (outcome.tasks, outcome.mapped, outcome.leftover) == ((docs,), 1, 0)
+    assert [e.call_id for e in rig.store.unmapped_entries(Scope(T), S)] == ["c0"]
+    [failure] = SqlLayerStore(rig.store._store).list_failures(Scope(T))
+    assert (failure.stage, failure.detail) == ("offload-l2", {"task": parser})
+    now, timers = rig.clock.now(), rig.runner.timers()
+    assert timers[diagram_timer_key(T, S, parser)] == now + 60
+
+    rig.clock.advance(60)  # its retry, narrowed to it: unusable again, the next in 300 s
+    await rig.run()
+    assert rig.runner.timers()[diagram_timer_key(T, S, parser)] == rig.clock.now() + 300
+    asked = [c.messages[1]["content"] for c in scripted_llm.calls("offload-l2")]
+    assert sum("TASK: Write the docs" in text for text in asked) == 1  # saved: not asked again
+
+    scripted_llm.on("offload-l2", model.diagram)  # the endpoint's model gets it right
+    rig.clock.advance(300)
+    await rig.run()
+    assert rig.store.unmapped_entries(Scope(T), S) == []
+    assert rig.runner.timers() == {}
+
+
+async def test_a_parked_session_still_gets_the_orphan_fallback(
+    rig: Rig, scripted_llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    """A session whose offload-l2 is a dead letter is parked by the backlog scheduler; the
+    orphan fallback (no LLM) is still submitted for it, once its oldest unmapped entry is past
+    the orphan age, and maps the entry to the orphan node."""
+    scripted_llm.on("offload-l2", _bad_for("Fix the parser"))
+    await session_with_entries(rig, scripted_llm, 1)
+    backend = SqliteBackend(tmp_path / "pipeline.db")
+    try:
+        await backend.enqueue(Task(TaskType.OFFLOAD_L2, T, S), now=rig.clock.now())
+        [delivery] = await backend.consume("w", count=1, block_ms=0, now=rig.clock.now())
+        await backend.dead_letter(delivery, "LLMOutputInvalid", now=rig.clock.now())
+        age = rig.offload.deps.settings.orphan_max_age_s
+        sources = offload_sources(rig.store, 0, diagrams=True, orphan_age_s=age)
+        scheduler = BacklogScheduler(backend, sources, PipelineSettings(scheduler_limit=8))
+        assert (await scheduler.run_pass(rig.clock.now())).submitted == []  # parked, too young
+        rig.clock.advance(age)
+        [task] = (await scheduler.run_pass(rig.clock.now())).submitted
+        assert (task.type, task.session, task.payload) == (TaskType.OFFLOAD_L2, S, {ORPHANS: True})
+    finally:
+        await backend.close()
+    calls = len(scripted_llm.calls("offload-l2"))
+    outcome = await rig.offload.run_l2(T, S, payload=task.payload)
+    assert (outcome.orphaned, len(scripted_llm.calls("offload-l2"))) == (1, calls)
+    assert {e.call_id: e.node_id for e in await rig.offload.entries(T, S)} == {"c0": ORPHAN_NODE}

@@ -39,7 +39,13 @@ def _end(rows: int, limit: int, last: Cursor | None) -> Cursor | None:
     return last if rows >= limit else None
 
 
-class L1Source:
+class _NoFallback:
+    def when_parked(self, owed: Owed, now: float) -> Owed | None:
+        """A parked layer key waits for its operator: nothing else to submit."""
+        return None
+
+
+class L1Source(_NoFallback):
     kind, task_type = TaskType.L1.value, TaskType.L1
 
     def __init__(self, backlog: BacklogStore, settings: LayerSettings) -> None:
@@ -59,7 +65,7 @@ class L1Source:
         return _session_key(task, TaskType.L1)
 
 
-class FlushSource:
+class FlushSource(_NoFallback):
     kind, task_type = TaskType.FLUSH.value, TaskType.FLUSH
 
     def __init__(self, backlog: BacklogStore, grace_s: float) -> None:
@@ -81,7 +87,7 @@ class FlushSource:
         return _session_key(task, TaskType.FLUSH)
 
 
-class _TenantSource:
+class _TenantSource(_NoFallback):
     task_type: TaskType
 
     def __init__(self, backlog: BacklogStore, settings: LayerSettings, grace_s: float) -> None:

@@ -10,7 +10,9 @@ stage, so each has its own lease and budget:
 Each key is due `grace_s` after it began waiting, so ingest's own tasks and timers run it first;
 this finds what a lost queue, a dead letter requeued or purged, or a skipped offload-l2 left
 behind. offload-l2 also gives entries older than the orphan age the orphan node, so an entry is
-mapped even when the model never maps it.
+mapped even when the model never maps it; while a session's offload-l2 is a dead letter (its
+key parked), that fallback alone is still submitted (`{"orphans": true}`, no LLM call), once its
+oldest unmapped entry is past the orphan age.
 """
 
 from __future__ import annotations
@@ -25,11 +27,22 @@ from stratamem.store.offload.records import OffloadOwed, OffloadStage
 _PREFIX = {TaskType.OFFLOAD_L1: "l1", TaskType.OFFLOAD_L15: "l15", TaskType.OFFLOAD_L2: "l2"}
 
 
+ORPHANS = "orphans"
+"""The payload flag of an offload-l2 task that only maps old entries to the orphan node."""
+
+
 class OffloadSource:
     """The owed work of one offload stage."""
 
-    def __init__(self, store: OffloadStore, grace_s: float, stage: OffloadStage) -> None:
+    def __init__(
+        self,
+        store: OffloadStore,
+        grace_s: float,
+        stage: OffloadStage,
+        orphan_age_s: float = float("inf"),
+    ) -> None:
         self.store, self.grace_s, self.stage = store, grace_s, stage
+        self.orphan_age_s = orphan_age_s
         self.task_type = TaskType(stage.value)
         self.kind = self.task_type.value
 
@@ -56,6 +69,17 @@ class OffloadSource:
         return [Owed(self._key(task), (tenant, session), task, since + self.grace_s,
                      f"{marker}@{since!r}")]  # fmt: skip
 
+    def when_parked(self, owed: Owed, now: float) -> Owed | None:
+        """offload-l2's orphan fallback (under a key of its own), due once the session's
+        oldest unmapped entry is past the orphan age."""
+        if self.stage is not OffloadStage.L2:
+            return None
+        task = owed.task
+        orphans = Task(TaskType.OFFLOAD_L2, task.tenant, task.session, {ORPHANS: True})
+        since = owed.due_at - self.grace_s
+        return Owed(f"orphans:{owed.key}", owed.cursor, orphans, since + self.orphan_age_s,
+                    owed.progress)  # fmt: skip
+
     @staticmethod
     def _key(task: Task) -> str:
         return f"{_PREFIX[task.type]}:{task.tenant}/{task.session}"
@@ -64,7 +88,9 @@ class OffloadSource:
         return self._key(task) if task.type is self.task_type else None
 
 
-def offload_sources(store: OffloadStore, grace_s: float, diagrams: bool) -> list[Source]:
+def offload_sources(
+    store: OffloadStore, grace_s: float, diagrams: bool, orphan_age_s: float = float("inf")
+) -> list[Source]:
     """A source per offload stage (offload-l2 only with `diagrams`: an LLM to draw them)."""
     stages = [OffloadStage.L1, OffloadStage.L15] + ([OffloadStage.L2] if diagrams else [])
-    return [OffloadSource(store, grace_s, stage) for stage in stages]
+    return [OffloadSource(store, grace_s, stage, orphan_age_s) for stage in stages]

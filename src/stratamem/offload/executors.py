@@ -92,7 +92,8 @@ class OffloadExecutors:
     async def l2(self, ctx: ExecutionContext) -> ExecResult:
         if await self._replayed(ctx):
             return ExecResult(changed=False, skipped=True)
-        outcome = await self.offload.run_l2(*_where(ctx), ctx.fence, ctx.attempt)
+        outcome = await self.offload.run_l2(*_where(ctx), ctx.fence, ctx.attempt,
+                                            ctx.task.payload)  # fmt: skip
         return ExecResult(changed=bool(outcome.mapped or outcome.orphaned))
 
 
@@ -102,7 +103,8 @@ def register_executors(registry: ExecutorRegistry, offload: Offload) -> None:
     if offload.deps.llm is not None:
         registry.add_usage_source(offload.deps.llm.usage.snapshot)
     store, diagrams = offload.deps.store, not offload.offline
-    registry.add_backlog(lambda grace_s: offload_sources(store, grace_s, diagrams))
+    orphan_age_s = offload.deps.settings.orphan_max_age_s
+    registry.add_backlog(lambda grace_s: offload_sources(store, grace_s, diagrams, orphan_age_s))
     executors = OffloadExecutors(offload)
     if registry.receipts is None:  # the layers' reader reads the same records
         registry.receipts = executors.receipt

@@ -108,10 +108,18 @@ class Offload:
         return await l15_judgment.run_l15(self.deps, tenant, session, mark_id, attempt)
 
     async def run_l2(
-        self, tenant: str, session: str, fence: Fence | None = None, attempt: Attempt | None = None
+        self,
+        tenant: str,
+        session: str,
+        fence: Fence | None = None,
+        attempt: Attempt | None = None,
+        payload: Mapping[str, Any] | None = None,
     ) -> l2_diagram.L2Outcome:
+        """offload-l2 for the session; `payload` may narrow it to one diagram's retry or to
+        the orphan fallback (`l2_diagram.L2Scope`)."""
         session = check_ident(session, "session")
-        return await l2_diagram.run_l2(self.deps, tenant, session, fence, attempt)
+        narrowed = l2_diagram.L2Scope.of(payload or {})
+        return await l2_diagram.run_l2(self.deps, tenant, session, fence, attempt, narrowed)
 
     async def run_stage(self, task: StageTask, fence: Fence | None = None) -> StageOutcome:
         """Run one stage task (what the pipeline's executors and the in-process runner call)."""
@@ -119,7 +127,7 @@ class Offload:
             return await self.run_l1(task.tenant, task.session)
         if task.stage is Stage.L15:
             return await self.run_l15(task.tenant, task.session, mark_of(task.payload))
-        return await self.run_l2(task.tenant, task.session, fence)
+        return await self.run_l2(task.tenant, task.session, fence, None, task.payload)
 
     # -- reading -----------------------------------------------------------------------------
     async def compact(

@@ -5,13 +5,20 @@ longer than the orphan age get the task's orphan node, without the LLM, so nothi
 forever. Then, per task, the LLM rewrites the diagram or replaces line ranges and maps the new
 calls; the result is validated (Mermaid, size bounds, every call id and node it names) and
 stored by compare-and-set. Calls it left unmapped re-arm the timer.
+
+Each diagram stands alone: one whose reply stays unusable (after its repair round) is recorded
+as a failure and retried on its own timer (`diagram_timer_key`: after `RETRY_DELAYS_S`, a task
+narrowed to it), while the others are asked for and saved; the task itself succeeds, so no bad
+diagram dead-letters its session. Endpoint trouble (no answer at all) still fails the task: it
+would fail every diagram alike. A task narrowed to `{"orphans": true}` (the backlog scheduler's
+fallback for a parked session) only gives old entries the orphan node.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -20,6 +27,7 @@ from pydantic import BaseModel, Field
 from stratamem.domain import Scope
 from stratamem.errors import LLMError
 from stratamem.llm.base import LLM
+from stratamem.llm.errors import LLMOutputInvalid
 from stratamem.llm.prompts import load_prompt
 from stratamem.offload import mermaid
 from stratamem.offload.offline import NEEDS_LLM, shorten
@@ -37,6 +45,39 @@ STAGE = Stage.L2.value
 ORPHAN_NODE = "orphans"
 ORPHAN_LINE = f'{ORPHAN_NODE}["unmapped tool calls"]'
 MAX_CALLS_PER_PROMPT = 40
+RETRY_DELAYS_S = (60.0, 300.0, 1800.0, 3600.0)
+"""When a diagram whose reply was unusable is asked for again, by its failures so far (the last
+delay repeats)."""
+DIAGRAM = "diagram"
+FAILURES = "failures"
+ORPHANS = "orphans"
+
+
+@dataclass(frozen=True, slots=True)
+class L2Scope:
+    """What one offload-l2 task covers: every diagram of the session, one diagram (its retry,
+    with the failures it had so far), or only the orphan fallback."""
+
+    diagram: str | None = None
+    failures: int = 0
+    orphans_only: bool = False
+
+    @classmethod
+    def of(cls, payload: Mapping[str, Any]) -> L2Scope:
+        diagram = payload.get(DIAGRAM)
+        failures = payload.get(FAILURES, 0)
+        return cls(diagram if isinstance(diagram, str) else None,
+                   failures if isinstance(failures, int) and failures > 0 else 0,
+                   payload.get(ORPHANS) is True)  # fmt: skip
+
+
+def diagram_timer_key(tenant: str, session: str, task_id: str) -> str:
+    """The retry timer of one diagram (identifiers cannot contain `/`)."""
+    return f"offload-l2/{tenant}/{session}/{task_id}"
+
+
+def retry_delay_s(failures: int) -> float:
+    return RETRY_DELAYS_S[min(max(failures, 1), len(RETRY_DELAYS_S)) - 1]
 
 
 class EditItem(BaseModel):
@@ -71,24 +112,35 @@ async def run_l2(
     session: str,
     fence: Fence | None = None,
     attempt: Attempt | None = None,
+    scope_of_task: L2Scope | None = None,
 ) -> L2Outcome:
     """One offload-l2 run for a session (offline: nothing, and says diagrams need the LLM).
     Run by the pipeline, its receipt is written last, alone, under `fence` (each diagram is
     its own commit)."""
-    llm = deps.llm
+    llm, narrowed = deps.llm, scope_of_task or L2Scope()
     if llm is None:
         return L2Outcome(note=NEEDS_LLM)
     scope = Scope(tenant)
     orphaned = await _orphan_old(deps, scope, session, fence)
-    unmapped = await asyncio.to_thread(deps.store.unmapped_entries, scope, session)
-    diagrams = await _diagrams(deps, scope, session)
-    mapped, tasks = 0, []
-    for task_id, entries in _by_task(unmapped).items():
-        if task_id in diagrams:
-            mapped += await _update(deps, llm, scope, diagrams[task_id], entries, fence)
+    mapped, tasks, leftover = 0, list[str](), 0
+    if not narrowed.orphans_only:
+        unmapped = await asyncio.to_thread(deps.store.unmapped_entries, scope, session)
+        diagrams = await _diagrams(deps, scope, session)
+        failed: list[str] = []
+        for task_id, entries in _by_task(unmapped).items():
+            if narrowed.diagram not in (None, task_id):
+                continue
+            if task_id not in diagrams:
+                leftover += len(entries)
+                continue
+            got = await _update_alone(deps, llm, scope, diagrams[task_id], entries, fence)
+            if got is None:  # it waits for its own timer, not the session's
+                failed.append(task_id)
+                continue
+            mapped, leftover = mapped + got, leftover + len(entries) - got
             tasks.append(task_id)
-    leftover = len(unmapped) - mapped
-    if leftover:
+        await _arm_retries(deps, tenant, session, failed, narrowed.failures + 1)
+    if leftover > 0:
         due = deps.clock.now() + deps.settings.diagram_delay_s
         await deps.scheduler.arm(
             l2_timer_key(tenant, session), StageTask(Stage.L2, tenant, session), due
@@ -99,6 +151,31 @@ async def run_l2(
                              attempt=attempt)  # fmt: skip
         await asyncio.to_thread(deps.store.record_receipt, scope, draft, fence)
     return L2Outcome(mapped, orphaned, leftover, tuple(tasks))
+
+
+async def _update_alone(
+    deps: StageDeps,
+    llm: LLM,
+    scope: Scope,
+    diagram: Diagram,
+    entries: Sequence[Entry],
+    fence: Fence | None,
+) -> int | None:
+    """`_update`, or None when the diagram's reply stayed unusable (recorded by `_update`)."""
+    try:
+        return await _update(deps, llm, scope, diagram, entries, fence)
+    except LLMOutputInvalid:
+        return None
+
+
+async def _arm_retries(
+    deps: StageDeps, tenant: str, session: str, failed: Sequence[str], failures: int
+) -> None:
+    """A retry timer per diagram that failed, after its `failures`-th failure."""
+    due = deps.clock.now() + retry_delay_s(failures)
+    for task_id in failed:
+        task = StageTask(Stage.L2, tenant, session, {DIAGRAM: task_id, FAILURES: failures})
+        await deps.scheduler.arm(diagram_timer_key(tenant, session, task_id), task, due)
 
 
 async def _diagrams(deps: StageDeps, scope: Scope, session: str) -> dict[str, Diagram]:

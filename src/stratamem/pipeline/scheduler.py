@@ -94,6 +94,11 @@ class Source(Protocol):
         """The key a task of this source stands for (to park keys of dead letters), or None."""
         ...
 
+    def when_parked(self, owed: Owed, now: float) -> Owed | None:
+        """What to submit instead for `owed` while its key is parked (a fallback that needs
+        none of the work that failed, under a key of its own), or None: nothing."""
+        ...
+
 
 class KeyState(StrEnum):
     IN_FLIGHT = "in_flight"
@@ -180,6 +185,7 @@ class BacklogScheduler:
         self._keys: dict[str, dict[str, _Key]] = {s.kind: {} for s in self.sources}
         self._cursors = {s.kind: _SourceState() for s in self.sources}
         self._parked: dict[str, set[str]] = {s.kind: set() for s in self.sources}
+        self._fallbacks = {s.kind: s.when_parked for s in self.sources}
         self._parked_at = float("-inf")
         self._first = 0
 
@@ -278,8 +284,9 @@ class BacklogScheduler:
                     before = before if row is None else row
                     row = owed.cursor
                     at.seen += 1
-                if await self._consider(source.kind, owed, now, at.sweep):
-                    submitted.append(owed.task)
+                task = await self._consider(source.kind, owed, now, at.sweep)
+                if task is not None:
+                    submitted.append(task)
             if page.next_after is None:
                 self._end_sweep(source.kind, at)
                 return
@@ -294,8 +301,9 @@ class BacklogScheduler:
             del keys[key]
         at.sweep += 1
 
-    async def _consider(self, kind: str, owed: Owed, now: float, sweep: int) -> bool:
-        """Submit `owed` if it is due and not in flight, backing off or parked."""
+    async def _consider(self, kind: str, owed: Owed, now: float, sweep: int) -> Task | None:
+        """Submit `owed` if it is due and not in flight, backing off or parked (then its
+        source's fallback, if any, instead): the task submitted."""
         self.counters.discovered += 1
         keys = self._keys[kind]
         state = keys.get(owed.key)
@@ -304,14 +312,20 @@ class BacklogScheduler:
             state = None
         if state is not None:
             state.sweep = sweep
-        if owed.key in self._parked[kind] or not self._due(state, owed, now):
+        if owed.key in self._parked[kind]:
+            fallback = self._fallbacks[kind](owed, now)
+            if fallback is None or fallback.key in self._parked[kind]:
+                self.counters.skipped += 1
+                return None
+            return await self._consider(kind, fallback, now, sweep)
+        if not self._due(state, owed, now):
             self.counters.skipped += 1
-            return False
+            return None
         await self.backend.enqueue(owed.task, now=now)
         failures = 0 if state is None else state.failures
         keys[owed.key] = _Key(KeyState.IN_FLIGHT, owed.progress, now, failures, sweep)
         self.counters.submitted += 1
-        return True
+        return owed.task
 
     def _due(self, state: _Key | None, owed: Owed, now: float) -> bool:
         if state is not None and state.state is KeyState.IN_FLIGHT:
