@@ -34,8 +34,15 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 POLL_INTERVAL_S = 0.002
+POLL_IDLE_MAX_S = 0.1
+"""Waiting consumers poll the file every `POLL_INTERVAL_S` after work was seen, doubling up to
+`POLL_IDLE_MAX_S` while there is none (an idle process reads it 10 times a second, not 500); an
+enqueue of this process wakes a waiter at once, and work seen brings the short interval back."""
 WAKE_POLL_S = 0.01
-"""How often a `wait_free` reads the wake counters (other processes' notices)."""
+WAKE_POLL_MAX_S = 0.1
+"""A `wait_free` reads the wake counters (other processes' notices) every `WAKE_POLL_S` at
+first, doubling up to `WAKE_POLL_MAX_S` while none comes; this process's notices end it at
+once."""
 
 
 class SqliteBackend:
@@ -49,6 +56,7 @@ class SqliteBackend:
         # exactly one waiter; the poller seeing work wakes them all.
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._polling = False
+        self._poll_s = POLL_INTERVAL_S
         # The task types each waiting consumer runs (None: all); the poller looks for any.
         self._wanted: dict[asyncio.Future[None], list[TaskType] | None] = {}
         # Wake-ups: notices given before this backend was opened are not news; a notice of
@@ -101,9 +109,13 @@ class SqliteBackend:
         try:
             while loop.time() < deadline and not waiter.done():
                 if await self._call(self._core.has_ready, self._wanted_types()):
+                    self._poll_s = POLL_INTERVAL_S
                     self._wake_all()
                     return
-                await asyncio.sleep(POLL_INTERVAL_S)
+                pause = min(self._poll_s, max(0.0, deadline - loop.time()))
+                with contextlib.suppress(TimeoutError):  # a local enqueue ends it at once
+                    await asyncio.wait_for(asyncio.shield(waiter), pause)
+                self._poll_s = min(2 * self._poll_s, POLL_IDLE_MAX_S)
         finally:
             self._polling = False
         self._wake_one()  # hand the polling over to another waiter
@@ -132,6 +144,7 @@ class SqliteBackend:
 
     async def enqueue(self, task: Task, *, now: float) -> None:
         await self._call(self._core.enqueue, task, now)
+        self._poll_s = POLL_INTERVAL_S
         self._wake_one()
 
     async def consume(
@@ -142,6 +155,8 @@ class SqliteBackend:
         wanted = None if types is None else sorted(types)
         while True:
             got = await self._call(self._core.consume, consumer, count, now, wanted)
+            if got:
+                self._poll_s = POLL_INTERVAL_S
             if got or loop.time() >= deadline:
                 return got
             await self._wait_for_work(deadline, wanted)
@@ -257,6 +272,7 @@ class SqliteBackend:
     async def wait_free(self, types: Collection[TaskType], *, timeout_s: float) -> bool:
         loop = asyncio.get_running_loop()
         deadline, wanted = loop.time() + timeout_s, {t.value for t in types}
+        pause = WAKE_POLL_S
         while True:
             waiter: asyncio.Future[None] = loop.create_future()
             self._wake_waiters.add(waiter)
@@ -269,7 +285,8 @@ class SqliteBackend:
                 if fresh or remaining <= 0:
                     return fresh
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter, min(WAKE_POLL_S, remaining))
+                    await asyncio.wait_for(waiter, min(pause, remaining))
+                pause = min(2 * pause, WAKE_POLL_MAX_S)
             finally:
                 self._wake_waiters.discard(waiter)
 
