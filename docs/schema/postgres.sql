@@ -18,6 +18,7 @@
 --   21  backlog: indexes of owed offload work
 --   22  memories: BM25's columns in one index
 --   30  service tenants and hashed API keys
+--   40  lineage: what scene and profile versions were built from
 
 CREATE EXTENSION vector;
 
@@ -167,6 +168,19 @@ CREATE TABLE layer_tenants (
     last_l3_at double precision,
     CONSTRAINT layer_tenants_pkey PRIMARY KEY (tenant)
 );
+
+CREATE TABLE lineage (
+    tenant text NOT NULL,
+    kind text NOT NULL,
+    id text NOT NULL,
+    version integer NOT NULL,
+    source_kind text NOT NULL,
+    source_id text NOT NULL,
+    source_version integer DEFAULT 0 NOT NULL,
+    CONSTRAINT lineage_pkey PRIMARY KEY (tenant, kind, id, version, source_kind, source_id, source_version)
+);
+
+CREATE INDEX lineage_by_source ON public.lineage USING btree (tenant, source_kind, source_id);
 
 CREATE TABLE memories (
     rid bigint GENERATED ALWAYS AS IDENTITY NOT NULL,

@@ -21,6 +21,7 @@
 --   20  context offload: tool pairs, entries, refs, boundaries, tasks
 --   21  backlog: indexes of owed offload work
 --   30  service tenants and hashed API keys
+--   40  lineage: what scene and profile versions were built from
 
 CREATE TABLE api_keys (
     key_id TEXT PRIMARY KEY,
@@ -127,6 +128,19 @@ CREATE TABLE layer_tenants (
     last_l2_at REAL,
     last_l3_at REAL
 );
+
+CREATE TABLE lineage (
+    tenant TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    source_kind TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    source_version INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, kind, id, version, source_kind, source_id, source_version)
+);
+
+CREATE INDEX lineage_by_source ON lineage (tenant, source_kind, source_id);
 
 CREATE TABLE memories (
     rid INTEGER PRIMARY KEY,

@@ -29,6 +29,7 @@ from stratamem.embed.base import Embedder, is_loaded, preload
 from stratamem.embed.fair import FairEmbedder
 from stratamem.errors import ConfigError, InvalidInput
 from stratamem.inputs import nfc
+from stratamem.layers import forgetting
 from stratamem.layers.executors import LayerExecutors
 from stratamem.layers.service import FlushResult, LayerService
 from stratamem.layers.settings import LayerSettings
@@ -42,10 +43,14 @@ from stratamem.retrieval.render import render_recall, render_stable
 from stratamem.retrieval.search import SearchRequest, hybrid_search
 from stratamem.store.backlog import BacklogStore, SqlBacklogStore
 from stratamem.store.core.port import EmbeddingInfo, Filters, Store
+from stratamem.store.core.store import SqlCoreStore
 from stratamem.store.evidence.port import EvidenceStore
 from stratamem.store.evidence.store import SqlEvidenceStore
 from stratamem.store.layers.port import LayerStore
 from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.lineage.port import Forget, Lineage, LineageStore
+from stratamem.store.lineage.rows import MEMORY, PROFILE, PROFILE_ID, SCENE, Ref
+from stratamem.store.lineage.store import SqlLineageStore
 from stratamem.store.opening import RecordStore, open_store
 
 ProgressFn = Callable[[int], None]
@@ -102,6 +107,10 @@ class AsyncMemory:
         database."""
         self.backlog: BacklogStore | None = None if records is None else SqlBacklogStore(records)
         """The layers' owed work, for the backlog scheduler."""
+        self.lineage: LineageStore | None = None
+        """What the layers built from what (and forgetting that follows it)."""
+        if isinstance(store, SqlCoreStore):
+            self.lineage = SqlLineageStore(store)
         self.llm = llm
         self._owns_llm = owns_llm
         self.layer_settings = layer_settings or LayerSettings()
@@ -582,13 +591,61 @@ class AsyncMemory:
         return await self.embed_pending(progress=progress)
 
     async def erase_session(self, tenant: str, session: str) -> dict[str, int]:
-        """Forget a conversation: its turns, every memory drawn from them (even in part) or
-        stated in it, and its layer and offload records, in one transaction. Scenes and the
-        profile, which summarise many sessions, are not rewritten (`erase_tenant` removes them).
-        Returns the counts of deleted rows (`turns`, `memories`, `other`)."""
+        """Forget a conversation: its turns, its layer and offload records, and what was
+        drawn from it, in one transaction (`docs/forgetting.md`): memories drawn only from it
+        are erased, those drawn partly are derived again from the turns left; every scene and
+        profile version built from an erased memory is purged and the current ones written
+        again without it. Returns counts (`turns`, `memories`, `other`, `rederived`,
+        `purged_versions`, `rebuilt`)."""
         check_ident(tenant, "tenant")
         check_ident(session, "session")
-        return await asyncio.to_thread(self.store.erase_session, Scope(tenant), session)
+        return await self.forget(tenant, sessions=(session,))
+
+    async def erase_turn(self, tenant: str, turn_id: str) -> dict[str, int]:
+        """Forget one captured turn and what was drawn from it (as `erase_session`)."""
+        check_ident(tenant, "tenant")
+        return await self.forget(tenant, turn_ids=(turn_id,))
+
+    async def erase_memory(self, tenant: str, memory_id: str) -> dict[str, int]:
+        """Forget one memory for good: it and the versions it consumed leave its history,
+        with what was built from it (as `erase_session`); the turns it came from stay."""
+        check_ident(tenant, "tenant")
+        await asyncio.to_thread(self.store.get_memory, Scope(tenant), memory_id)  # NotFound
+        return await self.forget(tenant, memory_ids=(memory_id,))
+
+    async def forget(
+        self,
+        tenant: str,
+        *,
+        sessions: Sequence[str] = (),
+        turn_ids: Sequence[str] = (),
+        memory_ids: Sequence[str] = (),
+    ) -> dict[str, int]:
+        """Erase sessions, turns and memories, and everything drawn from them, at once."""
+        lineage = _on_sql(self.lineage)
+        request = Forget(self.clock.now(), tuple(sessions), tuple(turn_ids), tuple(memory_ids))
+        return await asyncio.to_thread(
+            lineage.forget, Scope(tenant), request, forgetting.rebuilder(self.layer_settings)
+        )
+
+    async def memory_lineage(self, tenant: str, memory_id: str) -> Lineage:
+        """Why a memory is known: the turns and memories it came from, and what superseded it
+        and the scene and profile versions built from it."""
+        return await self._lineage(tenant, Ref(MEMORY, memory_id))
+
+    async def scene_lineage(self, tenant: str, scene_id: str, version: int = 0) -> Lineage:
+        """The memories a scene version (0: the current) was built from, and the profile
+        versions built from it."""
+        return await self._lineage(tenant, Ref(SCENE, scene_id, version))
+
+    async def profile_lineage(self, tenant: str, version: int = 0) -> Lineage:
+        """The memories and scene versions a profile version (0: the current) came from."""
+        return await self._lineage(tenant, Ref(PROFILE, PROFILE_ID, version))
+
+    async def _lineage(self, tenant: str, ref: Ref) -> Lineage:
+        if ref.version < 0:
+            raise InvalidInput(f"a version is 0 (the current) or more, not {ref.version}")
+        return await asyncio.to_thread(_on_sql(self.lineage).lineage, Scope(tenant), ref)
 
     async def erase_tenant(self, tenant: str) -> dict[str, int]:
         """Forget everything of a tenant: turns, memories, scenes, profile, offload records."""

@@ -25,6 +25,7 @@ from stratamem.domain import (
 )
 from stratamem.layers.service import FlushResult
 from stratamem.offload import Compaction, DiagramsView, Entry, IngestResult, ReadBack, ToolPair
+from stratamem.store.lineage.port import Lineage
 
 
 class MemoryAPI(Protocol):
@@ -68,6 +69,16 @@ class MemoryAPI(Protocol):
     async def stats(self, tenant: str) -> dict[str, Any]: ...
 
     async def erase_session(self, tenant: str, session: str) -> dict[str, int]: ...
+
+    async def erase_turn(self, tenant: str, turn_id: str) -> dict[str, int]: ...
+
+    async def erase_memory(self, tenant: str, memory_id: str) -> dict[str, int]: ...
+
+    async def memory_lineage(self, tenant: str, memory_id: str) -> Lineage: ...
+
+    async def scene_lineage(self, tenant: str, scene_id: str, version: int = 0) -> Lineage: ...
+
+    async def profile_lineage(self, tenant: str, version: int = 0) -> Lineage: ...
 
     async def add_memory(
         self,

@@ -21,6 +21,7 @@ from stratamem.embed.base import Embedder
 from stratamem.layers.service import FlushResult
 from stratamem.offload import Compaction, DiagramsView, Entry, IngestResult, ReadBack, ToolPair
 from stratamem.protocol import MemoryAPI
+from stratamem.store.lineage.port import Lineage
 
 T = TypeVar("T")
 
@@ -83,6 +84,23 @@ class SyncFacade:
     def erase_session(self, tenant: str, session: str) -> dict[str, int]:
         """See `AsyncMemory.erase_session`."""
         return self.run(self.core.erase_session(tenant, session))
+
+    def erase_turn(self, tenant: str, turn_id: str) -> dict[str, int]:
+        """See `AsyncMemory.erase_turn`."""
+        return self.run(self.core.erase_turn(tenant, turn_id))
+
+    def erase_memory(self, tenant: str, memory_id: str) -> dict[str, int]:
+        """See `AsyncMemory.erase_memory`."""
+        return self.run(self.core.erase_memory(tenant, memory_id))
+
+    def memory_lineage(self, tenant: str, memory_id: str) -> Lineage:
+        return self.run(self.core.memory_lineage(tenant, memory_id))
+
+    def scene_lineage(self, tenant: str, scene_id: str, version: int = 0) -> Lineage:
+        return self.run(self.core.scene_lineage(tenant, scene_id, version))
+
+    def profile_lineage(self, tenant: str, version: int = 0) -> Lineage:
+        return self.run(self.core.profile_lineage(tenant, version))
 
     def add_memory(self, tenant: str, content: str, **options: Any) -> MemoryRecord:
         return self.run(self.core.add_memory(tenant, content, **options))

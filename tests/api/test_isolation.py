@@ -72,13 +72,18 @@ def probes(alice: Alice) -> list[Probe]:
         Probe("DELETE", f"/v1/memories/{mem}", 404),
         Probe("GET", f"/v1/memories/{mem}/history", 404),
         Probe("GET", f"/v1/memories/{mem}/sources", 404),
+        Probe("GET", f"/v1/memories/{mem}/lineage", 404),
+        Probe("POST", f"/v1/memories/{mem}/erase", 404),
+        Probe("DELETE", f"/v1/turns/{alice.turn_ids[0]}", 200),  # erases nothing of alice's
         Probe("POST", "/v1/recall/explain", 200, {"query": SECRET, "session": SESSION}),
         Probe("GET", "/v1/sessions", 200),
         Probe("GET", f"/v1/sessions/{SESSION}/status", 200),
         Probe("GET", "/v1/scenes", 200),
         Probe("GET", f"/v1/scenes/{scene}/history", 404),
+        Probe("GET", f"/v1/scenes/{scene}/lineage", 404),
         Probe("GET", "/v1/profile", 200),
         Probe("GET", "/v1/profile/history", 200),
+        Probe("GET", "/v1/profile/lineage", 404),  # bob has none yet
         Probe("POST", f"/v1/sessions/{SESSION}/flush", 200, params={"wait": "true"}),
         Probe("GET", "/v1/pipeline", 200),
         Probe("GET", "/v1/dead-letters", 200),
@@ -132,6 +137,7 @@ def _template(path: str, alice: Alice) -> str:
         ("sessions", SESSION): "{session}",
         ("refs", alice.ref_id): "{ref_id}",
         ("failures", alice.failure_id): "{failure_id}",
+        ("turns", alice.turn_ids[0]): "{turn_id}",
     }
     parts = path.split("/")
     for i in range(1, len(parts)):

@@ -23,6 +23,7 @@ from stratamem.api.routes import (
     health,
     inspect,
     layers,
+    lineage,
     memory,
     offload,
     operator,
@@ -76,8 +77,8 @@ def create_app(
     )
     app.state.services = services
     errors.install(app)
-    routers = (health, memory, layers, offload, pipeline, failures, admin, inspect, operator,
-               proxy, anthropic)  # fmt: skip
+    routers = (health, memory, layers, lineage, offload, pipeline, failures, admin, inspect,
+               operator, proxy, anthropic)  # fmt: skip
     for module in routers:
         app.include_router(module.router)
     ui.install(app)

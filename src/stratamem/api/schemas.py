@@ -263,7 +263,11 @@ class FlushOut(BaseModel):
 class ErasedCounts(BaseModel):
     turns: int = Field(description="Turns deleted.")
     memories: int = Field(description="Memories deleted (every version).")
-    other: int = Field(description="Other records deleted (layer state, offload records).")
+    other: int = Field(description="Other records deleted (layer state, offload records,"
+                       " purged scene and profile versions, failure records).")
+    rederived: int = Field(0, description="Memories derived again from the turns left.")
+    purged_versions: int = Field(0, description="Scene and profile versions purged.")
+    rebuilt: int = Field(0, description="Scene and profile versions written again.")
 
 
 class ErasedOut(BaseModel):

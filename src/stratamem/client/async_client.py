@@ -40,6 +40,7 @@ from stratamem.errors import ConfigError, Forbidden, Unreachable
 from stratamem.httpretry import RetryPolicy, Sleep, send_with_retry
 from stratamem.layers.service import FlushResult
 from stratamem.offload import Compaction, DiagramsView, Entry, IngestResult, ReadBack, ToolPair
+from stratamem.store.lineage.port import Lineage
 
 DEFAULT_URL = "http://127.0.0.1:8420"
 #: What the service answers when it asks to be called again later.
@@ -166,6 +167,28 @@ class AsyncClient:
     async def erase_session(self, tenant: str, session: str) -> dict[str, int]:
         answer = await self._call(tenant, "DELETE", f"/v1/sessions/{_session(session)}")
         return records.parse(dict[str, int], records.field(answer, "erased"))
+
+    async def erase_turn(self, tenant: str, turn_id: str) -> dict[str, int]:
+        answer = await self._call(tenant, "DELETE", f"/v1/turns/{_seg(turn_id)}")
+        return records.parse(dict[str, int], records.field(answer, "erased"))
+
+    async def erase_memory(self, tenant: str, memory_id: str) -> dict[str, int]:
+        answer = await self._call(tenant, "POST", f"/v1/memories/{_seg(memory_id)}/erase")
+        return records.parse(dict[str, int], records.field(answer, "erased"))
+
+    async def memory_lineage(self, tenant: str, memory_id: str) -> Lineage:
+        answer = await self._call(tenant, "GET", f"/v1/memories/{_seg(memory_id)}/lineage")
+        return records.parse(Lineage, answer)
+
+    async def scene_lineage(self, tenant: str, scene_id: str, version: int = 0) -> Lineage:
+        path = f"/v1/scenes/{_seg(scene_id)}/lineage"
+        answer = await self._call(tenant, "GET", path, params={"version": version})
+        return records.parse(Lineage, answer)
+
+    async def profile_lineage(self, tenant: str, version: int = 0) -> Lineage:
+        answer = await self._call(tenant, "GET", "/v1/profile/lineage",
+                                  params={"version": version})  # fmt: skip
+        return records.parse(Lineage, answer)
 
     # -- memories ----------------------------------------------------------------------------
     async def add_memory(

@@ -45,6 +45,7 @@ from stratamem.store.evidence.port import EvidenceStore
 from stratamem.store.evidence.receipts import Attempt
 from stratamem.store.failures.records import Failure, FailureKind
 from stratamem.store.layers.port import L1Commit, L2Commit, L3Commit, LayerStore, RetryCommit
+from stratamem.store.lineage.rows import MEMORY, PROFILE, PROFILE_ID, SCENE, Ref
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -283,7 +284,7 @@ class LayerService:
         if self.llm is not None and not scenes:
             skipped = StageResult("L3", self.mode, skipped=True, counts={"scenes": 0})
             return await self._commit_l3(run, None, skipped, read_at)
-        body = await self._synthesise(run, current, scenes)
+        body, sources = await self._synthesise(run, current, scenes)
         changed = bool(body) and (current is None or body != current.body)
         profile = None
         if changed:
@@ -291,13 +292,18 @@ class LayerService:
             profile = Profile(run.tenant, body, version, self.clock.now(), self.mode)
         counts = {"chars": len(body), "scenes": len(scenes)}
         result = StageResult("L3", self.mode, changed=changed, counts=counts)
-        return await self._commit_l3(run, profile, result, read_at)
+        return await self._commit_l3(run, profile, result, read_at, sources)
 
     async def _commit_l3(
-        self, run: Run, profile: Profile | None, result: StageResult, read_at: float
+        self,
+        run: Run,
+        profile: Profile | None,
+        result: StageResult,
+        read_at: float,
+        sources: Sequence[Ref] = (),
     ) -> StageResult:
         commit = L3Commit(run.task_id, self.clock.now(), profile, result.to_json(), read_at,
-                          run.attempt)  # fmt: skip
+                          run.attempt, sources)  # fmt: skip
         await asyncio.to_thread(self.layers.commit_l3, run.scope, commit, run.fence)
         return result
 
@@ -311,20 +317,28 @@ class LayerService:
         newest = await asyncio.to_thread(self.layers.newest_scene_at, scope)
         return newest is not None and newest > tenant.last_l3_at
 
-    async def _synthesise(self, run: Run, current: Profile | None, scenes: list[Scene]) -> str:
+    async def _synthesise(
+        self, run: Run, current: Profile | None, scenes: list[Scene]
+    ) -> tuple[str, list[Ref]]:
+        """The profile's body and what it was written from (its lineage): the memories read
+        offline; with an LLM, the scene versions shown and their memories."""
         limit = self.settings.max_profile_chars
         if self.llm is None:
             types = (MemoryType.PERSONA, MemoryType.INSTRUCTION)
             memories = await asyncio.to_thread(
                 self.store.list_memories, run.scope, Filters(types=types), 200
             )
-            return offline.profile_body(memories, limit)
+            return offline.profile_body(memories, limit), [Ref(MEMORY, m.id) for m in memories]
         prompt = load_prompt("l3_profile")
         messages = l3_profile.profile_messages(prompt, scenes, current, self.settings)
         shown = Shown(min_words=self.settings.min_memory_words)
         answer = await self._ask(run, l3_profile.STAGE, messages, ProfileDoc,
                                  lambda reply: check_profile(reply, shown))
-        return l3_profile.bounded(answer.value, limit)
+        sources = [Ref(SCENE, s.id, s.version) for s in scenes]
+        sources += [Ref(MEMORY, m) for s in scenes for m in s.memory_ids]
+        if current is not None:  # shown too: what it says may be said again
+            sources.append(Ref(PROFILE, PROFILE_ID, current.version))
+        return l3_profile.bounded(answer.value, limit), sources
 
     # -- flush -------------------------------------------------------------------------------
     async def flush(

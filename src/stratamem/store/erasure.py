@@ -7,8 +7,10 @@ it, the layers' state and failure records of the session (failures keep raw LLM 
 its context-offload records. A tenant's erase removes every row the tenant has in every table,
 except its API keys and registration, which the service's tenant admin manages.
 
-Scenes (L2) and the profile (L3) summarise many sessions: a session's erase does not rewrite
-them (erase the tenant to remove them). A new table of tenant data must be named here.
+This is the store's own erase, without the layers: the service forgets a session, a turn or a
+memory through `store/lineage/store.py`, which also purges and rebuilds the scene and profile
+versions built from what went, and calls `erase_session_rest` for the sessions' other records.
+A new table of tenant data must be named here.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ TENANT_TABLES = (
     "layer_receipts",
     "scene_versions",
     "profile_versions",
+    "lineage",
     *SESSION_TABLES,
 )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from stratamem.store.core import schema as core
 from stratamem.store.evidence import schema as evidence
+from stratamem.store.lineage.schema import LINEAGE_MIGRATION
 from stratamem.store.migration import Migration
 from stratamem.store.offload.schema import OFFLOAD, OFFLOAD_BACKLOG
 from stratamem.store.tenants.schema import TENANTS
@@ -20,4 +21,5 @@ SHARED: tuple[Migration, ...] = (
     OFFLOAD,  # 20
     OFFLOAD_BACKLOG,  # 21
     TENANTS,  # 30
+    LINEAGE_MIGRATION,  # 40
 )

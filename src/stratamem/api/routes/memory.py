@@ -117,9 +117,11 @@ async def turns(
 
 @router.delete("/sessions/{session}", response_model=ErasedOut)
 async def erase_session(session: str, tenant: TenantDep, services: ServicesDep) -> dict[str, Any]:
-    """Forget a conversation: its turns, every memory drawn from them (even in part) or stated
-    in it, its layer and offload records, and its pending layer timers. Scenes and the profile,
-    which summarise many sessions, are not rewritten. Erasing an unknown session erases nothing."""
+    """Forget a conversation: its turns, its layer and offload records, its pending layer
+    timers and what was drawn from it: memories drawn only from it are erased, those drawn
+    partly are derived again from the turns left, every scene and profile version built from an
+    erased memory is purged and the current ones written again without it
+    (`docs/forgetting.md`). Erasing an unknown session erases nothing."""
     check_ident(session, "session")
     erased = await services.memory.erase_session(tenant, session)
     if services.pipeline is not None:

@@ -127,6 +127,28 @@ class SqlCoreStore(ABC):
     def _embeddings_reset(self, conn: Any) -> None:  # noqa: B027 - a hook, as above
         """What else goes with every vector, inside `reset_embeddings`'s transaction."""
 
+    # -- forgetting (`store/lineage/store.py`) ----------------------------------------------
+    def forgetting(self, tenant: str) -> AbstractContextManager[SqlConn]:
+        """The write transaction of a forget under the tenant's key (SQLite: its freed pages
+        overwritten, its full-text index merged and its log checkpointed after)."""
+        return self.writing(key=tenant)
+
+    def delete_records(self, conn: Any, tenant: str, layer: Layer, ids: Sequence[str]) -> int:
+        """Delete the tenant's rows `ids` of `layer` (turns or memories) in the caller's
+        transaction, their index entries with them; how many went."""
+        deleted = 0
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            deleted += conn.execute(
+                f"DELETE FROM {TABLES[layer]} WHERE tenant = ? AND id IN ({_marks(chunk)})",
+                (tenant, *chunk),
+            ).rowcount
+        return deleted
+
+    def forgotten(self, tenant: str) -> None:
+        """Called after a forget committed: nothing cached of the tenant's rows is served."""
+        self._forget_caches(tenant)
+
     # -- embedding model ---------------------------------------------------------------------
     def embedding_info(self) -> EmbeddingInfo | None:
         with self.reading() as conn:

@@ -18,6 +18,7 @@ from stratamem.domain import MemoryRecord, Profile, Scene, Scope
 from stratamem.store.core.port import Fence
 from stratamem.store.evidence.receipts import Attempt
 from stratamem.store.failures.records import Failure, FailureQuery
+from stratamem.store.lineage.rows import Ref
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,8 @@ class L3Commit:
     read_at: float | None = None
     """When the L3 read what it wrote from (recorded as `last_l3_at`; default `now`)."""
     attempt: Attempt | None = None
+    sources: Sequence[Ref] = ()
+    """What the profile version was written from (memories, scene versions): its lineage."""
 
 
 @dataclass(frozen=True, slots=True)

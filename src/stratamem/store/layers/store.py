@@ -41,6 +41,7 @@ from stratamem.store.layers.rows import (
     session_state_from_row,
     tenant_state_from_row,
 )
+from stratamem.store.lineage import rows as lineage_rows
 from stratamem.store.sql import DUPLICATE, SqlConn, SqlStore
 
 MAX_HISTORY = 500
@@ -181,6 +182,7 @@ class SqlLayerStore:
                 )
             for scene in commit.scenes:
                 _write_scene(conn, scene)
+            lineage_rows.record_scenes(conn, commit.scenes)
             _ensure_tenant(conn, tenant)
             conn.execute(
                 "UPDATE layer_tenants SET l2_mark = ?, last_l2_at = ? WHERE tenant = ?",
@@ -218,6 +220,7 @@ class SqlLayerStore:
         with self._store.writing(fence, key=scope.tenant) as conn:
             if commit.profile is not None:
                 _write_profile(conn, commit.profile)
+                lineage_rows.record_profile(conn, tenant, commit.profile.version, commit.sources)
             _ensure_tenant(conn, tenant)
             conn.execute(
                 "UPDATE layer_tenants SET memories_since_l3 = 0, last_l3_at = ? WHERE tenant = ?",

@@ -120,6 +120,19 @@ class SqliteStore(SqlCoreStore):
         return counts
 
     @contextmanager
+    def forgetting(self, tenant: str) -> Iterator[sqlite3.Connection]:
+        """A forget's transaction with `secure_delete`; after it, the full-text indexes are
+        merged (a deleted row's words stay in their segments until then) and the log is
+        checkpointed and truncated, so the file holds no copy of what was forgotten."""
+        with self._secure_delete():
+            with self.writing() as conn:
+                yield conn
+            for table in ("turns_fts", "memories_fts"):
+                self._conn.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._sizes.clear()
+
+    @contextmanager
     def _secure_delete(self) -> Iterator[None]:
         """Overwrite freed pages while erasing, so deleted text does not linger in the file."""
         with self._lock:
