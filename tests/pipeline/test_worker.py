@@ -328,6 +328,43 @@ async def test_lost_lock_cancels_executor_without_ack_or_cascade(harness: Harnes
     assert (worker.metrics.renew_failures, worker.metrics.aborted) == (1, 1)
 
 
+async def test_a_delivery_reclaimed_while_paused_aborts_without_renewing_and_frees_its_lock(
+    harness: Harness,
+) -> None:
+    """A worker paused past `reclaim_idle_ms` (but within the lock's TTL) whose delivery was
+    handed to another consumer: its keeper sees the delivery gone before it renews the lock, and
+    the abort releases the lock, so the delivery's new owner takes it at once."""
+    async def slow(ctx: ExecutionContext) -> ExecResult:
+        await asyncio.Event().wait()
+        return ExecResult()
+
+    worker, sleeper = make_worker(harness, slow)
+    task = Task(TaskType.L1, "t", "s")
+    key = lock_key_for(task, LockScope.SESSION)
+    assert key is not None
+    renewed: list[str] = []
+    renew = harness.backend.renew_lock
+
+    async def counting_renew(k: str, owner: str, *, ttl_ms: int, now: float) -> bool:
+        renewed.append(k)
+        return await renew(k, owner, ttl_ms=ttl_ms, now=now)
+
+    harness.backend.renew_lock = counting_renew  # type: ignore[method-assign]
+
+    async def reclaim_once() -> None:
+        sleeper.hook = None
+        now = harness.clock.now()
+        [taken] = await harness.backend.reclaim("thief", min_idle_ms=0, count=1,
+                                                max_deliveries=5, now=now)  # fmt: skip
+        assert taken.task.id == task.id
+
+    sleeper.hook = reclaim_once
+    assert await worker.handle(await deliver(harness, task)) is Outcome.ABORTED
+    assert renewed == []
+    now = harness.clock.now()
+    assert await harness.backend.acquire_lock(key, "new owner", ttl_ms=1000, now=now)
+
+
 async def test_stale_fencing_token_aborts(harness: Harness) -> None:
     async def stale(ctx: ExecutionContext) -> ExecResult:
         raise StaleFencingToken("newer token seen")
@@ -338,6 +375,8 @@ async def test_stale_fencing_token_aborts(harness: Harness) -> None:
     )
     assert (await harness.backend.depth()).in_flight == 1
     assert await harness.backend.list_dead(limit=1) == []
+    key, now = "session/t/s", harness.clock.now()
+    assert await harness.backend.acquire_lock(key, "next", ttl_ms=1000, now=now)  # released
 
 
 async def test_a_token_counter_behind_the_store_is_raised_and_the_task_runs_again(

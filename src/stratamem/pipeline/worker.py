@@ -13,13 +13,13 @@ One delivery goes through `Worker.handle`:
    executions of the task and lock, and refuses a start under a stale token), stamp the
    delivery with it (`Attempt`: attempt, delivery count, fencing token, worker, start time;
    `PipelineBackend.stamp`, which also checks the delivery is still ours), then run the
-   executor while a keeper renews the lock and heartbeats the delivery every quarter of the
-   TTL; if renewal fails or errors, the executor is cancelled at once and the task is neither
-   acknowledged nor cascaded (another worker will take it over); when the store refuses the
-   start or a fenced write because it holds a token above the backend's counter (the backend
-   lost its state: a Redis restart), or holds the grant's very token from another owner (the
-   counter granted it twice), the counter is raised to it and the task is put back at once
-   without spending an attempt (`pipeline.fencing.behind_the_store`);
+   executor while a keeper heartbeats the delivery and then renews the lock every quarter of
+   the TTL; if either fails or errors, the executor is cancelled at once, the lock released
+   and the task neither acknowledged nor cascaded (another worker will take it over); when
+   the store refuses the start or a fenced write because it holds a token above the
+   backend's counter (the backend lost its state: a Redis restart), or holds the grant's very
+   token from another owner (the counter granted it twice), the counter is raised to it and
+   the task is put back at once without spending an attempt (`pipeline.fencing.behind_the_store`);
 3. record the execution's end in the log (before the lock is released); on success: cascade
    (still under the lock), release, enqueue what the executor asked for
    after release, ack; on failure: release, then retry with backoff 5 s · 3^attempt up to the
@@ -299,6 +299,7 @@ class Worker:
         ):
             return await self._resync(delivery, grant, result)
         if isinstance(result, LockLost | StaleFencingToken):
+            await self._release(grant)  # (a lost lock is not ours to release: that is a no-op)
             self.metrics.aborted += 1
             log.warning("aborted %s %s: %s", ctx.task.type, ctx.task.id, result)
             return Outcome.ABORTED
@@ -332,17 +333,19 @@ class Worker:
         raise error
 
     async def _keep_alive(self, delivery: Delivery, grant: LockGrant | None) -> None:
-        """Renew the lock and heartbeat the delivery; returns when either is lost."""
+        """Heartbeat the delivery, then renew the lock; returns when either is lost. The
+        delivery comes first: a worker paused past `reclaim_idle_ms` whose delivery was handed
+        over must not hold the lock for another TTL against the delivery's new owner."""
         ttl_ms = self.settings.lock_ttl_ms
         while True:
             await self._sleep(self.settings.heartbeat_s)
             now = self.clock.now()
             try:
+                if not await self.backend.extend(delivery, now=now):
+                    break
                 if grant is not None and not await self.backend.renew_lock(
                     grant.key, grant.owner, ttl_ms=ttl_ms, now=now
                 ):
-                    break
-                if not await self.backend.extend(delivery, now=now):
                     break
             except PipelineError:
                 log.exception("renewing %s failed", delivery.task.id)
