@@ -646,3 +646,29 @@ async def test_the_execution_log_records_every_execution_and_refuses_stale_ones(
         assert await harness.backend.fence_token("session/t/s") == 10**9
     finally:
         store.close()
+
+
+async def test_a_stale_hand_over_does_not_fence_the_live_owner_of_a_lockless_task(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """A worker holding a delivery that was reclaimed (offload-l1 takes no lock) checks that the
+    delivery is still its own before it records its start: recording it first fenced the
+    execution the delivery's new owner was running, so its writes were refused too."""
+    store = open_url(f"sqlite:{tmp_path / 'store.db'}", tmp_path / "store.db")
+    evidence, scope = SqlEvidenceStore(store), Scope("t")
+    try:
+        worker, _ = make_worker(harness, ok)
+        worker.executors.executions = ThreadedExecutionLog(evidence)
+        task = Task(TaskType.OFFLOAD_L1, "t", "s")
+        stale = await deliver(harness, task)
+        now = harness.clock.now() + 61
+        [live] = await harness.backend.reclaim("b", min_idle_ms=0, count=1, max_deliveries=5,
+                                               now=now)  # fmt: skip
+        running = ExecutionStart(task.id, task.type.value, "s", None, 0, live.deliveries, None,
+                                 "other")  # fmt: skip
+        evidence.start_execution(scope, running, harness.clock)
+        assert await worker.handle(stale) is Outcome.ABORTED
+        [row] = evidence.executions(scope, task.id)
+        assert (row.attempt.worker, row.fenced_at, row.ended_at) == ("other", None, None)
+    finally:
+        store.close()

@@ -8,18 +8,19 @@ One delivery goes through `Worker.handle`:
    (200 ms, times 3, capped at 5 s) until one lock TTL has passed, then drop and ack the task
    (offload-l2 is skipped at once); its work is still owed in the store, where the backlog
    scheduler finds it again (`pipeline.scheduler`);
-2. record the execution's start in the execution log, when the registry has one
-   (`stratamem.store.evidence.executions`: it records the lock's token as a fence, fences the open
-   executions of the task and lock, and refuses a start under a stale token), stamp the
-   delivery with it (`Attempt`: attempt, delivery count, fencing token, worker, start time;
-   `PipelineBackend.stamp`, which also checks the delivery is still ours), then run the
-   executor while a keeper heartbeats the delivery and then renews the lock every quarter of
-   the TTL; if either fails or errors, the executor is cancelled at once, the lock released
-   and the task neither acknowledged nor cascaded (another worker will take it over); when
-   the store refuses the start or a fenced write because it holds a token above the
+2. check the delivery is still ours (`extend`: a start recorded for a reclaimed delivery would
+   fence its new owner's execution), record the execution's start in the execution log, when the
+   registry has one (`stratamem.store.evidence.executions`: it records the lock's token as a
+   fence, fences the open executions of the task and lock, and refuses a start under a stale
+   token), stamp the delivery with it (`Attempt`: attempt, delivery count, fencing token,
+   worker, start time; `PipelineBackend.stamp`, which also checks the delivery is still ours),
+   then run the executor while a keeper heartbeats the delivery and then renews the lock every
+   quarter of the TTL; if either fails or errors, the executor is cancelled at once, the lock
+   released and the task neither acknowledged nor cascaded (another worker will take it over);
+   when the store refuses the start or a fenced write because it holds a token above the
    backend's counter (the backend lost its state: a Redis restart), or holds the grant's very
-   token from another owner (the counter granted it twice), the counter is raised to it and
-   the task is put back at once without spending an attempt (`pipeline.fencing.behind_the_store`);
+   token from another owner (the counter granted it twice), the counter is raised to it and the
+   task is put back at once without spending an attempt (`pipeline.fencing.behind_the_store`);
 3. record the execution's end in the log (before the lock is released); on success: cascade
    (still under the lock), release, enqueue what the executor asked for
    after release, ack; on failure: release, then retry with backoff 5 s · 3^attempt up to the
@@ -154,10 +155,9 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - the store's error: the task fails, as an executor's
             await self._release(grant)
             return await self._fail(delivery, exc)
-        now = attempt.started_at
-        if not await self.backend.stamp(delivery, attempt, now=now):
-            await self._ended(task, attempt, Outcome.ABORTED)
+        if attempt is None or not await self._stamped(delivery, attempt):
             return await self._on_stale(delivery, grant, "it was reclaimed before it started")
+        now = attempt.started_at
         executed = self.metrics.executed
         executed[task.type.value] = executed.get(task.type.value, 0) + 1
         self.metrics.running[task.id] = RunningTask(
@@ -170,9 +170,13 @@ class Worker:
 
     async def _start(
         self, delivery: Delivery, lock_key: str | None, grant: LockGrant | None
-    ) -> Attempt:
+    ) -> Attempt | None:
         """This execution, recorded in the execution log if there is one (which sets its start
-        time, and refuses it when a newer token of its lock started)."""
+        time, and refuses it when a newer token of its lock started). None when the delivery
+        is no longer ours: that is checked first, as recording the start fences the open
+        executions of the task, which would include its new owner's."""
+        if not await self.backend.extend(delivery, now=self.clock.now()):
+            return None
         task, token = delivery.task, None if grant is None else grant.token
         executions = self.executors.executions
         if executions is None:
@@ -182,6 +186,14 @@ class Worker:
                                delivery.deliveries, token, self.name,
                                None if grant is None else grant.owner)  # fmt: skip
         return await executions.started(task.tenant, start, self.clock)
+
+    async def _stamped(self, delivery: Delivery, attempt: Attempt) -> bool:
+        """Stamp the delivery with its started execution; False (the execution recorded as
+        aborted) when the delivery was reclaimed meanwhile."""
+        if await self.backend.stamp(delivery, attempt, now=attempt.started_at):
+            return True
+        await self._ended(delivery.task, attempt, Outcome.ABORTED)
+        return False
 
     async def _ended(self, task: Task, attempt: Attempt, outcome: str) -> None:
         """Record the end of the execution (before its lock is released, so the next holder's
