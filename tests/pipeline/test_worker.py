@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ from stratamem.pipeline.timers import (
 )
 from stratamem.pipeline.worker import Outcome, Worker
 from stratamem.store.evidence.executions import ExecutionStart, ThreadedExecutionLog
+from stratamem.store.evidence.receipts import Attempt
 from stratamem.store.evidence.store import SqlEvidenceStore
 from stratamem.store.opening import open_url
 
@@ -672,3 +674,40 @@ async def test_a_stale_hand_over_does_not_fence_the_live_owner_of_a_lockless_tas
         assert (row.attempt.worker, row.fenced_at, row.ended_at) == ("other", None, None)
     finally:
         store.close()
+
+
+async def test_a_store_error_in_the_consume_loop_is_logged_counted_and_survived(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A raw `sqlite3` error on the receipt read of a redelivery stopped the whole worker; now
+    the consumer logs it in one warning line, counts it, pauses and goes on consuming."""
+    async def flaky_receipts(tenant: str, task_id: str) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    worker: Worker | None = None
+
+    async def finish(ctx: ExecutionContext) -> ExecResult:
+        assert worker is not None
+        worker.request_stop()
+        return ExecResult()
+
+    sleeper = Sleeper(harness)
+    settings = PipelineSettings(concurrency=1, consume_block_ms=20, grace_period_s=5)
+    registry = ExecutorRegistry([(TaskType.L1, finish)])
+    registry.receipts = flaky_receipts
+    worker = Worker(harness.backend, registry, settings, clock=harness.clock, name="w",
+                    sleep=sleeper)  # fmt: skip
+    b, first = harness.backend, Task(TaskType.L1, "t", "s")
+    delivery = await deliver(harness, first)
+    attempt = Attempt(first.id, 0, 1, None, "gone", harness.clock.now())
+    assert await b.stamp(delivery, attempt, now=harness.clock.now())
+    now = harness.clock.now() + 61
+    [handed] = await b.reclaim("w-0", min_idle_ms=0, count=1, max_deliveries=5, now=now)
+    worker._reclaimed.put_nowait((handed, now))  # as reclaim_once hands it to a consumer
+    await b.enqueue(Task(TaskType.L1, "t", "other"), now=now)
+    with caplog.at_level(logging.WARNING, logger="stratamem.pipeline.worker"):
+        await asyncio.wait_for(worker.run(), timeout=30)
+    assert worker.metrics.loop_errors == 1 and worker.metrics.completed == 1
+    [warned] = [r for r in caplog.records if "disk I/O error" in r.getMessage()]
+    assert warned.levelno == logging.WARNING and warned.exc_info is None
+    assert (await b.depth()).in_flight == 1  # the failed redelivery stays pending: reclaimed

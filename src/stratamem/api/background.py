@@ -7,6 +7,7 @@ processes."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 
@@ -18,6 +19,8 @@ from stratamem.pipeline.executors import ExecutorRegistry
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.worker import Worker
+
+log = logging.getLogger(__name__)
 
 
 def service_registry(services: Services) -> ExecutorRegistry:
@@ -62,17 +65,33 @@ class Background:
         registry = service_registry(services)
         self.worker = Worker(backend, registry, self.settings, clock=clock, name=name)
         self.scheduler = registry.scheduler_loop(backend, self.settings, clock, name)
+        self._services = services
         self._stop = asyncio.Event()
         self._scheduling: asyncio.Task[None] | None = None
         self._working: asyncio.Task[None] | None = None
+        self.halted = asyncio.Event()
+        """Set when the worker or the scheduler stopped by an error (not asked to stop)."""
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._stop.clear()
         if self.scheduler is not None:
             self._scheduling = loop.create_task(self.scheduler.run(self._stop))
+            self._scheduling.add_done_callback(lambda done: self._ended("scheduler", done))
         if self.consuming:
             self._working = loop.create_task(self.worker.run())
+            self._working.add_done_callback(lambda done: self._ended("worker", done))
+
+    def _ended(self, part: str, done: asyncio.Task[None]) -> None:
+        """A part that ends while nobody asked it to (a bug it did not survive) leaves the
+        process answering with nothing behind it: say so, and make `/v1/ready` fail."""
+        if done.cancelled() or (self._stop.is_set() and done.exception() is None):
+            return
+        error = done.exception()
+        why = f"the pipeline {part} stopped" + ("" if error is None else f": {error!r}")
+        self._services.stopped = why
+        self.halted.set()
+        log.error("%s; /v1/ready answers 503 until this process is restarted", why)
 
     def begin_stop(self) -> None:
         """No new task from here; the scheduler stops after its pass, and the running tasks'

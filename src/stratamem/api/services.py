@@ -45,6 +45,9 @@ class Services:
     limits: TenantLimits = field(init=False)
     proxy: MemoryProxy = field(init=False)
     """The OpenAI-compatible memory proxy (`/openai/v1`)."""
+    stopped: str | None = field(default=None, init=False)
+    """Why this process's pipeline work stopped, when its worker or scheduler ended by an
+    error (`api.background`): `/v1/ready` then answers 503 saying so."""
 
     def __post_init__(self) -> None:
         self.limits = limits_of(self.settings, self.monotonic)

@@ -33,6 +33,8 @@ class WorkerMetrics:
     reclaimed: int = 0
     recovered: int = 0
     timers_fired: int = 0
+    loop_errors: int = 0
+    """Store or backend errors a consumer or duty loop survived (each logged once)."""
     running: dict[str, RunningTask] = field(default_factory=dict)
     executed: dict[str, int] = field(default_factory=dict)
     """Executions started (the executor called) per task type."""

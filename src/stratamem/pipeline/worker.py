@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
@@ -83,6 +84,10 @@ MAX_THROTTLED_DELAY_S = 3600.0
 
 Sleep = Callable[[float], Awaitable[None]]
 BACKEND_ERROR_PAUSE_S = 1.0
+#: Errors a consumer or duty loop survives (one warning line, counted, a pause): the store's
+#: and the backend's, raw ones included (a `sqlite3` error on the receipt read of a redelivery
+#: stopped the whole worker). The delivery it was handling stays pending and is reclaimed.
+LOOP_ERRORS = (StratamemError, sqlite3.Error, OSError)
 
 
 class Outcome(StrEnum):
@@ -524,9 +529,11 @@ class Worker:
                 for delivery, _leased_at in got:
                     await self.handle(delivery)
                     self._free.signal()
-            except StratamemError:
-                log.exception("consumer %s: pipeline error, pausing", consumer)
-                await asyncio.sleep(BACKEND_ERROR_PAUSE_S)
+            except LOOP_ERRORS as exc:
+                self.metrics.loop_errors += 1
+                log.warning("consumer %s: %s: %s (pausing %g s)", consumer, type(exc).__name__,
+                            exc, BACKEND_ERROR_PAUSE_S)  # fmt: skip
+                await self._sleep(BACKEND_ERROR_PAUSE_S)
 
     async def _next(self, consumer: str) -> list[tuple[Delivery, float]]:
         """The next deliveries with their lease time (the `now` the backend leased them at)."""
@@ -543,6 +550,8 @@ class Worker:
         while True:
             try:
                 await duty()
-            except StratamemError:
-                log.exception("%s: pipeline error", getattr(duty, "__name__", "duty"))
+            except LOOP_ERRORS as exc:
+                self.metrics.loop_errors += 1
+                log.warning("%s: %s: %s", getattr(duty, "__name__", "duty"), type(exc).__name__,
+                            exc)  # fmt: skip
             await asyncio.sleep(interval_s)

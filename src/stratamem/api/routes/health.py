@@ -28,11 +28,19 @@ async def health(services: ServicesDep) -> HealthOut:
 
 @router.get("/v1/ready", response_model=HealthOut, responses={503: {"model": ErrorOut}})
 async def ready(services: ServicesDep) -> HealthOut | JSONResponse:
-    """200 once the service can answer at full speed (the embedding model loaded), else 503."""
+    """200 once the service can answer at full speed (the embedding model loaded) and while
+    its pipeline work runs, else 503 (a worker or scheduler of this process that stopped by an
+    error makes it 503 for good: the process must be restarted)."""
+    if services.stopped is not None:
+        return _not_ready(services.stopped)
     if not services.memory.embedder_ready:
-        detail = ErrorDetail(type="not_ready", message="the embedding model is still loading")
-        return JSONResponse(ErrorOut(error=detail).model_dump(), status_code=503)
+        return _not_ready("the embedding model is still loading")
     return await health(services)
+
+
+def _not_ready(message: str) -> JSONResponse:
+    detail = ErrorDetail(type="not_ready", message=message)
+    return JSONResponse(ErrorOut(error=detail).model_dump(), status_code=503)
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
