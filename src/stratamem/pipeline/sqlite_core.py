@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import sqlite3
 import threading
 import uuid
@@ -13,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
+from stratamem.errors import InvalidInput
 from stratamem.files import create_private
 from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, new_dead_id, retry_timer_key
 from stratamem.pipeline.errors import BackendUnavailable, DeadLetterNotFound
@@ -27,6 +29,7 @@ from stratamem.pipeline.task import (
 )
 from stratamem.store.evidence.receipts import Attempt
 
+log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -92,6 +95,17 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         # A counter per task type that `notify_free` raises: waiters in other processes poll it.
         "0005_wake_counters",
         "CREATE TABLE wakes (type TEXT PRIMARY KEY, notices INTEGER NOT NULL)",
+    ),
+    (
+        # Timers whose task could not be read when they came due (a damaged row, a task type
+        # this version does not know): set aside for an operator instead of failing every pump.
+        "0006_unreadable_timers",
+        """
+        CREATE TABLE unreadable_timers (
+            key TEXT NOT NULL, due_at REAL NOT NULL, body TEXT NOT NULL, error TEXT NOT NULL,
+            found_at REAL NOT NULL
+        )
+        """,
     ),
 )
 
@@ -382,10 +396,15 @@ class SqliteCore:
             rows = c.execute(
                 "DELETE FROM timers WHERE key IN"
                 " (SELECT key FROM timers WHERE due_at <= ? ORDER BY due_at LIMIT ?)"
-                " RETURNING due_at, body",
+                " RETURNING key, due_at, body",
                 (now, limit),
             ).fetchall()
-            tasks = [Task.from_json(body) for _, body in sorted(rows)]
+            tasks = []
+            for key, due_at, body in sorted(rows, key=lambda row: row[1]):
+                try:
+                    tasks.append(Task.from_json(body))
+                except InvalidInput as exc:  # UnknownTaskType too
+                    _set_aside(c, key, due_at, body, exc, now)
             for task in tasks:
                 _insert_task(c, task, now)
         return tasks
@@ -512,6 +531,19 @@ def _upsert_timer(c: sqlite3.Connection, key: str, task: Task, due_at: float) ->
         " DO UPDATE SET due_at = excluded.due_at, body = excluded.body",
         (key, due_at, task.to_json()),
     )
+
+
+def _set_aside(
+    c: sqlite3.Connection, key: str, due_at: float, body: str, exc: Exception, now: float
+) -> None:
+    """Keep a timer whose task cannot be read in `unreadable_timers`, and say so."""
+    c.execute(
+        "INSERT INTO unreadable_timers (key, due_at, body, error, found_at)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (key, due_at, body, str(exc), now),
+    )
+    log.error("timer %r has a task that cannot be read (%s): set aside in the pipeline"
+              " store's unreadable_timers table", key, exc)  # fmt: skip
 
 
 def _bury(c: sqlite3.Connection, seq: int, body: str, error: str, now: float) -> str:
