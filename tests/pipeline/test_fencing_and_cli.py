@@ -6,11 +6,13 @@ import asyncio
 import json
 import sqlite3
 import time
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
 import click
 import pytest
+import redis.asyncio as aioredis
 from click.testing import CliRunner
 
 from stratamem.cli.main import cli
@@ -19,11 +21,16 @@ from stratamem.config import Settings
 from stratamem.domain import Scope
 from stratamem.errors import StaleFencingToken
 from stratamem.pipeline.fencing import ensure_fences, fence_check
+from stratamem.pipeline.reconcile import reconcile
+from stratamem.pipeline.redis_backend import RedisBackend
+from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.store.evidence.executions import ExecutionStart
 from stratamem.store.evidence.store import SqlEvidenceStore
 from stratamem.store.opening import open_store
+
+from .conftest import REDIS_URL
 
 
 def test_fence_refuses_older_token_in_the_same_transaction(tmp_path: Path) -> None:
@@ -137,6 +144,25 @@ def test_cli_reconcile_reports_and_changes_nothing(tmp_path: Path) -> None:
     status = json.loads(run_cli(tmp_path, "pipeline", "status", "--json"))
     assert status["depth"]["in_flight"] == 1
     assert "signed with key rk_" in run_cli(tmp_path, "pipeline", "rotate-receipt-key")
+
+
+def test_cli_reconcile_on_an_empty_data_dir_creates_no_pipeline_file(tmp_path: Path) -> None:
+    assert json.loads(run_cli(tmp_path, "pipeline", "reconcile", "--json")) == []
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.redis
+async def test_reconcile_on_redis_creates_no_stream_or_group() -> None:
+    """Evidence only: it used to make the seven task streams and their consumer groups."""
+    prefix = f"test:{uuid.uuid4().hex}:"
+    backend, raw = RedisBackend(REDIS_URL, prefix=prefix), aioredis.Redis.from_url(REDIS_URL)
+    try:
+        assert await reconcile(backend, None, PipelineSettings(), now=time.time()) == []
+        assert await raw.keys(f"{prefix}*") == []
+    finally:
+        await backend.drop_all()
+        await backend.close()
+        await raw.aclose()
 
 
 def test_cli_executions_lists_the_log(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from stratamem.errors import ConfigError
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ReceiptReader
 from stratamem.pipeline.reconcile import ExecutionReader, Report, reconcile
-from stratamem.pipeline.runner import load_registry, open_backend, serve
+from stratamem.pipeline.runner import SQLITE_FILE, load_registry, open_backend, serve
 from stratamem.pipeline.scheduler import SNAPSHOT_COUNTERS, read_snapshot
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import worker_statuses
@@ -59,6 +59,12 @@ def _with_backend(
             await backend.close()
 
     return asyncio.run(go())
+
+
+def _no_pipeline_file(ctx: click.Context, settings: PipelineSettings) -> bool:
+    """Whether the SQLite backend has no file yet (nothing was ever queued): a command that only
+    reads must not create it by opening it."""
+    return settings.backend == "sqlite" and not (_data_dir(ctx) / SQLITE_FILE).exists()
 
 
 backend_option = click.option(
@@ -177,7 +183,7 @@ def reconcile_cmd(ctx: click.Context, backend: str | None, limit: int, as_json: 
             return reconcile(b, receipts, settings, now=time.time(), limit=limit,
                              executions=executions)  # fmt: skip
 
-        reports = _with_backend(ctx, settings, judge)
+        reports = [] if _no_pipeline_file(ctx, settings) else _with_backend(ctx, settings, judge)
     if as_json:
         click.echo(json.dumps([r.to_json() for r in reports], sort_keys=True))
         return
