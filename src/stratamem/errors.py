@@ -49,6 +49,15 @@ class StaleFencingToken(StoreError):
         self.newest = newest
 
 
+class FenceResynced(StaleFencingToken):
+    """The store refused a held lock's grant because the pipeline backend's token counter had
+    gone backwards (it lost its state: a Redis restart) below a token the store accepted; the
+    counter is raised now, so the same work under a new grant is accepted. Nothing of the
+    refused grant was written: do it again (a caller is told 503 with `Retry-After`)."""
+
+    retry_after_s = 1.0
+
+
 class EmbeddingError(StratamemError):
     """The embedder failed to produce vectors."""
 
@@ -153,6 +162,7 @@ WIRE_ERRORS: tuple[tuple[type[StratamemError], int, str], ...] = (
     (MemoryChanged, 409, "conflict"),
     (LayerConflict, 409, "conflict"),
     (EmbeddingMismatch, 409, "embedding_mismatch"),
+    (FenceResynced, 503, "busy"),
     (StaleFencingToken, 409, "conflict"),
     (Throttled, 429, "rate_limited"),
     (EmbeddingError, 503, "embedding_unavailable"),

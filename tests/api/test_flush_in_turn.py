@@ -5,14 +5,20 @@ failed and retried); now it takes its turn under the same locks and answers 200.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import json
+import sqlite3
 
 import httpx
 
 from stratamem.api import Services
 from stratamem.api.background import Background
+from stratamem.api.errors import domain_error_response
 from stratamem.domain import Scope
+from stratamem.errors import FenceResynced
 from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.pipeline.worker import Outcome
 
@@ -64,3 +70,28 @@ async def test_a_flush_without_wait_is_queued_and_kept_owed(
     backlog = services.memory.backlog
     assert backlog is not None
     assert [(r.tenant, r.session) for r in backlog.flush_requests(None, 10)] == [("alice", "s1")]
+
+
+async def test_a_waited_flush_completes_after_the_backend_lost_its_token_counters(
+    client: httpx.AsyncClient, services: Services, alice: Caller
+) -> None:
+    """The store keeps the tokens it accepted; a backend that lost its state (a Redis restart,
+    here the SQLite file's counters wiped) grants them again. The flush answered 409 though
+    sending it again succeeded; now it raises the counter and runs the stage again itself."""
+    body = {"session": "s1", "messages": [message("I moved to Lisbon in May.")]}
+    assert (await client.post("/v1/capture", json=body, headers=alice.headers)).is_success
+    url = "/v1/sessions/s1/flush?wait=true"
+    assert (await client.post(url, headers=alice.headers)).status_code == 200
+    backend = services.require_pipeline()
+    assert isinstance(backend, SqliteBackend)
+    with contextlib.closing(sqlite3.connect(backend.path)) as raw, raw:
+        raw.execute("DELETE FROM lock_fences")
+    again = await client.post(url, headers=alice.headers)
+    assert again.status_code == 200, again.text
+    assert await backend.fence_token("session/alice/s1") > 1
+
+
+def test_a_flush_the_store_kept_refusing_after_a_resync_is_503_with_retry_after() -> None:
+    refused = domain_error_response(FenceResynced("behind the store", newest=7))
+    assert (refused.status_code, refused.headers["Retry-After"]) == (503, "1")
+    assert json.loads(refused.body)["error"]["type"] == "busy"

@@ -12,7 +12,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from stratamem.errors import FRAMEWORK_ERRORS, WIRE_ERRORS, StratamemError, Throttled
+from stratamem.errors import (
+    FRAMEWORK_ERRORS,
+    WIRE_ERRORS,
+    FenceResynced,
+    StratamemError,
+    Throttled,
+)
 from stratamem.httpretry import redact_urls
 
 log = logging.getLogger(__name__)
@@ -60,11 +66,16 @@ def status_of(error: StratamemError) -> tuple[int, str]:
 async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
     if not isinstance(exc, StratamemError):  # registered for StratamemError only
         raise exc
-    status, kind = status_of(exc)
-    if status >= 500:
+    if status_of(exc)[0] >= 500:
         # An expected failure (an endpoint or backend down) is one WARNING line (`stratamem.logs`).
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-    retry_after = exc.retry_after_s if isinstance(exc, Throttled) else None
+    return domain_error_response(exc)
+
+
+def domain_error_response(exc: StratamemError) -> JSONResponse:
+    """The answer to `exc` (`STATUS_OF_ERROR`), with `Retry-After` when it says when to retry."""
+    status, kind = status_of(exc)
+    retry_after = exc.retry_after_s if isinstance(exc, Throttled | FenceResynced) else None
     return error_response(status, kind, public_message(exc), retry_after)
 
 

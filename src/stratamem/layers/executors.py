@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 
 from stratamem.clock import Clock
 from stratamem.domain import Scope
-from stratamem.errors import ReceiptConflict
+from stratamem.errors import FenceResynced, ReceiptConflict
 from stratamem.layers import scheduling
 from stratamem.layers.backlog import layer_sources
 from stratamem.layers.model import StageResult
@@ -35,6 +35,9 @@ from stratamem.store.evidence.receipts import Attempt, Receipt, ReceiptDraft
 from stratamem.store.evidence.retention import ThreadedRetainedLog
 
 log = logging.getLogger(__name__)
+#: How many times a stage of a waited flush runs when the store keeps refusing its grant
+#: because the backend's token counter went backwards (`FenceResynced`).
+FLUSH_RESYNC_TRIES = 3
 
 
 def _run(ctx: ExecutionContext) -> Run:
@@ -163,7 +166,10 @@ async def flush_in_turn(
     the lock the pipeline's task of that stage would hold (L1: the session's, L2: the
     tenant's L2 lock, L3: the tenant's), with its fencing token, so it neither races a running
     task nor is raced by one (a task meeting the lock waits, then runs on what the flush left).
-    `LockBusy` when a lock stays held longer than `lock_wait_s`."""
+    `LockBusy` when a lock stays held longer than `lock_wait_s`. A stage the store refused
+    because the backend's token counter went backwards (`FenceResynced`: the backend lost its
+    state, the counter is raised now) runs again under a new grant, up to
+    `FLUSH_RESYNC_TRIES` times in all."""
     base, owner = f"flush-{uuid.uuid4().hex}", f"api-flush-{uuid.uuid4().hex[:8]}"
 
     def key(task_type: TaskType, of_session: str | None) -> str:
@@ -172,6 +178,17 @@ async def flush_in_turn(
         return found
 
     async def in_turn(stage: str, of_session: str | None, body: StageBody) -> list[StageResult]:
+        for tries_left in reversed(range(FLUSH_RESYNC_TRIES)):
+            try:
+                return await once(stage, of_session, body)
+            except FenceResynced as exc:  # the backend lost its counters: now raised, go again
+                if not tries_left:
+                    raise
+                log.warning("waited flush of %s/%s: %s stage again: %s", tenant, session, stage,
+                            exc)  # fmt: skip
+        raise AssertionError("unreachable")
+
+    async def once(stage: str, of_session: str | None, body: StageBody) -> list[StageResult]:
         lock, task_id = key(TaskType(stage), of_session), f"{base}.{stage}"
         async with holding(backend, lock, owner, settings, clock) as grant:
             start = ExecutionStart(task_id, stage, of_session, lock, 0, 0, grant.token, owner,

@@ -4,7 +4,9 @@ take its turn with the tasks of the same key.
 `holding` waits for the lock as a worker does (backoff from `lock_backoff_initial_s`, times
 `lock_backoff_factor`, capped, for at most `lock_wait_s`), renews it every quarter TTL while the
 body runs, and releases it at the end. Writes made under it carry its fencing token, so if the
-renewal fails (a long pause) the store refuses them instead of letting two writers race.
+renewal fails (a long pause) the store refuses them instead of letting two writers race. A
+refusal because the backend's token counter went backwards (it lost its state) raises the
+counter and is `FenceResynced`: the same body under a new grant will be accepted.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from stratamem.cancelling import cancel_and_wait
 from stratamem.clock import Clock
-from stratamem.errors import LockBusy, PipelineError, StaleFencingToken
+from stratamem.errors import FenceResynced, LockBusy, PipelineError, StaleFencingToken
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.fencing import behind_the_store
 from stratamem.pipeline.settings import PipelineSettings
@@ -41,7 +43,8 @@ async def holding(
     try:
         yield grant
     except StaleFencingToken as exc:  # the next holder's grant must be above the store's token
-        await behind_the_store(backend, grant, exc)
+        if not isinstance(exc, FenceResynced) and await behind_the_store(backend, grant, exc):
+            raise FenceResynced(str(exc), newest=exc.newest) from exc
         raise
     finally:
         await cancel_and_wait(renewer)  # a renewer that lost the cancellation renews on forever

@@ -138,9 +138,10 @@ async def flush(
 ) -> dict[str, Any]:
     """Session ended: queue a flush (L1 until caught up, then L2 and L3): 202. With `wait`, run
     it now, taking its turn with the session's background work (the same locks): 200 with what
-    ran; 503 `busy` if a lock stayed held longer than the pipeline's lock wait; 409 `conflict` if
-    a lock it held lapsed meanwhile (a pause past the lock TTL) and the store refused the fenced
-    write (what committed before stays; ask again)."""
+    ran; 503 `busy` if a lock stayed held longer than the pipeline's lock wait, or (with
+    `Retry-After`) if the pipeline backend lost its state and the store kept refusing the
+    flush's grants; 409 `conflict` if a lock it held lapsed meanwhile (a pause past the lock
+    TTL) and the store refused the fenced write (what committed before stays; ask again)."""
     check_ident(session, "session")
     if wait:
         result = await _flush_now(services, tenant, session)
