@@ -129,7 +129,7 @@ def run(processes: int, args: Any) -> dict[str, Any]:
 
 def spawn(env: dict[str, str], log: Path, name: str) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "stratamem.cli.main", "worker", "--name", name,
-               "--executors", "stratamem.layers.executors:layer_registry"]  # fmt: skip
+               "--executors", "stratamem.runtime:layer_registry"]  # fmt: skip
     with log.open("wb") as out:
         return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
 

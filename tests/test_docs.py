@@ -131,7 +131,7 @@ def test_the_cli_reference_shows_the_global_options() -> None:
 
 
 def _resolve(dotted: str) -> object:
-    """`stratamem.offload.Offload`, `stratamem.api.background:worker_registry`: the object."""
+    """`stratamem.offload.Offload`, `stratamem.runtime:worker_registry`: the object."""
     module, _, factory = dotted.partition(":")
     parts = module.split(".")
     for cut in range(len(parts), 0, -1):

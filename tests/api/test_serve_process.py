@@ -65,7 +65,7 @@ def test_api_only_serve_with_a_separate_worker_process(tmp_path: Path) -> None:
             worker_log.open("wb") as sink:
         worker = subprocess.Popen(
             [sys.executable, "-m", "stratamem.cli.main", "worker", "--executors",
-             "stratamem.api.background:worker_registry"],
+             "stratamem.runtime:worker_registry"],
             env=env_for_checkout(env), stdout=sink, stderr=sink,
         )  # fmt: skip
         try:

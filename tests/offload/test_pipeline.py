@@ -160,7 +160,7 @@ def test_the_worker_factory_registers_the_offload_executors(
     monkeypatch.setenv("STRATAMEM_DATA_DIR", str(tmp_path))
     for name in ("STRATAMEM_LLM_BASE_URL", "STRATAMEM_LLM_MODEL"):
         monkeypatch.delenv(name, raising=False)
-    registry = load_registry("stratamem.offload.executors:worker_registry")
+    registry = load_registry("stratamem.runtime:offload_registry")
     assert {TaskType.OFFLOAD_L1, TaskType.OFFLOAD_L15, TaskType.OFFLOAD_L2} <= set(
         registry.types()
     )

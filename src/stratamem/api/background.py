@@ -1,8 +1,8 @@
 """The pipeline work `serve` runs beside the API: the backlog scheduler (always; active in one
 process of the deployment at a time) and a worker (consumers, timer pump, reclaim) with the
 executors of the memory layers and of context offload (unless `--workers 0`).
-`worker_registry` gives the same executors and backlog sources to separate `stratamem worker`
-processes."""
+`stratamem.runtime:worker_registry` gives the same executors and backlog sources to separate
+`stratamem worker` processes."""
 
 from __future__ import annotations
 
@@ -12,32 +12,17 @@ import os
 import socket
 
 from stratamem.api.services import Services
-from stratamem.api.settings import ServerSettings
-from stratamem.core import AsyncMemory
-from stratamem.offload.executors import register_executors as register_offload
 from stratamem.pipeline.executors import ExecutorRegistry
-from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.worker import Worker
+from stratamem.runtime import registry_of
 
 log = logging.getLogger(__name__)
 
 
 def service_registry(services: Services) -> ExecutorRegistry:
     """The executors and backlog sources of the memory layers and of context offload."""
-    backend = services.require_pipeline()
-    registry = services.memory.layer_executors(backend).registry()
-    register_offload(registry, services.require_offload())
-    return registry
-
-
-def worker_registry() -> ExecutorRegistry:
-    """For `stratamem worker --executors stratamem.api.background:worker_registry`: every task
-    type `serve` runs, over the store, LLM and pipeline the `STRATAMEM_*` variables configure.
-    The store and clients live as long as the worker process."""
-    memory = AsyncMemory.open()
-    backend = open_backend(PipelineSettings(), memory.settings.data_dir)
-    return service_registry(Services.over(memory, ServerSettings(), backend))
+    return registry_of(services.memory, services.require_pipeline(), services.require_offload())
 
 
 class Background:

@@ -24,8 +24,8 @@ from stratamem.pipeline.settings import PipelineSettings
 from stratamem.proxy.deps import ProxyDeps
 from stratamem.proxy.service import MemoryProxy
 from stratamem.proxy.settings import ProxySettings
+from stratamem.runtime import offload_of
 from stratamem.store.layers.port import LayerStore
-from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import RecordStore
 from stratamem.store.tenants.port import TenantStore
 from stratamem.store.tenants.store import SqlTenantStore
@@ -71,9 +71,7 @@ class Services:
             raise ConfigError("the service keeps tenants in a SQLite or PostgreSQL store")
         offload = None
         if pipeline is not None:
-            scheduler = PipelineScheduler(pipeline, memory.clock)
-            offload = Offload(SqlOffloadStore(store), scheduler, llm=memory.llm,
-                              clock=memory.clock)  # fmt: skip
+            offload = offload_of(memory, PipelineScheduler(pipeline, memory.clock))
         return cls(memory, SqlTenantStore(store, memory.clock), settings, pipeline, offload,
                    pipeline_settings=pipeline_settings or PipelineSettings(),
                    proxy_settings=proxy_settings or ProxySettings())  # fmt: skip

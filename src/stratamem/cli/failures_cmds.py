@@ -14,9 +14,9 @@ from stratamem.cli.common import print_json, settings_from
 from stratamem.core import AsyncMemory
 from stratamem.errors import ConfigError
 from stratamem.failures import Failures
-from stratamem.offload import InProcessRunner, Offload
+from stratamem.offload import InProcessRunner
+from stratamem.runtime import offload_of
 from stratamem.store.failures.records import Failure, FailureKind, FailureQuery, FailureStatus
-from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import RecordStore
 from stratamem.timestamps import utc_text
 
@@ -38,9 +38,7 @@ async def _failures(ctx: click.Context, retrying: bool) -> AsyncIterator[Failure
     try:
         if not isinstance(memory.store, RecordStore):
             raise ConfigError("failure records need a SQLite or PostgreSQL store")
-        offload = Offload(SqlOffloadStore(memory.store), InProcessRunner(memory.clock),
-                          llm=memory.llm, clock=memory.clock)  # fmt: skip
-        yield Failures(memory.layer_service(), offload)
+        yield Failures(memory.layer_service(), offload_of(memory, InProcessRunner(memory.clock)))
     finally:
         await memory.aclose()
 

@@ -24,6 +24,7 @@ from stratamem.domain import MemoryRecord, MemoryType, Profile, Scene, Scope
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task
+from stratamem.runtime import registry_of
 from stratamem.store.core.port import Filters
 from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.opening import RecordStore, open_store
@@ -127,7 +128,7 @@ async def _schedule(settings: Settings, once: bool) -> tuple[list[Task], list[st
     pipeline = PipelineSettings()
     backend = open_backend(pipeline, settings.data_dir)
     try:
-        registry = memory.layer_executors(backend).registry()
+        registry = registry_of(memory, backend)
         owner = f"schedule-{os.getpid()}"
         loop = registry.scheduler_loop(backend, pipeline, memory.clock, owner)
         if loop is None:

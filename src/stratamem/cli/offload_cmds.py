@@ -2,7 +2,7 @@
 
 `ingest` runs the stages in-process (`InProcessRunner`, timers flushed), or hands them to the
 pipeline (`--stages pipeline`: tasks and timers for `stratamem worker --executors
-stratamem.offload.executors:worker_registry`). With an LLM configured (`STRATAMEM_LLM_*`)
+stratamem.runtime:offload_registry`). With an LLM configured (`STRATAMEM_LLM_*`)
 summaries, judgments and diagrams come from it, else the offline mode runs.
 """
 

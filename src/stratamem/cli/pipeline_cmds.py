@@ -79,7 +79,7 @@ backend_option = click.option(
     "--executors",
     envvar="STRATAMEM_PIPELINE_EXECUTORS",
     show_envvar=True,
-    default="stratamem.api.background:worker_registry",
+    default="stratamem.runtime:worker_registry",
     show_default=True,
     help="module:factory returning the ExecutorRegistry; the default runs every task type "
     "`serve` runs (memory layers, context offload); no-op: "

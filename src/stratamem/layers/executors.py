@@ -214,16 +214,3 @@ async def _logged(
         outcome = "completed"
     finally:
         await asyncio.to_thread(evidence.end_execution, scope, attempt, outcome, clock)
-
-
-def layer_registry() -> ExecutorRegistry:
-    """The registry `stratamem worker --executors stratamem.layers.executors:layer_registry`
-    loads: the layers over the store, embedder and LLM configured by `STRATAMEM_*` variables
-    (offline mode when no LLM endpoint is configured), with the configured pipeline backend for
-    re-arming early L2 timers. They live as long as the worker process."""
-    from stratamem.core import AsyncMemory  # noqa: PLC0415 - runtime wiring, not a layer import
-    from stratamem.pipeline.runner import open_backend  # noqa: PLC0415
-
-    memory = AsyncMemory.open()
-    backend = open_backend(PipelineSettings(), memory.settings.data_dir)
-    return memory.layer_executors(backend).registry()

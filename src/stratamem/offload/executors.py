@@ -13,22 +13,16 @@ from __future__ import annotations
 
 import asyncio
 
-from stratamem.clock import Clock, SystemClock
-from stratamem.config import Settings
+from stratamem.clock import Clock
 from stratamem.domain import Scope
 from stratamem.errors import ReceiptConflict
-from stratamem.llm import LLMClient, LLMSettings
 from stratamem.offload.backlog import offload_sources
 from stratamem.offload.facade import Offload, mark_of
 from stratamem.offload.schedule import Stage, StageTask
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
-from stratamem.pipeline.runner import open_backend
-from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.store.evidence.receipts import Receipt
-from stratamem.store.offload.store import SqlOffloadStore
-from stratamem.store.opening import open_store
 
 _TYPES = {
     Stage.L1: TaskType.OFFLOAD_L1,
@@ -111,22 +105,3 @@ def register_executors(registry: ExecutorRegistry, offload: Offload) -> None:
     registry.register(TaskType.OFFLOAD_L1, executors.l1)
     registry.register(TaskType.OFFLOAD_L15, executors.l15)
     registry.register(TaskType.OFFLOAD_L2, executors.l2)
-
-
-def worker_registry() -> ExecutorRegistry:
-    """The offload executors for `stratamem worker --executors
-    stratamem.offload.executors:worker_registry`.
-
-    Reads the environment: the store under `STRATAMEM_DATA_DIR`, the pipeline backend of
-    `STRATAMEM_PIPELINE_*` (for follow-ups and timers), the LLM of `STRATAMEM_LLM_*` (offline
-    mode without one), `STRATAMEM_OFFLOAD_*`. The store and client live as long as the process.
-    """
-    settings, clock = Settings(), SystemClock()
-    backend = open_backend(PipelineSettings(), settings.data_dir)
-    llm_settings = LLMSettings()
-    llm = LLMClient(llm_settings, clock=clock) if llm_settings.configured else None
-    store = SqlOffloadStore(open_store(settings))
-    offload = Offload(store, PipelineScheduler(backend, clock), llm=llm, clock=clock)
-    registry = ExecutorRegistry()
-    register_executors(registry, offload)
-    return registry
