@@ -11,6 +11,7 @@
 --    9  text totals in shards, for concurrent captures
 --   10  layer state, receipts, scenes, profile, failure records
 --   13  backlog: session heads, flush requests, tenants with memories
+--   14  failure records: one per condition, automatic retries
 --   15  authenticated receipts of every task type, and their keys
 --   17  the execution log of pipeline tasks
 --   18  retention: executions and receipts by age
@@ -111,13 +112,21 @@ CREATE TABLE failures (
     attempts integer DEFAULT 1 NOT NULL,
     failed_at double precision NOT NULL,
     resolved_at double precision,
+    condition_key text DEFAULT ''::text NOT NULL,
+    last_seen_at double precision,
+    retry_at double precision,
+    auto_retries integer DEFAULT 0 NOT NULL,
     CONSTRAINT failures_pkey PRIMARY KEY (rid),
     CONSTRAINT failures_tenant_id_key UNIQUE (tenant, id)
 );
 
+CREATE INDEX failures_by_condition ON public.failures USING btree (tenant, stage, condition_key, status);
+
 CREATE INDEX failures_by_tenant ON public.failures USING btree (tenant, rid);
 
 CREATE INDEX failures_open ON public.failures USING btree (tenant, stage, status, session);
+
+CREATE INDEX failures_retry_due ON public.failures USING btree (retry_at) WHERE (retry_at IS NOT NULL);
 
 CREATE TABLE fences (
     key text NOT NULL,

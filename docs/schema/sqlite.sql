@@ -15,6 +15,7 @@
 --   11  scene and profile versions
 --   12  failure records of every LLM stage: quarantines, splits, drops
 --   13  backlog: session heads, flush requests, tenants with memories
+--   14  failure records: one per condition, automatic retries
 --   15  authenticated receipts of every task type, and their keys
 --   17  the execution log of pipeline tasks
 --   18  retention: executions and receipts by age
@@ -73,13 +74,17 @@ CREATE TABLE failures (
     detail TEXT NOT NULL DEFAULT '{}',
     attempts INTEGER NOT NULL DEFAULT 1,
     failed_at REAL NOT NULL,
-    resolved_at REAL,
+    resolved_at REAL, condition_key TEXT NOT NULL DEFAULT '', last_seen_at REAL, retry_at REAL, auto_retries INTEGER NOT NULL DEFAULT 0,
     UNIQUE (tenant, id)
 );
+
+CREATE INDEX failures_by_condition ON failures (tenant, stage, condition_key, status);
 
 CREATE INDEX failures_by_tenant ON failures (tenant, rid);
 
 CREATE INDEX failures_open ON failures (tenant, stage, status, session);
+
+CREATE INDEX failures_retry_due ON failures (retry_at) WHERE retry_at IS NOT NULL;
 
 CREATE TABLE fences (key TEXT PRIMARY KEY, token INTEGER NOT NULL, owner TEXT);
 

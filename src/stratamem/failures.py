@@ -78,7 +78,8 @@ class Failures:
         else:
             result = await self._rerun(run, failure)
         after = await self.get(tenant, failure_id)
-        if after.status is FailureStatus.OPEN and after.kind is FailureKind.STAGE:
+        unchanged = after.attempts == failure.attempts  # else the re-run's failure updated it
+        if after.status is FailureStatus.OPEN and after.kind is FailureKind.STAGE and unchanged:
             after = await asyncio.to_thread(
                 self.layers.layers.note_retry, Scope(tenant), failure_id, self.layers.clock.now()
             )

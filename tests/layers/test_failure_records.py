@@ -5,6 +5,7 @@ erased."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from stratamem.store.failures.records import (
     FailureQuery,
     FailureStatus,
 )
-from stratamem.store.layers.port import L1Commit, RetryCommit
+from stratamem.store.layers.port import L1Commit, L2Commit, RetryCommit
 from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.opening import RecordStore
 from stratamem.store.sqlite import SqliteStore
@@ -102,6 +103,46 @@ def test_a_commit_resolves_its_stages_open_failures(
     assert layers.get_failure(ACME, mine.id).resolved_at == 50.0
     assert layers.get_failure(ACME, elsewhere.id).status is FailureStatus.OPEN
     assert layers.get_failure(ACME, l2.id).status is FailureStatus.OPEN
+
+
+def test_a_condition_seen_again_updates_its_record(
+    stores: tuple[RecordStore, SqlLayerStore],
+) -> None:
+    _, layers = stores
+    first = replace(record(FailureKind.STAGE, stage="L2"), error="LLMServerError: HTTP 500 a")
+    again = replace(first, id="f_again", task_id="task-2", failed_at=20.0, raws=("raw 2",),
+                    error="LLMServerError: HTTP 500 b")  # fmt: skip
+    other_reason = replace(first, id="f_other", error="LLMTimeout: no answer")
+    other_session = replace(first, id="f_s2", session="s2")
+    layers.record_failures([first])
+    layers.record_failures([again, other_reason, other_session])
+    assert {f.id for f in layers.list_failures(ACME)} == {first.id, "f_other", "f_s2"}
+    seen = layers.get_failure(ACME, first.id)
+    assert (seen.attempts, seen.failed_at, seen.seen_at) == (2, 10.0, 20.0)
+    assert (seen.error, seen.task_id, seen.raws) == (again.error, "task-2", ("raw", "raw 2"))
+    assert seen.to_json()["last_seen_at"] == 20.0 and seen.condition == "LLMServerError"
+
+    layers.commit_l2(ACME, L2Commit("l2", "s1", 0, 0, 30.0))  # resolves them
+    layers.record_failures([replace(first, id="f_later", failed_at=40.0)])
+    assert layers.get_failure(ACME, "f_later").status is FailureStatus.OPEN  # a new condition
+    assert layers.get_failure(ACME, first.id).status is FailureStatus.RESOLVED
+
+
+def test_one_record_per_quarantined_turn_and_per_judged_message(
+    stores: tuple[RecordStore, SqlLayerStore],
+) -> None:
+    _, layers = stores
+    turn = record(FailureKind.QUARANTINE, turn_ids=("t1",))
+    layers.record_failures([turn, replace(turn, id="f_t1_again", error="LLMEmptyReply: x")])
+    assert [f.attempts for f in layers.list_failures(ACME)] == [2]
+    judged = record(FailureKind.STAGE, stage="offload-l15")
+    layers.record_failures([replace(judged, id=f"f_{mark}", detail={"mark": mark})
+                            for mark in ("m1", "m2", "m1")])  # fmt: skip
+    marks = layers.list_failures(ACME, FailureQuery(stage="offload-l15"))
+    assert sorted((f.detail["mark"], f.attempts) for f in marks) == [("m1", 2), ("m2", 1)]
+    notes = [record(FailureKind.ITEM), record(FailureKind.ITEM)]
+    layers.record_failures(notes)  # noted records are each their own
+    assert len(layers.list_failures(ACME, FailureQuery(kind=FailureKind.ITEM))) == 2
 
 
 def test_a_retry_resolves_a_quarantine_once(stores: tuple[RecordStore, SqlLayerStore]) -> None:

@@ -38,13 +38,14 @@ class Origin:
         failure_id: str | None = None,
         turn_ids: Sequence[str] = (),
         detail: Mapping[str, Any] | None = None,
+        condition: str = "",
     ) -> Failure:
         """A record: open when its kind can be retried, else noted."""
         status = FailureStatus.OPEN if kind in RETRYABLE else FailureStatus.NOTED
         return Failure(
             self.task_id, self.tenant, self.session, stage, error, tuple(raws), self.now,
             id=failure_id or new_failure_id(), kind=kind, status=status,
-            turn_ids=tuple(turn_ids), detail=dict(detail or {}),
+            turn_ids=tuple(turn_ids), detail=dict(detail or {}), condition=condition,
         )  # fmt: skip
 
     def failed(
@@ -55,7 +56,8 @@ class Origin:
         detail: Mapping[str, Any] | None = None,
     ) -> Failure:
         """The record of a call that failed (a stage failure, or a fallback's reason)."""
-        return self.failure(stage, kind, reason(exc), raws_of(exc), detail=detail)
+        return self.failure(stage, kind, reason(exc), raws_of(exc), detail=detail,
+                            condition=condition_of(exc))  # fmt: skip
 
     def dropped(
         self,
@@ -83,6 +85,14 @@ def recordable(exc: LLMError) -> bool:
     breaker kept from being sent (the failures that opened it were recorded, and the task
     waits without spending attempts, so it would be recorded at every wake-up)."""
     return not isinstance(exc, LLMCircuitOpen)
+
+
+def condition_of(exc: Exception) -> str:
+    """Why a call failed, in a few words: the error's type, and the HTTP status it answered
+    (the same condition seen again updates its record: `store.failures.rows`)."""
+    if isinstance(exc, LLMHTTPError):
+        return f"{type(exc).__name__} {exc.status}"
+    return type(exc).__name__
 
 
 def reason(exc: Exception) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from stratamem.store.core import schema as core
 from stratamem.store.evidence import schema as evidence
+from stratamem.store.failures.schema import PER_CONDITION
 from stratamem.store.lineage.schema import LINEAGE_MIGRATION
 from stratamem.store.migration import Migration
 from stratamem.store.offload.schema import OFFLOAD, OFFLOAD_BACKLOG
@@ -15,6 +16,7 @@ from stratamem.store.tenants.schema import TENANTS
 SHARED: tuple[Migration, ...] = (
     core.PENDING_BY_TENANT,  # 6
     core.FENCE_OWNERS,  # 8
+    PER_CONDITION,  # 14
     evidence.AUTHENTICATED_RECEIPTS,  # 15
     evidence.EXECUTIONS,  # 17
     evidence.LOG_RETENTION,  # 18

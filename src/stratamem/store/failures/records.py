@@ -11,6 +11,12 @@
 `batch`, `item` and `fallback` records are `noted`: kept for the operator, nothing to retry.
 
 Every record keeps the raw replies it is about (the reply text, or its JSON as parsed).
+
+An open record stands for one condition (`condition_key`): a stage of a session (or tenant)
+failing for one reason (the error's type, with its HTTP status), or one quarantined turn. The
+same condition seen again updates it (`attempts`, `last_seen_at`, the latest raw replies), so
+retries and postponed runs do not pile up records. `retry_at` is when it is retried by itself
+(None: it waits for an operator), `auto_retries` how many automatic retries it had.
 """
 
 from __future__ import annotations
@@ -62,6 +68,18 @@ class Failure:
     detail: dict[str, Any] = field(default_factory=dict)
     attempts: int = 1
     resolved_at: float | None = None
+    condition: str = field(default="", compare=False)
+    """Why, in a few words (the error's type, and HTTP status): with the stage, session and
+    kind, the condition this record stands for (empty: derived from `error`). Read back, the
+    whole key it is stored under (`store.failures.rows.condition_key`)."""
+    last_seen_at: float | None = None
+    retry_at: float | None = None
+    auto_retries: int = 0
+
+    @property
+    def seen_at(self) -> float:
+        """When the condition was last seen."""
+        return self.failed_at if self.last_seen_at is None else self.last_seen_at
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,7 +94,11 @@ class Failure:
             "detail": dict(self.detail),
             "attempts": self.attempts,
             "failed_at": self.failed_at,
+            "last_seen_at": self.seen_at,
             "resolved_at": self.resolved_at,
+            "condition": self.condition,
+            "retry_at": self.retry_at,
+            "auto_retries": self.auto_retries,
             "raws": list(self.raws),
         }
 

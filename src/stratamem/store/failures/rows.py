@@ -1,5 +1,10 @@
-"""The `failures` table (migration 12): written by the layer and the offload stores, inside
-their own transactions, and read through the layer store."""
+"""The `failures` table (migrations 12 and 14): written by the layer and the offload stores,
+inside their own transactions, and read through the layer store.
+
+A retryable record (`quarantine`, `stage`) is written once per condition: when an open record
+of the same tenant, kind, stage, session and condition key exists, it is updated (attempts + 1,
+last seen, error, task, raw replies appended within `MAX_RAWS`) instead of a new one inserted.
+"""
 
 from __future__ import annotations
 
@@ -8,26 +13,74 @@ from collections.abc import Sequence
 from typing import Any
 
 from stratamem.errors import LayerConflict, NotFound
-from stratamem.store.failures.records import Failure, FailureKind, FailureQuery, FailureStatus
+from stratamem.store.failures.records import (
+    RETRYABLE,
+    Failure,
+    FailureKind,
+    FailureQuery,
+    FailureStatus,
+)
 from stratamem.store.sql import DUPLICATE, SqlConn
 
 _COLUMNS = (
     "tenant, id, kind, status, stage, session, task_id, error, raws, turn_ids, detail, attempts,"
-    " failed_at, resolved_at"
+    " failed_at, resolved_at, condition_key, last_seen_at, retry_at, auto_retries"
 )
 _MARKS = ", ".join("?" for _ in _COLUMNS.split(","))
 MAX_RAWS = 20
 """Raw replies kept per record; a record retried many times keeps the first and the latest."""
 
 
+#: Detail fields that name what a retry re-runs: records differing in them are two conditions.
+_TARGET_FIELDS = ("mark", "task")
+
+
+def condition_key(failure: Failure) -> str:
+    """The condition a retryable record stands for (empty for noted kinds): one quarantined
+    turn; or a stage failing for one reason (`Failure.condition`, else the error's type), for
+    one message or task diagram where the record names one."""
+    if failure.kind not in RETRYABLE or failure.status is not FailureStatus.OPEN:
+        return ""
+    if failure.kind is FailureKind.QUARANTINE:
+        return "turns:" + ",".join(sorted(failure.turn_ids))
+    reason = failure.condition or failure.error.partition(":")[0].strip()
+    targets = [f"{k}={failure.detail[k]}" for k in _TARGET_FIELDS if k in failure.detail]
+    return "|".join([reason, *targets])
+
+
 def insert_failures(conn: SqlConn, failures: Sequence[Failure]) -> None:
+    """Write `failures`: each retryable one updates the open record of its condition if there
+    is one, the others are inserted."""
     try:
-        conn.executemany(
-            f"INSERT INTO failures ({_COLUMNS}) VALUES ({_MARKS})",
-            [_params(f) for f in failures],
-        )
+        for failure in failures:  # in order: a condition twice in one batch is one record
+            key = condition_key(failure)
+            if not key or not _seen_again(conn, failure, key):
+                conn.execute(f"INSERT INTO failures ({_COLUMNS}) VALUES ({_MARKS})",
+                             _params(failure))  # fmt: skip
     except DUPLICATE as exc:
         raise LayerConflict(f"a failure record of this run exists already: {exc}") from exc
+
+
+def _seen_again(conn: SqlConn, failure: Failure, key: str) -> bool:
+    """Update the open record of `key` with `failure`; False when there is none."""
+    session_is = "session IS NULL" if failure.session is None else "session = ?"
+    params: list[object] = [failure.tenant, failure.kind.value, failure.stage, key]
+    params += [] if failure.session is None else [failure.session]
+    row = conn.execute(
+        "SELECT id, raws FROM failures WHERE tenant = ? AND kind = ? AND stage = ?"
+        f" AND condition_key = ? AND status = 'open' AND {session_is} ORDER BY rid DESC LIMIT 1",
+        params,
+    ).fetchone()
+    if row is None:
+        return False
+    kept = json.dumps(list(_bounded([*json.loads(row["raws"]), *failure.raws])),
+                      ensure_ascii=False)  # fmt: skip
+    conn.execute(
+        "UPDATE failures SET attempts = attempts + 1, last_seen_at = ?, error = ?, task_id = ?,"
+        " raws = ? WHERE tenant = ? AND id = ?",
+        (failure.failed_at, failure.error, failure.task_id, kept, failure.tenant, row["id"]),
+    )
+    return True
 
 
 def _params(failure: Failure) -> tuple[object, ...]:
@@ -36,7 +89,8 @@ def _params(failure: Failure) -> tuple[object, ...]:
         failure.session, failure.task_id, failure.error,
         json.dumps(list(_bounded(failure.raws)), ensure_ascii=False),
         json.dumps(list(failure.turn_ids)), json.dumps(failure.detail, ensure_ascii=False),
-        failure.attempts, failure.failed_at, failure.resolved_at,
+        failure.attempts, failure.failed_at, failure.resolved_at, condition_key(failure),
+        failure.last_seen_at, failure.retry_at, failure.auto_retries,
     )  # fmt: skip
 
 
@@ -50,8 +104,8 @@ def resolve_open(
     """A stage committed: its open `stage` failures (of `session`, or of the tenant when None)
     are resolved."""
     sql = (
-        "UPDATE failures SET status = 'resolved', resolved_at = ? WHERE tenant = ?"
-        " AND stage = ? AND kind = 'stage' AND status = 'open'"
+        "UPDATE failures SET status = 'resolved', resolved_at = ?, retry_at = NULL"
+        " WHERE tenant = ? AND stage = ? AND kind = 'stage' AND status = 'open'"
     )
     params: list[object] = [now, tenant, stage]
     if session is not None:
@@ -102,16 +156,16 @@ def note_retry(
         raise LayerConflict(f"failure {failure_id!r} is {current.status.value}, not open")
     if error is None:
         conn.execute(
-            "UPDATE failures SET status = 'resolved', resolved_at = ?, attempts = attempts + 1"
-            " WHERE tenant = ? AND id = ?",
+            "UPDATE failures SET status = 'resolved', resolved_at = ?, attempts = attempts + 1,"
+            " retry_at = NULL WHERE tenant = ? AND id = ?",
             (now, tenant, failure_id),
         )
     else:
         kept = json.dumps(list(_bounded([*current.raws, *raws])), ensure_ascii=False)
         conn.execute(
-            "UPDATE failures SET error = ?, raws = ?, attempts = attempts + 1"
+            "UPDATE failures SET error = ?, raws = ?, attempts = attempts + 1, last_seen_at = ?"
             " WHERE tenant = ? AND id = ?",
-            (error, kept, tenant, failure_id),
+            (error, kept, now, tenant, failure_id),
         )
     return get_failure(conn, tenant, failure_id)
 
@@ -132,4 +186,8 @@ def failure_from_row(row: Any) -> Failure:
         detail=dict(json.loads(row["detail"])),
         attempts=row["attempts"],
         resolved_at=row["resolved_at"],
+        condition=row["condition_key"],
+        last_seen_at=row["last_seen_at"],
+        retry_at=row["retry_at"],
+        auto_retries=row["auto_retries"],
     )

@@ -109,7 +109,8 @@ class SqlLayerStore:
             )
             _bump_tenant(conn, tenant, len(commit.memories))
             failure_rows.insert_failures(conn, [*commit.quarantined, *commit.notes])
-            failure_rows.resolve_open(conn, tenant, "L1", commit.session, commit.now)
+            for stage in ("L1", "L1-reconcile"):  # reconciliation is part of the L1 run
+                failure_rows.resolve_open(conn, tenant, stage, commit.session, commit.now)
             _write_receipt(conn, tenant, commit, "L1")
 
     def commit_retry(self, scope: Scope, commit: RetryCommit, fence: Fence | None = None) -> None:
