@@ -348,7 +348,8 @@ async def test_a_dead_endpoint_opens_the_breaker_and_quarantines_nothing(
     """The server dies in the middle of a bisection: after `breaker_failures` dropped
     connections the breaker opens; the task fails with `LLMCircuitOpen` (a `Postponed`: the
     pipeline waits without spending attempts), no turn is quarantined, only the transport
-    failures that opened it are recorded (one record, seen twice); once the cool-down passes, the run settles all."""
+    failures that opened it are recorded (one record, seen twice); once the cool-down passes,
+    the run settles all."""
     client = LLMClient(llm_settings(scripted_llm, breaker_failures=2, breaker_cooldown_s=30),
                        clock=clock, sleep=RecordingSleep())  # fmt: skip
     settings = Settings(data_dir=tmp_path / "data", embedder="hash:64", background_embedding=False)
