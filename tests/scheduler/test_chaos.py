@@ -1,10 +1,14 @@
 """Chaos on both backends: real `stratamem worker` processes (every task type, each running the
-backlog scheduler under the lease) are killed, paused past the lock TTL and restarted at random
-while 20 sessions of 3 tenants receive turns and tool results; midway the whole queue is wiped
-(the Redis stream, or the SQLite task table). At the end nothing owed is left: every turn is
-covered by L1, every memory consolidated by L2, every tenant's profile newer than its last
-scene change, every tool result summarised, judged and mapped to a diagram node; no turn was
-extracted twice; and the LLM was called no more often than tasks were executed.
+backlog scheduler under the kinds' leases) are killed, paused past the lock TTL and restarted at
+random while 20 sessions of 3 tenants receive turns and tool results; midway the whole queue is
+wiped (the Redis stream, or the SQLite task table). A split deployment runs too: a layers-only
+worker, an offload-only worker, `stratamem schedule` and `serve --workers 0`, started in random
+order, each killed and restarted at random (issue 24: with one scheduler lease for the
+deployment, a process without the L1 source could hold it and L1 stalled for good). At the end
+nothing owed is left: every turn is covered by L1, every memory consolidated by L2, every
+tenant's profile newer than its last scene change, every tool result summarised, judged and
+mapped to a diagram node; no turn was extracted twice; and the LLM was called no more often
+than tasks were executed.
 
 Overlap and the LLM bound are judged from what the system records, the execution log of the
 store (`stratamem.store.evidence.executions`), which every worker writes when an execution
@@ -23,12 +27,13 @@ import itertools
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Coroutine, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -59,6 +64,7 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 TENANTS = ["acme", "globex", "initech"]
 SESSIONS = [(TENANTS[i % 3], f"s{i:02}") for i in range(20)]
 ROUNDS = 6
+SPLIT_ROUNDS = 4
 WORKERS = 3
 CONCURRENCY = 2
 LOCK_TTL_S = 1.0
@@ -103,6 +109,25 @@ ENV = {
 }
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+ROLES: dict[str, Callable[[int], list[str]]] = {
+    "worker": lambda n: ["worker", "--name", f"w{n}"],
+    "layers": lambda n: ["worker", "--name", f"w{n}",
+                         "--executors", "stratamem.layers.executors:layer_registry"],
+    "offload": lambda n: ["worker", "--name", f"w{n}",
+                          "--executors", "stratamem.offload.executors:worker_registry"],
+    "schedule": lambda n: ["schedule"],
+    "serve": lambda n: ["serve", "--workers", "0", "--port", str(free_port())],
+}  # fmt: skip
+"""The command of each kind of process: a worker of every task type, a split deployment's."""
+SPLIT = ["layers", "offload", "schedule", "serve"]
+
+
 class Cluster:
     """Worker processes over one data directory and pipeline, a producer in this process."""
 
@@ -130,19 +155,26 @@ class Cluster:
         self.offload = Offload(store, PipelineScheduler(self.backend, SystemClock()))
         self.offload_store = store
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.roles: list[str] = []  # of each process, in `ROLES`
         self.killed: set[str] = set()  # names of the workers killed
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
 
-    def spawn(self) -> None:
+    def spawn(self, role: str = "worker") -> None:
+        """Start a process of `role` (see `ROLES`)."""
         n = len(self.procs)
         code = "from stratamem.cli.main import main; main()"
-        with (self.tmp_path / f"worker{n}.log").open("wb") as log:
+        args = ROLES[role](n)
+        with (self.tmp_path / f"{role}{n}.log").open("wb") as log:
             self.procs.append(subprocess.Popen(
-                [sys.executable, "-c", code, "worker", "--name", f"w{n}"],
+                [sys.executable, "-c", code, *args],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
             ))  # fmt: skip
+        self.roles.append(role)
+
+    def live_roles(self) -> set[str]:
+        return {role for role, p in zip(self.roles, self.procs, strict=True) if p.poll() is None}
 
     def live(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.procs if p.poll() is None]
@@ -259,19 +291,7 @@ def test_nothing_owed_is_lost_under_chaos(cluster: Cluster, scripted_llm: Script
     wait_until(
         "nothing owed", lambda: not any(owed(cluster).values()), deadline_s=DEADLINE_S, poll_s=0.1
     )
-    for tenant in TENANTS:
-        assert cluster.call(cluster.memory.profile(tenant)) is not None
-    layers = cluster.memory.layer_service().layers
-    store = cluster.memory.store
-    for tenant, session in SESSIONS:
-        state = layers.session_state(Scope(tenant), session)
-        assert state.cursor_seq == state.last_seq > 0  # every turn covered by L1
-        entries = cluster.offload_store.list_entries(Scope(tenant), session)
-        assert all(e.node_id for e in entries)  # every offload entry mapped
-    for tenant in TENANTS:  # no turn extracted twice (a replayed or overlapping L1 would)
-        sources = Counter(t for m in store.list_memories(Scope(tenant), limit=10_000)
-                          for t in m.source_turn_ids)  # fmt: skip
-        assert sources and max(sources.values()) == 1
+    check_caught_up(cluster)
 
     cluster.stop()
     runs = [run for tenant in TENANTS
@@ -285,6 +305,52 @@ def test_nothing_owed_is_lost_under_chaos(cluster: Cluster, scripted_llm: Script
     paid_for["offload-l2"] = sum(diagrams[r.session or ""] for r in runs if r.type == "offload-l2")
     for stage in ("L1", "L2", "L3", "offload-l1", "offload-l15", "offload-l2"):
         assert 0 < len(scripted_llm.calls(stage)) <= paid_for[stage], (stage, paid_for)
+
+
+def test_a_split_deployment_owes_nothing_under_chaos(cluster: Cluster) -> None:
+    """A layers-only worker, an offload-only worker, `stratamem schedule` and `serve --workers
+    0`, started in random order; after each round one of them, at random, is killed and started
+    again. Every kind of work is scheduled by a process that has it, whichever holds what."""
+    rng = random.Random(11)
+    for role in rng.sample(SPLIT, len(SPLIT)):
+        cluster.spawn(role)
+    for round_no in range(SPLIT_ROUNDS):
+        produce(cluster, round_no, rng)
+        victim = rng.choice(cluster.live())
+        role = cluster.roles[cluster.procs.index(victim)]
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        cluster.killed.add(f"w{cluster.procs.index(victim)}")
+        cluster.spawn(role)
+    assert cluster.live_roles() == set(SPLIT)
+
+    wait_until(
+        "nothing owed", lambda: not any(owed(cluster).values()), deadline_s=DEADLINE_S, poll_s=0.1
+    )
+    check_caught_up(cluster)
+    cluster.stop()
+    runs = [run for tenant in TENANTS
+            for run in cluster.memory.layer_service().evidence.executions(Scope(tenant),
+                                                                        limit=100_000)]  # fmt: skip
+    check_no_overlap(runs, cluster.killed)
+
+
+def check_caught_up(cluster: Cluster) -> None:
+    """Every tenant has a profile, every turn is covered by L1, every offload entry is mapped,
+    and no turn's memory was stored twice."""
+    for tenant in TENANTS:
+        assert cluster.call(cluster.memory.profile(tenant)) is not None
+    layers = cluster.memory.layer_service().layers
+    store = cluster.memory.store
+    for tenant, session in SESSIONS:
+        state = layers.session_state(Scope(tenant), session)
+        assert state.cursor_seq == state.last_seq > 0  # every turn covered by L1
+        entries = cluster.offload_store.list_entries(Scope(tenant), session)
+        assert all(e.node_id for e in entries)  # every offload entry mapped
+    for tenant in TENANTS:  # no turn extracted twice (a replayed or overlapping L1 would)
+        sources = Counter(t for m in store.list_memories(Scope(tenant), limit=10_000)
+                          for t in m.source_turn_ids)  # fmt: skip
+        assert sources and max(sources.values()) == 1
 
 
 def check_no_overlap(runs: list[Execution], killed: set[str]) -> None:
