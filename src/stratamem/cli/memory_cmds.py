@@ -15,9 +15,9 @@ from stratamem.cli.common import (
     progress,
     why_nothing,
 )
+from stratamem.cli.importing import read_jsonl
 from stratamem.datasets import locomo
 from stratamem.domain import Hit, Layer, MemoryType, Role
-from stratamem.importing import read_jsonl
 from stratamem.sync import Memory
 from stratamem.timestamps import utc_text
 
