@@ -20,6 +20,12 @@ Keys (all under one prefix, see `RedisKeys`):
   (`notify_free` pushes it, `wait_free` pops it with BLPOP), kept until a waiter takes it.
 
 Stream entries carry the task JSON in field `task` and the enqueue time in field `at`.
+
+A stalled server is an error within a bounded time, never a wait: every command but the
+blocking reads has `COMMAND_TIMEOUT_S` to answer (and is not retried on a timeout; a broken
+connection is retried once, on a fresh one), so the API's routes that need Redis answer 503
+within about that; the blocking reads (XREADGROUP … BLOCK, BLPOP) block at most `BLOCK_CAP_S`
+on a client of their own whose timeout covers that wait.
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ from dataclasses import replace
 from typing import Any, ParamSpec, TypeVar
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError, WatchError
 
 from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, Types, new_dead_id, retry_timer_key
@@ -51,6 +60,11 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 GROUP = "workers"
+COMMAND_TIMEOUT_S = 1.0
+"""How long a (non-blocking) command, or a connection, may take before it fails."""
+BLOCK_CAP_S = 1.0
+"""The longest one blocking read (XREADGROUP … BLOCK of `consume`) waits (its caller waits
+again)."""
 WAIT_FREE_CAP_S = 1.0
 """The longest one BLPOP of `wait_free` blocks a connection (its caller waits again)."""
 REQUEUE_ATTEMPTS = 5
@@ -238,7 +252,8 @@ class RedisBackend:
     """`PipelineBackend` on one Redis server. `prefix` isolates deployments (and tests)."""
 
     def __init__(self, url: str, *, prefix: str = "stratamem:pipeline:") -> None:
-        self._redis = aioredis.Redis.from_url(url, decode_responses=False)
+        self._redis = _client(url, COMMAND_TIMEOUT_S)
+        self._blocking = _client(url, max(BLOCK_CAP_S, WAIT_FREE_CAP_S) + COMMAND_TIMEOUT_S)
         self.keys = RedisKeys(prefix)
         self._acquire = self._redis.register_script(ACQUIRE_LUA)
         self._renew = self._redis.register_script(RENEW_LUA)
@@ -330,9 +345,14 @@ class RedisBackend:
         self, consumer: str, types: Sequence[TaskType], count: int, block_ms: int | None
     ) -> list[Delivery]:
         streams = {self.keys.tasks(t): ">" for t in types}
-        reply: Any = await self._redis.xreadgroup(
-            GROUP, consumer, streams, count=count, block=block_ms  # type: ignore[arg-type]
-        )
+        if block_ms:
+            block = min(block_ms, int(BLOCK_CAP_S * 1000))
+            reply: Any = await self._blocking.xreadgroup(
+                GROUP, consumer, streams, count=count, block=block  # type: ignore[arg-type]
+            )
+        else:
+            reply = await self._redis.xreadgroup(GROUP, consumer, streams,  # type: ignore[arg-type]
+                                                 count=count)  # fmt: skip
         out: list[Delivery] = []
         for _stream, entries in reply or []:
             out.extend(self._delivery(eid, raw, consumer, 1) for eid, raw in entries if raw)
@@ -586,7 +606,7 @@ class RedisBackend:
             return False
         timeout = min(max(timeout_s, 0.01), WAIT_FREE_CAP_S)
         keys = [self.keys.wake(t) for t in sorted(types)]
-        return await self._redis.blpop(keys, timeout=timeout) is not None
+        return await self._blocking.blpop(keys, timeout=timeout) is not None
 
     # -- dead letters -----------------------------------------------------------------------
 
@@ -671,11 +691,25 @@ class RedisBackend:
 
     async def close(self) -> None:
         await self._redis.aclose()
+        await self._blocking.aclose()
 
     async def drop_all(self) -> None:
         """Delete every key under the prefix (tests and benchmarks)."""
         async for key in self._redis.scan_iter(match=f"{self.keys.prefix}*", count=500):
             await self._redis.delete(key)
+
+
+def _client(url: str, timeout_s: float) -> aioredis.Redis:
+    """A client whose commands fail after `timeout_s` (a stalled server), retried only when
+    the connection broke (once, on a fresh connection: a restarted server), not on a timeout:
+    the library's default (10 retries with backoff, 5 s timeouts) made a stalled server a
+    wait of 15-25 s for every caller."""
+    retry = Retry(ExponentialBackoff(cap=0.1, base=0.01), 1,
+                  supported_errors=(RedisConnectionError,))  # fmt: skip
+    return aioredis.Redis.from_url(
+        url, decode_responses=False, socket_timeout=timeout_s,
+        socket_connect_timeout=COMMAND_TIMEOUT_S, retry=retry,
+    )  # fmt: skip
 
 
 def _stamp_field(task_type: TaskType, entry_id: str) -> str:

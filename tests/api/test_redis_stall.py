@@ -1,0 +1,120 @@
+"""A stalled Redis (it accepts the connection and never answers: a paused server, a partition)
+is an error within a bounded time: the routes that need it answered 503 only after 15-25 s
+(redis-py's 5 s timeouts, retried ten times). The stall is a TCP proxy in the test that stops
+forwarding, so the Redis server itself, shared with other tests, is never paused."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from stratamem.api import ServerSettings, Services, create_app
+from stratamem.clock import ManualClock
+from stratamem.core import AsyncMemory
+from stratamem.pipeline.errors import BackendUnavailable
+from stratamem.pipeline.redis_backend import RedisBackend
+from stratamem.pipeline.task import Task, TaskType
+
+from .conftest import ADMIN_KEY, core_settings, new_caller
+
+pytestmark = pytest.mark.redis
+REDIS = ("127.0.0.1", 6379)
+#: The bound the routes must answer within (the backend's command timeout is 1 s).
+ANSWER_WITHIN_S = 2.0
+
+
+class StallingProxy:
+    """Forwards TCP to Redis until `stall`, then holds every byte (both ways) until `resume`."""
+
+    def __init__(self) -> None:
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+        self._pipes: set[asyncio.Task[None]] = set()
+        self._writers: list[asyncio.StreamWriter] = []
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*REDIS)
+        self._writers += [writer, up_writer]
+        for pipe in (self._pipe(reader, up_writer), self._pipe(up_reader, writer)):
+            task = asyncio.ensure_future(pipe)
+            self._pipes.add(task)
+            task.add_done_callback(self._pipes.discard)
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                await self.flowing.wait()
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def close(self) -> None:
+        self._server.close()
+        for task in list(self._pipes):
+            task.cancel()
+        for writer in self._writers:
+            writer.close()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[StallingProxy]:
+    made = StallingProxy()
+    await made.start()
+    yield made
+    made.flowing.set()
+    await made.close()
+
+
+async def test_a_stalled_redis_fails_a_command_within_the_bound(proxy: StallingProxy) -> None:
+    backend = RedisBackend(f"redis://127.0.0.1:{proxy.port}/0", prefix=f"test:{uuid.uuid4().hex}:")
+    try:
+        await backend.enqueue(Task(TaskType.L1, "t", "s"), now=0.0)
+        proxy.flowing.clear()
+        with pytest.raises(BackendUnavailable):
+            await asyncio.wait_for(backend.depth(), timeout=ANSWER_WITHIN_S)
+        with pytest.raises(BackendUnavailable):  # a blocking read too, within its own bound
+            await asyncio.wait_for(backend.consume("c", count=1, block_ms=60_000, now=0.0),
+                                   timeout=2 * ANSWER_WITHIN_S)  # fmt: skip
+        proxy.flowing.set()
+        assert (await backend.depth()).ready == 1  # fresh connections once it answers again
+    finally:
+        proxy.flowing.set()
+        await backend.drop_all()
+        await backend.close()
+
+
+async def test_routes_that_need_a_stalled_redis_answer_503_within_two_seconds(
+    proxy: StallingProxy, tmp_path: Path
+) -> None:
+    memory = AsyncMemory.open(core_settings(tmp_path), clock=ManualClock(), llm=None)
+    backend = RedisBackend(f"redis://127.0.0.1:{proxy.port}/0", prefix=f"test:{uuid.uuid4().hex}:")
+    services = Services.over(memory, ServerSettings(admin_key=ADMIN_KEY), backend)
+    transport = httpx.ASGITransport(app=create_app(services))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://stratamem.test") as c:
+            alice = await new_caller(c, "alice")
+            flush = "/v1/sessions/s1/flush"
+            assert (await c.post(flush, headers=alice.headers)).status_code == 202
+            proxy.flowing.clear()
+            stalled = await asyncio.wait_for(c.post(flush, headers=alice.headers),
+                                             timeout=ANSWER_WITHIN_S)  # fmt: skip
+            assert stalled.status_code == 503, stalled.text
+            assert stalled.json()["error"]["type"] == "pipeline_unavailable"
+            proxy.flowing.set()
+            assert (await c.post(flush, headers=alice.headers)).status_code == 202
+    finally:
+        proxy.flowing.set()
+        await backend.drop_all()
+        await services.aclose()
