@@ -153,3 +153,31 @@ def test_a_copied_large_tenant_gets_its_vector_index(pg_server: str, tmp_path: P
         assert _answers(target) == expected
     finally:
         target.close()
+
+
+def test_a_target_that_serves_other_tenants_is_refused_before_anything_is_copied(
+    pg_server: str, tmp_path: Path
+) -> None:
+    """carol's second turn was skipped because alice's row held its id, then the verification
+    failed and left carol half copied; now such a target is refused up front (exit code 5)."""
+    url = fresh_pg_url(pg_server)
+    target = PostgresStore(url)
+    try:
+        target.add_turns(Scope("alice"), [T("t2", "alice", "s1", Role.USER, "alice's turn", 1.0)])
+    finally:
+        target.close()
+    sqlite = open_url(None, tmp_path / "s.db")
+    sqlite.add_turns(Scope("carol"), [T(f"t{i}", "carol", "s1", Role.USER, f"carol {i}", 1.0 + i)
+                                      for i in (1, 2)])  # fmt: skip
+    sqlite.close()
+    result = CliRunner().invoke(cli, ["migrate", "--from", f"sqlite:{tmp_path / 's.db'}",
+                                      "--to", url])  # fmt: skip
+    assert result.exit_code == 5, result.output
+    assert "not empty (rows in turns" in result.output and "nothing was copied" in result.output
+    target = PostgresStore(url)
+    try:
+        with target.reading() as conn:
+            rows = conn.execute("SELECT tenant, id FROM turns ORDER BY tenant, id").fetchall()
+        assert [tuple(r) for r in rows] == [("alice", "t2")]
+    finally:
+        target.close()

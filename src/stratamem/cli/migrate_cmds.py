@@ -16,7 +16,8 @@ from stratamem.store.opening import POSTGRES_SCHEMES, SQLITE_SCHEME
 @click.option("--to", "target", required=True, help="The PostgreSQL store: postgresql://…")
 def migrate(source: str, target: str) -> None:
     """Copy a SQLite store into PostgreSQL (vectors included), verify the rows per tenant and
-    table; run it again to finish an interrupted copy. Stop the SQLite store's writers first."""
+    table; run it again to finish an interrupted copy. Stop the SQLite store's writers first.
+    The target must be an empty database: one that holds data already is refused (exit 5)."""
     if not source.startswith(SQLITE_SCHEME):
         raise ConfigError(f"--from must be sqlite:PATH, not {source!r}")
     if not target.startswith(POSTGRES_SCHEMES):

@@ -10,6 +10,11 @@ the end (with a large tenant's HNSW index, `vector_index.py`). Then the rows of 
 are counted per tenant on both sides, and any difference is an error.
 
 Stop every writer of the SQLite file first: rows written during the copy may be missed.
+
+The target must be empty (a new database, or one that only this source's earlier, interrupted
+copy wrote to): a database that already serves other tenants is refused before anything is
+written (`TargetInUse`), since rows whose ids collide with its own would be skipped and the
+copied tenants left half there.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from stratamem.domain import Layer
-from stratamem.errors import StoreError
+from stratamem.errors import ConfigError, StoreError
 from stratamem.store.postgres.connection import PgConn
 from stratamem.store.postgres.store import PostgresStore
 
@@ -33,6 +38,13 @@ _PROGRESS_DDL = (
     " last_rowid BIGINT NOT NULL, PRIMARY KEY (source, table_name))"
 )
 Progress = Callable[[str, int], None]
+#: Tables a freshly opened target may hold rows in before any tenant's data (the store's own
+#: records), and the copy's own.
+_NOT_TENANT_DATA = {"meta", "receipt_keys", "schema_migrations", "copy_progress"}
+
+
+class TargetInUse(ConfigError):
+    """`stratamem migrate` was pointed at a database that holds data already."""
 
 
 @dataclass
@@ -60,6 +72,7 @@ def copy_store(
         report = CopyReport()
         with target.writing() as conn:
             conn.execute(_PROGRESS_DDL)
+        _refuse_a_used_target(target, str(source.resolve()), tables)
         budget = [max_batches]
         for table in tables:
             report.copied[table] = _copy_table(lite, target, str(source.resolve()), table, budget)
@@ -74,6 +87,31 @@ def copy_store(
         return report
     finally:
         lite.close()
+
+
+def _refuse_a_used_target(target: PostgresStore, source: str, tables: list[str]) -> None:
+    """`TargetInUse` unless `target` holds no data, or only what this source's earlier copy
+    wrote (its progress is recorded: running again finishes it)."""
+    with target.reading() as conn:
+        rows = conn.execute("SELECT DISTINCT source FROM copy_progress").fetchall()
+        sources = {str(r[0]) for r in rows}
+        if sources == {source}:
+            return
+        used = [t for t in tables if t not in _NOT_TENANT_DATA and _has_rows(conn, t)]
+    if used or sources:
+        what = f"rows in {', '.join(used)}" if used else f"a copy of {', '.join(sorted(sources))}"
+        raise TargetInUse(
+            f"the target database is not empty ({what}): stratamem migrate copies into an empty"
+            " database only (a new one, or one an interrupted copy of this same source began);"
+            " nothing was copied"
+        )
+
+
+def _has_rows(conn: PgConn, table: str) -> bool:
+    exists = conn.execute("SELECT to_regclass(?)", (table,)).fetchone()
+    if exists is None or exists[0] is None:
+        return False  # (the copy then names the missing table)
+    return conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is not None
 
 
 def _source_tables(lite: sqlite3.Connection) -> list[str]:
