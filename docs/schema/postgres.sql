@@ -20,6 +20,7 @@
 --   22  memories: BM25's columns in one index
 --   30  service tenants and hashed API keys
 --   40  lineage: what scene and profile versions were built from
+--   41  lineage: scenes and profiles to rebuild after a correction
 
 CREATE EXTENSION vector;
 
@@ -190,6 +191,15 @@ CREATE TABLE lineage (
 );
 
 CREATE INDEX lineage_by_source ON public.lineage USING btree (tenant, source_kind, source_id);
+
+CREATE TABLE lineage_stale (
+    tenant text NOT NULL,
+    kind text NOT NULL,
+    id text NOT NULL,
+    reason text NOT NULL,
+    marked_at double precision NOT NULL,
+    CONSTRAINT lineage_stale_pkey PRIMARY KEY (tenant, kind, id)
+);
 
 CREATE TABLE memories (
     rid bigint GENERATED ALWAYS AS IDENTITY NOT NULL,

@@ -23,6 +23,7 @@
 --   21  backlog: indexes of owed offload work
 --   30  service tenants and hashed API keys
 --   40  lineage: what scene and profile versions were built from
+--   41  lineage: scenes and profiles to rebuild after a correction
 
 CREATE TABLE api_keys (
     key_id TEXT PRIMARY KEY,
@@ -146,6 +147,15 @@ CREATE TABLE lineage (
 );
 
 CREATE INDEX lineage_by_source ON lineage (tenant, source_kind, source_id);
+
+CREATE TABLE lineage_stale (
+    tenant TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    marked_at REAL NOT NULL,
+    PRIMARY KEY (tenant, kind, id)
+);
 
 CREATE TABLE memories (
     rid INTEGER PRIMARY KEY,

@@ -49,7 +49,15 @@ from stratamem.store.evidence.store import SqlEvidenceStore
 from stratamem.store.layers.port import LayerStore
 from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.lineage.port import Forget, Lineage, LineageStore
-from stratamem.store.lineage.rows import MEMORY, PROFILE, PROFILE_ID, SCENE, Ref
+from stratamem.store.lineage.rows import (
+    CORRECTED,
+    FORGOTTEN,
+    MEMORY,
+    PROFILE,
+    PROFILE_ID,
+    SCENE,
+    Ref,
+)
 from stratamem.store.lineage.store import SqlLineageStore
 from stratamem.store.opening import RecordStore, open_store
 
@@ -439,14 +447,24 @@ class AsyncMemory:
             max_chars=self.settings.max_turn_chars, content=content,
             memory_type=None if type is None else memory_type(type), priority=priority,
         )  # fmt: skip
+        if updated.id != memory_id:
+            await self._mark_stale(tenant, memory_id, CORRECTED)
         self.start_background()
         return updated
 
     async def forget_memory(self, tenant: str, memory_id: str) -> MemoryRecord:
         """End a memory's validity now: out of search and recall, kept in its history."""
-        return await asyncio.to_thread(
+        forgotten = await asyncio.to_thread(
             manual.forget_memory, self.store, Scope(tenant), memory_id, now=self.clock.now()
         )
+        await self._mark_stale(tenant, memory_id, FORGOTTEN)
+        return forgotten
+
+    async def _mark_stale(self, tenant: str, memory_id: str, reason: str) -> None:
+        """What was built on a memory just corrected or forgotten is rebuilt by the layers."""
+        if self.lineage is not None:
+            await asyncio.to_thread(self.lineage.mark_stale, Scope(tenant), [memory_id], reason,
+                                    self.clock.now())  # fmt: skip
 
     async def memory_history(self, tenant: str, memory_id: str) -> list[MemoryRecord]:
         """Every version of a memory, oldest first."""

@@ -8,6 +8,9 @@
 - `L3`: tenants whose scenes changed after their last L3 read them (or with
   `l3_every_memories` memories since), due `grace_s` after the change.
 - `flush`: flush requests accepted and not completed, due `grace_s` after the request.
+- `L2-stale`, `L3-stale`: tenants with scenes (L2) or a profile (L3) built from a memory
+  since corrected, superseded or forgotten (`store/lineage`), due `grace_s` after the
+  marking; the stage writes them again and clears the marks.
 
 Progress markers: the L1 cursor, the L2 mark, the time of the last L3, the request's time.
 """
@@ -15,6 +18,7 @@ Progress markers: the L1 cursor, the L2 mark, the time of the last L3, the reque
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from stratamem.layers import scheduling
 from stratamem.layers.settings import LayerSettings
@@ -136,7 +140,34 @@ class L3Source(_TenantSource):
         return self.backlog.tenants_owing_l3(after, self.settings.l3_every_memories, limit)
 
 
+class StaleScenesSource(_TenantSource):
+    """Scenes built from a corrected or forgotten memory: an L2 writes them again."""
+
+    task_type = TaskType.L2
+    record_kind = "scene"
+
+    def __init__(self, backlog: BacklogStore, settings: LayerSettings, grace_s: float) -> None:
+        super().__init__(backlog, settings, grace_s)
+        self.kind = f"{self.task_type.value}-stale"
+
+    def _rows(self, after: str | None, limit: int) -> list[TenantOwed]:
+        return self.backlog.tenants_stale(self.record_kind, after, limit)
+
+    def _owed(self, row: TenantOwed) -> Owed:
+        owed = super()._owed(row)
+        return replace(owed, task=Task(self.task_type, row.tenant, None, {"reason": "stale"}))
+
+
+class StaleProfileSource(StaleScenesSource):
+    """A profile built from a corrected or forgotten memory: an L3 writes it again."""
+
+    task_type = TaskType.L3
+    record_kind = "profile"
+
+
 def layer_sources(backlog: BacklogStore, settings: LayerSettings, grace_s: float) -> list[Source]:
-    """The four layer sources, for a scheduler beside workers running the layer executors."""
+    """The layer sources, for a scheduler beside workers running the layer executors."""
     return [L1Source(backlog, settings), L2Source(backlog, settings, grace_s),
-            L3Source(backlog, settings, grace_s), FlushSource(backlog, grace_s)]  # fmt: skip
+            L3Source(backlog, settings, grace_s), FlushSource(backlog, grace_s),
+            StaleScenesSource(backlog, settings, grace_s),
+            StaleProfileSource(backlog, settings, grace_s)]  # fmt: skip

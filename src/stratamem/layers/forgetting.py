@@ -57,13 +57,26 @@ def _rederived(
 
 
 def _scene(rebuild_: SceneRebuild, now: float, max_chars: int) -> Scene:
-    base = replace(rebuild_.current, version=rebuild_.version, title=rebuild_.title,
-                   updated_at=now, mode=Mode.OFFLINE)  # fmt: skip
-    if not rebuild_.memories:
+    return extractive_scene(rebuild_.current, rebuild_.memories, rebuild_.title,
+                            rebuild_.version, now, max_chars)  # fmt: skip
+
+
+def extractive_scene(
+    current: Scene,
+    memories: Sequence[MemoryRecord],
+    title: str,
+    version: int,
+    now: float,
+    max_chars: int,
+) -> Scene:
+    """A new version of `current` listing `memories` (the newest that fit), or a retired one
+    when there are none: what a forget or a correction writes without a model."""
+    base = replace(current, version=version, title=title, updated_at=now, mode=Mode.OFFLINE)
+    if not memories:
         return replace(base, summary="", body="", memory_ids=(), deleted=True)
-    body = offline.scene_body("", rebuild_.memories, max_chars)
-    kept = [m for m in rebuild_.memories if f"- {m.content}" in body.splitlines()]
+    body = offline.scene_body("", memories, max_chars)
     lines = body.splitlines()
+    kept = [m for m in memories if f"- {m.content}" in lines]
     latest = lines[-1][2:] if lines else ""
     latest = latest if len(latest) <= 120 else latest[:119] + "…"
     summary = f"{len(lines)} memories; latest: {latest}"

@@ -31,7 +31,7 @@ from stratamem.errors import (
     ReceiptConflict,
     StageOutputRejected,
 )
-from stratamem.layers import l1_read, l1_reconcile, l2_scenes, l3_profile, offline
+from stratamem.layers import forgetting, l1_read, l1_reconcile, l2_scenes, l3_profile, offline
 from stratamem.layers.l1_read import L1Read, ReadRun
 from stratamem.layers.model import NewMemory, Reconciled, StageResult
 from stratamem.layers.schemas import ProfileDoc, Reconciliation, SceneOps, Shown, check_profile
@@ -52,6 +52,8 @@ M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R")
 #: The most L1 batches one flush runs before it stops (its L2 and L3 still run).
 MAX_FLUSH_BATCHES = 1000
+#: How many successors a stale scene's memory is followed through to its current version.
+MAX_SUCCESSORS = 50
 _RAW_EXCERPT = 300
 
 
@@ -241,16 +243,30 @@ class LayerService:
         changed, mark = await asyncio.to_thread(
             self.layers.changed_memories, run.scope, tenant.l2_mark, self.settings.l2_max_memories
         )
-        if mark == tenant.l2_mark:
+        stale = await asyncio.to_thread(self.layers.stale, run.scope)
+        stale_ids = {ref.id for ref in stale if ref.kind == SCENE}
+        if mark == tenant.l2_mark and not stale_ids:
             return StageResult("L2", self.mode, skipped=True)
         scenes = await asyncio.to_thread(self.layers.current_scenes, run.scope)
+        # built on a corrected or forgotten memory: written again first, then consolidated
+        refreshed = [await self._refreshed(run.scope, s) for s in scenes if s.id in stale_ids]
+        by_id = {s.id: s for s in refreshed}
+        scenes = [by_id.get(s.id, s) for s in scenes if not by_id.get(s.id, s).deleted]
         versions, notes = await self._consolidate(run, scenes, changed) if changed else ([], [])
+        versions = [*refreshed, *versions]
         counts = {"memories": len(changed), "scene_versions": len(versions)}
         result = StageResult("L2", self.mode, changed=bool(versions), counts=counts)
         commit = L2Commit(run.task_id, run.session, tenant.l2_mark, mark, self.clock.now(),
                           versions, result.to_json(), notes, run.attempt)  # fmt: skip
         await asyncio.to_thread(self.layers.commit_l2, run.scope, commit, run.fence)
         return result
+
+    async def _refreshed(self, scope: Scope, scene: Scene) -> Scene:
+        """`scene` written again (extractively) from the current versions of its memories:
+        a corrected memory by its correction, a forgotten one left out."""
+        heads = await asyncio.to_thread(_current_versions, self.store, scope, scene.memory_ids)
+        return forgetting.extractive_scene(scene, heads, scene.title, scene.version + 1,
+                                           self.clock.now(), self.settings.max_scene_chars)
 
     async def _consolidate(
         self, run: Run, scenes: Sequence[Scene], changed: Sequence[MemoryRecord]
@@ -313,6 +329,8 @@ class LayerService:
         change (each L1 past the count, the L2 cascade) then cost one LLM call, not one each."""
         tenant = await asyncio.to_thread(self.layers.tenant_state, scope)
         if tenant.last_l3_at is None or tenant.memories_since_l3 > 0:
+            return True
+        if Ref(PROFILE, PROFILE_ID) in await asyncio.to_thread(self.layers.stale, scope):
             return True
         newest = await asyncio.to_thread(self.layers.newest_scene_at, scope)
         return newest is not None and newest > tenant.last_l3_at
@@ -460,6 +478,27 @@ def _one(stage: Callable[[Run], Awaitable[StageResult]]) -> StageBody:
         return [await stage(run)]
 
     return body
+
+
+def _current_versions(
+    store: Store, scope: Scope, memory_ids: Sequence[str]
+) -> list[MemoryRecord]:
+    """The current version of each memory (following `superseded_by`), once each, in order;
+    memories no longer valid, or gone, are left out."""
+    found: dict[str, MemoryRecord] = {}
+    for memory_id in memory_ids:
+        current: str | None = memory_id
+        for _ in range(MAX_SUCCESSORS):
+            try:
+                memory = store.get_memory(scope, current or "")
+            except NotFound:
+                break
+            if memory.superseded_by is None:
+                if memory.is_current:
+                    found.setdefault(memory.id, memory)
+                break
+            current = memory.superseded_by
+    return list(found.values())
 
 
 def _session_of(run: Run) -> str:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from stratamem.domain import Scope
 from stratamem.store.layers.port import SessionState
 from stratamem.store.layers.rows import session_state_from_row
+from stratamem.store.lineage import rows as lineage_rows
 from stratamem.store.offload.records import OffloadOwed, OffloadStage
 from stratamem.store.sql import SqlConn, SqlStore
 
@@ -62,6 +63,11 @@ class BacklogStore(Protocol):
         key tenant. `mark` is the last L3 time (0 if none), `changed_at` the newest scene
         version's time."""
 
+    def tenants_stale(self, kind: str, after: str | None, limit: int) -> list[TenantOwed]:
+        """Tenants with stale records of `kind` (`scene` or `profile`: built from a memory
+        since corrected or forgotten, `store/lineage`); key tenant. `mark` and `changed_at` are
+        the newest marking's time."""
+
     def request_flush(self, scope: Scope, session: str, now: float) -> None:
         """Record that a flush of `session` was accepted at `now` (kept until completed)."""
 
@@ -92,6 +98,11 @@ class SqlBacklogStore:
     ) -> list[TenantOwed]:
         with self._store.reading() as conn:
             return tenants_owing_l3(conn, after, every_memories, limit)
+
+    def tenants_stale(self, kind: str, after: str | None, limit: int) -> list[TenantOwed]:
+        with self._store.reading() as conn:
+            found = lineage_rows.tenants_stale(conn, kind, after, limit)
+        return [TenantOwed(tenant, marked_at, marked_at) for tenant, marked_at, _ in found]
 
     def request_flush(self, scope: Scope, session: str, now: float) -> None:
         with self._store.writing() as conn:

@@ -37,6 +37,7 @@ TENANT_TABLES = (
     "scene_versions",
     "profile_versions",
     "lineage",
+    "lineage_stale",
     *SESSION_TABLES,
 )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from stratamem.store.core import schema as core
 from stratamem.store.evidence import schema as evidence
 from stratamem.store.failures.schema import PER_CONDITION
-from stratamem.store.lineage.schema import LINEAGE_MIGRATION
+from stratamem.store.lineage.schema import LINEAGE_MIGRATION, STALE_MIGRATION
 from stratamem.store.migration import Migration
 from stratamem.store.offload.schema import OFFLOAD, OFFLOAD_BACKLOG
 from stratamem.store.tenants.schema import TENANTS
@@ -24,4 +24,5 @@ SHARED: tuple[Migration, ...] = (
     OFFLOAD_BACKLOG,  # 21
     TENANTS,  # 30
     LINEAGE_MIGRATION,  # 40
+    STALE_MIGRATION,  # 41
 )

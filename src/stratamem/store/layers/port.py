@@ -172,6 +172,11 @@ class LayerStore(Protocol):
         """Write new scene versions and the tenant's L2 mark (`LayerConflict` if it moved),
         record the notes, resolve the tenant's open `stage` failures of L2."""
 
+    def stale(self, scope: Scope) -> dict[Ref, str]:
+        """The scenes (`Ref(scene, id)`) and the profile (`Ref(profile, "")`) built from a
+        memory since corrected, superseded or forgotten, and why (`corrected`, `forgotten`):
+        L2 writes the scenes again, L3 the profile (clearing them)."""
+
     # -- L3 ----------------------------------------------------------------------------------
     def profile(self, scope: Scope) -> Profile | None: ...
 

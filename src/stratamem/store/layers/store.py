@@ -42,6 +42,7 @@ from stratamem.store.layers.rows import (
     tenant_state_from_row,
 )
 from stratamem.store.lineage import rows as lineage_rows
+from stratamem.store.lineage.rows import Ref
 from stratamem.store.sql import DUPLICATE, SqlConn, SqlStore
 
 MAX_HISTORY = 500
@@ -184,6 +185,8 @@ class SqlLayerStore:
             for scene in commit.scenes:
                 _write_scene(conn, scene)
             lineage_rows.record_scenes(conn, commit.scenes)
+            lineage_rows.clear_stale(conn, tenant, lineage_rows.SCENE,
+                                     [s.id for s in commit.scenes])  # fmt: skip
             _ensure_tenant(conn, tenant)
             conn.execute(
                 "UPDATE layer_tenants SET l2_mark = ?, last_l2_at = ? WHERE tenant = ?",
@@ -198,6 +201,10 @@ class SqlLayerStore:
             failure_rows.insert_failures(conn, commit.notes)
             failure_rows.resolve_open(conn, tenant, "L2", None, commit.now)
             _write_receipt(conn, tenant, commit, "L2")
+
+    def stale(self, scope: Scope) -> dict[Ref, str]:
+        with self._store.reading() as conn:
+            return lineage_rows.stale(conn, scope.tenant)
 
     # -- L3 ----------------------------------------------------------------------------------
     def profile(self, scope: Scope) -> Profile | None:
@@ -222,6 +229,7 @@ class SqlLayerStore:
             if commit.profile is not None:
                 _write_profile(conn, commit.profile)
                 lineage_rows.record_profile(conn, tenant, commit.profile.version, commit.sources)
+            lineage_rows.clear_stale(conn, tenant, lineage_rows.PROFILE, [lineage_rows.PROFILE_ID])
             _ensure_tenant(conn, tenant)
             conn.execute(
                 "UPDATE layer_tenants SET memories_since_l3 = 0, last_l3_at = ? WHERE tenant = ?",
@@ -294,6 +302,9 @@ def _supersede(
         )
         if cursor.rowcount != 1:
             raise LayerConflict(f"memory {link.old_id!r} is no longer current")
+    old_ids = [link.old_id for link in supersedes]
+    if old_ids:  # what was built on the old version is rebuilt (`layers/backlog.py`)
+        lineage_rows.mark_stale(conn, tenant, old_ids, lineage_rows.CORRECTED, now)
 
 
 def _tenant_row(conn: SqlConn, tenant: str) -> Any | None:

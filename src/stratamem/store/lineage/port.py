@@ -9,7 +9,7 @@ ever sees a scene or profile version built from a forgotten memory.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -85,6 +85,10 @@ class LineageStore(Protocol):
         """`record`'s sources and what was built from it (`NotFound` when it is not stored).
         A memory's are its turns, the memories it consumed, what consumed it, and the scene and
         profile versions built from it; a scene's or the profile's (version 0: the current)."""
+
+    def mark_stale(self, scope: Scope, memory_ids: Sequence[str], reason: str, now: float) -> int:
+        """Mark the current scene and profile versions built from `memory_ids` stale
+        (`rows.CORRECTED` or `rows.FORGOTTEN`); how many were marked."""
 
     def forget(self, scope: Scope, forget: Forget, rebuild: Rebuilder) -> dict[str, int]:
         """Erase what `forget` names and everything drawn only from it; re-derive what was

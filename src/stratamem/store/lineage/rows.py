@@ -94,3 +94,72 @@ def forget_derived(conn: SqlConn, tenant: str, refs: Sequence[Ref]) -> None:
         "DELETE FROM lineage WHERE tenant = ? AND kind = ? AND id = ? AND version = ?",
         [(tenant, r.kind, r.id, r.version) for r in refs],
     )
+
+
+CORRECTED = "corrected"
+FORGOTTEN = "forgotten"
+
+
+def mark_stale(
+    conn: SqlConn, tenant: str, memory_ids: Sequence[str], reason: str, now: float
+) -> int:
+    """Mark the current scene versions and the current profile version built from any of
+    `memory_ids` as stale for `reason` (a forgotten one stays so); how many were marked."""
+    current = [
+        ref
+        for ref in built_from(conn, tenant, MEMORY, memory_ids)
+        if _is_current(conn, tenant, ref)
+    ]
+    for ref in current:
+        conn.execute(
+            "INSERT INTO lineage_stale (tenant, kind, id, reason, marked_at) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (tenant, kind, id) DO UPDATE SET marked_at = excluded.marked_at,"
+            " reason = CASE WHEN lineage_stale.reason = 'forgotten' THEN lineage_stale.reason"
+            " ELSE excluded.reason END",
+            (tenant, ref.kind, ref.id, reason, now),
+        )
+    return len(current)
+
+
+def _is_current(conn: SqlConn, tenant: str, ref: Ref) -> bool:
+    if ref.kind == SCENE:
+        row = conn.execute(
+            "SELECT 1 FROM scene_versions WHERE tenant = ? AND id = ? AND version = ?"
+            " AND current = 1 AND deleted = 0",
+            (tenant, ref.id, ref.version),
+        ).fetchone()
+    else:
+        row = conn.execute(
+            "SELECT 1 FROM profile_versions WHERE tenant = ? AND version = ? AND current = 1",
+            (tenant, ref.version),
+        ).fetchone()
+    return row is not None
+
+
+def stale(conn: SqlConn, tenant: str) -> dict[Ref, str]:
+    """The tenant's stale scenes and profile (version 0) and why."""
+    rows = conn.execute(
+        "SELECT kind, id, reason FROM lineage_stale WHERE tenant = ? ORDER BY kind, id", (tenant,)
+    ).fetchall()
+    return {Ref(r[0], r[1]): r[2] for r in rows}
+
+
+def clear_stale(conn: SqlConn, tenant: str, kind: str, ids: Sequence[str]) -> None:
+    conn.executemany(
+        "DELETE FROM lineage_stale WHERE tenant = ? AND kind = ? AND id = ?",
+        [(tenant, kind, i) for i in ids],
+    )
+
+
+_TENANTS_STALE = """
+SELECT tenant, MAX(marked_at) AS marked_at, COUNT(*) AS stale FROM lineage_stale
+WHERE tenant > ? AND kind = ? GROUP BY tenant ORDER BY tenant LIMIT ?
+"""
+
+
+def tenants_stale(
+    conn: SqlConn, kind: str, after: str | None, limit: int
+) -> list[tuple[str, float, int]]:
+    """Tenants with stale records of `kind`: (tenant, newest mark, how many), by tenant."""
+    rows = conn.execute(_TENANTS_STALE, (after or "", kind, limit)).fetchall()
+    return [(r[0], float(r[1]), int(r[2])) for r in rows]

@@ -47,5 +47,21 @@ WHERE true ON CONFLICT DO NOTHING;
 """
 )
 
+#: Scene and profile versions built from a memory that was corrected or superseded (`reason`
+#: `corrected`) or whose validity ended (`forgotten`): the scheduler has them rebuilt
+#: (`layers/backlog.py`); recall's stable block leaves out what is stale as forgotten.
+STALE = """
+CREATE TABLE lineage_stale (
+    tenant TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    marked_at {float} NOT NULL,
+    PRIMARY KEY (tenant, kind, id)
+);
+"""
+STALE_MIGRATION = Migration(41, "lineage: scenes and profiles to rebuild after a correction",
+                            STALE)  # fmt: skip
+
 LINEAGE_MIGRATION = Migration(40, "lineage: what scene and profile versions were built from",
                               LINEAGE)  # fmt: skip

@@ -71,6 +71,11 @@ class SqlLineageStore:
                 return _memory_lineage(conn, scope.tenant, record.id)
             return _version_lineage(conn, scope.tenant, record)
 
+    # -- corrections -------------------------------------------------------------------------
+    def mark_stale(self, scope: Scope, memory_ids: Sequence[str], reason: str, now: float) -> int:
+        with self._store.writing(key=scope.tenant) as conn:
+            return rows.mark_stale(conn, scope.tenant, memory_ids, reason, now)
+
     # -- forgetting --------------------------------------------------------------------------
     def forget(self, scope: Scope, forget: Forget, rebuild: Rebuilder) -> dict[str, int]:
         tenant = scope.tenant
@@ -285,6 +290,7 @@ class _Forgetting:
                 scene_params(scene),
             )
         rows.record_scenes(self.conn, scenes)
+        rows.clear_stale(self.conn, self.tenant, SCENE, [s.id for s in scenes])
 
     def _write_profile(self, rebuilt: Rebuilt) -> None:
         if rebuilt.profile is None:
@@ -299,6 +305,7 @@ class _Forgetting:
             (self.tenant, profile.version, profile.body, profile.updated_at, profile.mode.value),
         )
         rows.record_profile(self.conn, self.tenant, profile.version, rebuilt.profile_sources)
+        rows.clear_stale(self.conn, self.tenant, PROFILE, [PROFILE_ID])
 
     def _forget_failures(self, turns: Sequence[str], erased_at: Sequence[float]) -> None:
         """Failure records that may quote what went: of a forgotten turn, and of a stage that
