@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stratamem.errors import StaleFencingToken
+from stratamem.layers.cascade import cascade
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
 from stratamem.pipeline.fencing import ensure_fences, fence_check
 from stratamem.pipeline.task import TaskType
@@ -78,7 +79,9 @@ async def fenced_work(ctx: ExecutionContext) -> ExecResult:
 
 
 def registry() -> ExecutorRegistry:
-    return ExecutorRegistry((t, fenced_work) for t in TaskType)
+    executors = ExecutorRegistry((t, fenced_work) for t in TaskType)
+    executors.add_cascade(cascade)  # the layers' L1 -> L2 -> L3
+    return executors
 
 
 @dataclass(frozen=True)

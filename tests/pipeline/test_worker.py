@@ -13,6 +13,7 @@ import pytest
 
 from stratamem.domain import Scope
 from stratamem.errors import ConfigError, StaleFencingToken
+from stratamem.layers.cascade import cascade
 from stratamem.llm import LLMCircuitOpen, LLMRateLimited
 from stratamem.pipeline.backend import retry_timer_key
 from stratamem.pipeline.errors import RetryLater
@@ -59,6 +60,7 @@ def make_worker(harness: Harness, executor: Exec, **overrides: object) -> tuple[
     sleeper = Sleeper(harness)
     settings = PipelineSettings(**overrides)  # type: ignore[arg-type]
     registry = ExecutorRegistry((t, executor) for t in TaskType)
+    registry.add_cascade(cascade)  # the layers' L1 -> L2 -> L3
     worker = Worker(
         harness.backend, registry, settings, clock=harness.clock, name="w", sleep=sleeper
     )

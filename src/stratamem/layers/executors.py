@@ -19,6 +19,7 @@ from stratamem.domain import Scope
 from stratamem.errors import FenceResynced, ReceiptConflict
 from stratamem.layers import scheduling
 from stratamem.layers.backlog import layer_sources
+from stratamem.layers.cascade import cascade
 from stratamem.layers.model import StageResult
 from stratamem.layers.service import FlushResult, LayerService, Run, StageBody
 from stratamem.pipeline.backend import PipelineBackend
@@ -138,7 +139,8 @@ class LayerExecutors:
         return await asyncio.to_thread(self.evidence.receipt, Scope(tenant), task_id)
 
     def registry(self, into: ExecutorRegistry | None = None) -> ExecutorRegistry:
-        """Register the four executors (into an existing registry, or a new one)."""
+        """Register the four executors and their cascade (into an existing registry, or a new
+        one)."""
         registry = into or ExecutorRegistry()
         if self.service.llm is not None:
             registry.add_usage_source(self.service.llm.usage.snapshot)
@@ -149,6 +151,7 @@ class LayerExecutors:
         registry.register(TaskType.L2, self.l2)
         registry.register(TaskType.L3, self.l3)
         registry.register(TaskType.FLUSH, self.flush)
+        registry.add_cascade(cascade)
         backlog, settings = self.backlog, self.service.settings
         registry.add_backlog(lambda grace_s: layer_sources(backlog, settings, grace_s))
         return registry

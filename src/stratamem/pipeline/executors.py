@@ -101,6 +101,9 @@ UsageSource = Callable[[], Mapping[str, Mapping[str, int]]]
 ReceiptReader = Callable[[str, str], Awaitable[Receipt | None]]
 #: Makes the backlog sources of a part, given the scheduler's grace period in seconds.
 BacklogFactory = Callable[[float], Sequence[Source]]
+#: What a finished task sets in motion (backend, settings, the task, its result, now), run by the
+#: worker while the task's lock is still held; a part registers its own (`layers.cascade`).
+Cascade = Callable[[PipelineBackend, PipelineSettings, Task, ExecResult, float], Awaitable[None]]
 
 
 class ExecutorRegistry:
@@ -118,6 +121,7 @@ class ExecutorRegistry:
         #: The log and receipts to prune (`pipeline.retention`; set with `executions`).
         self.retained: RetainedLog | None = None
         self._backlog: list[BacklogFactory] = []
+        self._cascades: list[Cascade] = []
         for task_type, executor in executors:
             self.register(task_type, executor)
 
@@ -130,6 +134,22 @@ class ExecutorRegistry:
         """The sources of owed work of the part whose executors these are: the backlog
         scheduler beside these executors finds that work in the store (`pipeline.scheduler`)."""
         self._backlog.append(factory)
+
+    def add_cascade(self, cascade: Cascade) -> None:
+        """What the part's finished tasks set in motion (`Cascade`)."""
+        self._cascades.append(cascade)
+
+    async def cascade(
+        self,
+        backend: PipelineBackend,
+        settings: PipelineSettings,
+        task: Task,
+        result: ExecResult,
+        now: float,
+    ) -> None:
+        """Run every registered cascade for a task that finished with `result`."""
+        for cascade in self._cascades:
+            await cascade(backend, settings, task, result, now)
 
     def backlog_sources(self, grace_s: float) -> list[Source]:
         return [source for factory in self._backlog for source in factory(grace_s)]

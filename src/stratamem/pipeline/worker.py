@@ -21,7 +21,8 @@ One delivery goes through `Worker.handle`:
    backend's counter (the backend lost its state: a Redis restart), or holds the grant's very
    token from another owner (the counter granted it twice), the counter is raised to it and the
    task is put back at once without spending an attempt (`pipeline.fencing.behind_the_store`);
-3. record the execution's end in the log (before the lock is released); on success: cascade
+3. record the execution's end in the log (before the lock is released); on success: the
+   registry's cascade (`ExecutorRegistry.cascade`: the layers' L1 -> L2 -> L3)
    (still under the lock), release, enqueue what the executor asked for
    after release, ack; on failure: release, then retry with backoff 5 s · 3^attempt up to the
    retry limit, then a dead letter with the error and the session's timers cleared. A failure
@@ -67,12 +68,7 @@ from stratamem.pipeline.reconcile import matches
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import RUNNING, STOPPED, WORKERS_SCOPE, expired
 from stratamem.pipeline.task import Delivery, LockGrant, Task, TaskType
-from stratamem.pipeline.timers import (
-    TimerPump,
-    cascade,
-    clear_session_timers,
-    lock_key_for,
-)
+from stratamem.pipeline.timers import TimerPump, clear_session_timers, lock_key_for
 from stratamem.pipeline.wakeup import FreeSignal
 from stratamem.store.evidence.executions import ExecutionStart
 from stratamem.store.evidence.receipts import Attempt
@@ -224,7 +220,7 @@ class Worker:
         result = receipt.result
         done = ExecResult(changed=bool(result.get("changed", True)),
                           skipped=bool(result.get("skipped", False)))  # fmt: skip
-        await cascade(self.backend, self.settings, task, done, self.clock.now())
+        await self.executors.cascade(self.backend, self.settings, task, done, self.clock.now())
         if await self.backend.ack(delivery):
             self.metrics.recovered += 1
             log.info("%s %s had finished before its worker stopped: acknowledged", task.type,
@@ -373,7 +369,7 @@ class Worker:
         self, delivery: Delivery, ctx: ExecutionContext, grant: LockGrant | None, res: ExecResult
     ) -> Outcome:
         now = self.clock.now()
-        await cascade(self.backend, self.settings, delivery.task, res, now)
+        await self.executors.cascade(self.backend, self.settings, delivery.task, res, now)
         if ctx.after_release:
             await self._release(grant)
             for follow_up in ctx.after_release:
