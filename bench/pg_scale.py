@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
+from answers import require_filled  # bench/answers.py
 from postgres import _ZIPF, WORDS, timed  # bench/postgres.py: the same vocabulary and timer
 from stratamem.domain import Layer, MemoryRecord, MemoryType, Mode, Scope
 from stratamem.retrieval.config import RetrievalConfig
@@ -207,6 +208,14 @@ def _copy_vectors(
 
 
 # -- measuring ---------------------------------------------------------------------------------
+def check_filled(store: RecordStore, kind: str, args: argparse.Namespace) -> None:
+    """Both measured tenants hold what they were filled with, and both retrievers answer."""
+    queries = [" ".join(WORDS[100:110]), " ".join(WORDS[:10])]
+    vector = unit_vectors(np.random.default_rng(1), 1)[0]
+    for tenant, count in tenants(args)[:2]:
+        require_filled(store, kind, Scope(tenant), count, queries, vector)
+
+
 def search_figures(store: RecordStore, args: argparse.Namespace, scope: Scope) -> dict[str, Any]:
     rng = np.random.default_rng(7)
     content = _ZIPF[100:] / _ZIPF[100:].sum()
@@ -268,12 +277,24 @@ def sizes(url: str) -> dict[str, Any]:
             "index_scan_used": any(name in str(row[0]) for row in plan)}  # fmt: skip
 
 
+def postgres_filled(url: str, args: argparse.Namespace) -> bool:
+    """Whether an earlier run filled this cache's PostgreSQL completely (a run that stopped
+    while filling leaves tables with fewer rows: those are filled again from scratch)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        exists = conn.execute("SELECT to_regclass('memories') IS NOT NULL").fetchone()
+        if not (exists and exists[0]):
+            return False
+        held = conn.execute("SELECT COUNT(*) FROM memories").fetchone()
+        if held and held[0] == sum(count for _, count in tenants(args)):
+            return True
+        conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    return False
+
+
 def ready_postgres(url: str, args: argparse.Namespace) -> dict[str, Any]:
     """Fill (unless an earlier run did) and index the large tenant; what it took."""
     took: dict[str, Any] = {}
-    with psycopg.connect(url, autocommit=True) as conn:
-        filled = conn.execute("SELECT to_regclass('memories') IS NOT NULL").fetchone()
-    if not (filled and filled[0]):
+    if not postgres_filled(url, args):
         started = time.perf_counter()
         fill_postgres(url, args)
         took["fill_s"] = round(time.perf_counter() - started, 1)
@@ -333,6 +354,7 @@ def main() -> None:
         for kind, store_url in (("sqlite", f"sqlite:{lite}"), ("postgres", url)):
             store = open_url(store_url, lite)
             try:
+                check_filled(store, kind, args)
                 store.search_text(BIG, Layer.L1, "warm", Filters(), 50)  # caches, plans
                 figures[kind] = {"large_tenant": search_figures(store, args, BIG),
                                  "small_tenant": search_figures(store, args, small)}  # fmt: skip

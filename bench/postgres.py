@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from answers import require_filled  # bench/answers.py
 from stratamem.domain import Layer, MemoryRecord, MemoryType, Mode, Role, Scope, Turn
 from stratamem.store.core.port import Filters
 from stratamem.store.opening import RecordStore, open_url
@@ -106,6 +107,7 @@ def search_figures(
     texts = [" ".join(rng.choice(WORDS[100:], size=4, p=content)) for _ in range(args.queries)]
     vectors = rng.normal(size=(args.queries, DIM)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    require_filled(store, "search", SCOPE, args.tenant_rows, [" ".join(WORDS[:10])], vectors[0])
 
     def bm25(n: int) -> None:
         store.search_text(SCOPE, Layer.L1, texts[n], Filters(), 50)

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from answers import require_filled  # bench/answers.py
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.domain import Layer, MemoryRecord, MemoryType, Mode, Scope
@@ -101,6 +102,7 @@ def search_figures(memory: AsyncMemory, size: int, queries: int, model: bool) ->
     texts = [" ".join(rng.choice(WORDS[100:], size=4, p=content)) for _ in range(queries)]
     vectors = rng.normal(size=(queries, DIM)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    require_filled(store, f"{size} records", SCOPE, size, [" ".join(WORDS[:10])], vectors[0])
     it = iter(range(10**9))
 
     def bm25() -> None:
