@@ -118,9 +118,9 @@ def free_port() -> int:
 ROLES: dict[str, Callable[[int], list[str]]] = {
     "worker": lambda n: ["worker", "--name", f"w{n}"],
     "layers": lambda n: ["worker", "--name", f"w{n}",
-                         "--executors", "stratamem.layers.executors:layer_registry"],
+                         "--executors", "stratamem.runtime:layer_registry"],
     "offload": lambda n: ["worker", "--name", f"w{n}",
-                          "--executors", "stratamem.offload.executors:worker_registry"],
+                          "--executors", "stratamem.runtime:offload_registry"],
     "schedule": lambda n: ["schedule"],
     "serve": lambda n: ["serve", "--workers", "0", "--port", str(free_port())],
 }  # fmt: skip
