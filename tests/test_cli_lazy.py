@@ -47,3 +47,24 @@ def test_the_listing_is_what_the_commands_would_print() -> None:
     click.Group.format_commands(cli, ctx, loaded)  # every command imported, asked for its help
     assert lazy.getvalue() == loaded.getvalue() and "worker" in lazy.getvalue()
     assert "Commands:" in CliRunner().invoke(cli, ["--help"]).output
+
+
+def test_every_top_level_command_is_listed() -> None:
+    """A command defined in a `stratamem.cli` module and in no group is one of `COMMANDS` (a new
+    command is reached only through its row there)."""
+    import importlib  # noqa: PLC0415
+    import pkgutil  # noqa: PLC0415
+
+    import stratamem.cli  # noqa: PLC0415
+
+    defined: dict[int, tuple[str, click.Command]] = {}
+    for info in pkgutil.iter_modules(stratamem.cli.__path__):
+        module = importlib.import_module(f"stratamem.cli.{info.name}")
+        for attr, value in vars(module).items():
+            if isinstance(value, click.Command) and value is not cli:
+                defined[id(value)] = (f"{info.name}:{attr}", value)
+    inner = {id(sub) for _, command in defined.values() if isinstance(command, click.Group)
+             for sub in command.commands.values()}  # fmt: skip
+    listed = {where for where, _ in COMMANDS.values()}
+    unlisted = [w for key, (w, _) in defined.items() if key not in inner and w not in listed]
+    assert sorted(unlisted) == [] and "pipeline_cmds:worker" in listed
