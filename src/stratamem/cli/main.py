@@ -23,8 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "capture": ("memory_cmds:capture",
         "Capture one message into the store (searchable by BM25 at once)."),
     "erase": ("memory_cmds:erase",
-        "Forget a session (its turns, the memories drawn from them, its layer and offload records) "
-        "or a whole tenant's data."),
+        "Forget a session, a turn or a memory, and what was built on it (docs/forgetting.md), or "
+        "a whole tenant's data."),
     "eval": ("eval_cmds:eval_group",
         "Measure stratamem on public benchmarks, on this machine."),
     "failures": ("failures_cmds:failures",
@@ -36,6 +36,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Import a JSONL file of messages, or LoCoMo conversations (one tenant per sample)."),
     "keys": ("service_cmds:keys",
         "API keys: each maps to one tenant and is stored only hashed."),
+    "lineage": ("lineage_cmds:lineage",
+        "Why something is known: what a memory, scene or profile version was built from (turns, "
+        "memories, scene versions) and what was built from it, as JSON."),
     "llm": ("llm_cmds:llm",
         "The LLM endpoint of the memory layers and offload (STRATAMEM_LLM_*)."),
     "mcp": ("service_cmds:mcp",

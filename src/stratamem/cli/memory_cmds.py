@@ -243,16 +243,37 @@ def reindex(ctx: click.Context, yes: bool) -> None:
 @click.command()
 @click.option("--tenant", required=True, help="The tenant whose data is erased.")
 @click.option("--session", default=None, help="Only this session (else the whole tenant).")
+@click.option("--turn", "turn_id", default=None, help="Only this captured turn.")
+@click.option("--memory", "memory_id", default=None, help="Only this memory (and its history).")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
-def erase(ctx: click.Context, tenant: str, session: str | None, yes: bool) -> None:
-    """Forget a session (its turns, the memories drawn from them, its layer and offload records)
-    or a whole tenant's data. Tenant registrations and keys are `tenants` / `keys` business."""
-    what = f"session {session!r} of tenant {tenant!r}" if session else f"all of tenant {tenant!r}"
+def erase(
+    ctx: click.Context,
+    tenant: str,
+    session: str | None,
+    turn_id: str | None,
+    memory_id: str | None,
+    yes: bool,
+) -> None:
+    """Forget a session, a turn or a memory, and what was built on it (docs/forgetting.md), or
+    a whole tenant's data. Tenant registrations and keys are `tenants` / `keys` business."""
+    named = [(k, v) for k, v in (("session", session), ("turn", turn_id),
+                                 ("memory", memory_id)) if v is not None]  # fmt: skip
+    if len(named) > 1:
+        raise click.UsageError("name at most one of --session, --turn and --memory")
+    what = f"{named[0][0]} {named[0][1]!r} of tenant {tenant!r}" if named else (
+        f"all of tenant {tenant!r}")  # fmt: skip
     if not yes:
         click.confirm(f"Erase {what}? This cannot be undone.", abort=True)
     with open_memory(ctx, existing=True) as memory:
-        erased = memory.erase_session(tenant, session) if session else memory.erase_tenant(tenant)
+        if session is not None:
+            erased = memory.erase_session(tenant, session)
+        elif turn_id is not None:
+            erased = memory.erase_turn(tenant, turn_id)
+        elif memory_id is not None:
+            erased = memory.erase_memory(tenant, memory_id)
+        else:
+            erased = memory.erase_tenant(tenant)
     print_json({"tenant": tenant, "session": session, "erased": erased})
 
 
