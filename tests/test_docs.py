@@ -59,6 +59,8 @@ def _shown(value: Any) -> str:
         return f"`{value.value}`"
     if isinstance(value, float):
         return f"`{value:g}`"
+    if isinstance(value, list):  # as its variable takes it: comma-separated
+        return "`" + ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value) + "`"
     if isinstance(value, Path):
         return f"`./{value}`"
     return f"`{value}`"

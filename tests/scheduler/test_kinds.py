@@ -38,7 +38,7 @@ NOW = 1_000_000.0
 REDIS_URL = "redis://127.0.0.1:6379/0"
 LAYERS = LayerSettings(l1_every_turns=1, idle_timeout_s=300)
 SETTINGS = PipelineSettings(scheduler_limit=8, scheduler_grace_s=0)
-LAYER_KINDS = {"L1", "L2", "L3", "flush", "L2-stale", "L3-stale"}
+LAYER_KINDS = {"L1", "L2", "L3", "flush", "L2-stale", "L3-stale", "L1-retry"}
 OFFLOAD_KINDS = {"offload-l1", "offload-l15", "offload-l2"}
 
 

@@ -11,8 +11,12 @@
 - `L2-stale`, `L3-stale`: tenants with scenes (L2) or a profile (L3) built from a memory
   since corrected, superseded or forgotten (`store/lineage`), due `grace_s` after the
   marking; the stage writes them again and clears the marks.
+- `L1-retry`: quarantined turns whose automatic retry is scheduled (`Failure.retry_at`), due
+  then: an `L1` task of the turn's session with `{"retry": <failure id>}` (under the session's
+  lock, like any L1).
 
-Progress markers: the L1 cursor, the L2 mark, the time of the last L3, the request's time.
+Progress markers: the L1 cursor, the L2 mark, the time of the last L3, the request's time, the
+retry's count and time.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from stratamem.layers.settings import LayerSettings
 from stratamem.pipeline.scheduler import Cursor, Owed, Page, Source
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.store.backlog import BacklogStore, FlushRequest, TenantOwed
+from stratamem.store.failures.records import Failure
 
 
 def _pair(after: Cursor | None) -> tuple[str, str] | None:
@@ -89,6 +94,31 @@ class FlushSource(_NoFallback):
 
     def key_of(self, task: Task) -> str | None:
         return _session_key(task, TaskType.FLUSH)
+
+
+class RetrySource(_NoFallback):
+    """Quarantined turns due for their automatic retry (`LayerService.auto_retry`)."""
+
+    kind, task_type = "L1-retry", TaskType.L1
+
+    def __init__(self, backlog: BacklogStore) -> None:
+        self.backlog = backlog
+
+    async def page(self, after: Cursor | None, limit: int, now: float) -> Page:
+        rows = await asyncio.to_thread(self.backlog.retries_scheduled, _pair(after), limit)
+        items = [self._owed(f) for f in rows if f.session is not None and f.retry_at is not None]
+        last = (rows[-1].tenant, rows[-1].id) if rows else None
+        return Page(items, _end(len(rows), limit, last))
+
+    def _owed(self, failure: Failure) -> Owed:
+        task = Task(TaskType.L1, failure.tenant, failure.session, {"retry": failure.id})
+        progress = f"{failure.auto_retries}@{failure.retry_at}"
+        return Owed(f"{failure.tenant}/{failure.id}", (failure.tenant, failure.id), task,
+                    failure.retry_at or 0.0, progress)  # fmt: skip
+
+    def key_of(self, task: Task) -> str | None:
+        retry = task.payload.get("retry") if task.type is TaskType.L1 else None
+        return f"{task.tenant}/{retry}" if isinstance(retry, str) else None
 
 
 class _TenantSource(_NoFallback):
@@ -170,4 +200,4 @@ def layer_sources(backlog: BacklogStore, settings: LayerSettings, grace_s: float
     return [L1Source(backlog, settings), L2Source(backlog, settings, grace_s),
             L3Source(backlog, settings, grace_s), FlushSource(backlog, grace_s),
             StaleScenesSource(backlog, settings, grace_s),
-            StaleProfileSource(backlog, settings, grace_s)]  # fmt: skip
+            StaleProfileSource(backlog, settings, grace_s), RetrySource(backlog)]  # fmt: skip

@@ -63,6 +63,9 @@ class LayerExecutors:
         self.backend = backend
 
     async def l1(self, ctx: ExecutionContext) -> ExecResult:
+        retry = ctx.task.payload.get("retry")
+        if isinstance(retry, str):  # the automatic retry of a quarantined turn of the session
+            return _result(await self.service.auto_retry(_run(ctx), retry))
         stage = await self.service.run_l1(_run(ctx))
         await self._l3_by_count(ctx)
         if stage.counts.get("left", 0) > 0:  # its attempts ran out: the batch goes on at once

@@ -28,6 +28,7 @@ from stratamem.errors import (
     InvalidInput,
     LLMError,
     NotFound,
+    Postponed,
     ReceiptConflict,
     StageOutputRejected,
 )
@@ -43,7 +44,7 @@ from stratamem.stages.records import Origin, reason, recordable
 from stratamem.store.core.port import Fence, Filters, Store
 from stratamem.store.evidence.port import EvidenceStore
 from stratamem.store.evidence.receipts import Attempt
-from stratamem.store.failures.records import Failure, FailureKind
+from stratamem.store.failures.records import Failure, FailureKind, FailureStatus
 from stratamem.store.layers.port import L1Commit, L2Commit, L3Commit, LayerStore, RetryCommit
 from stratamem.store.lineage.rows import MEMORY, PROFILE, PROFILE_ID, SCENE, Ref
 
@@ -163,7 +164,8 @@ class LayerService:
         result = StageResult("L1", self.mode, changed=bool(plan.memories), counts=counts)
         commit = L1Commit(
             session, task_id, cursor, read.settled[-1].seq, self.clock.now(), plan.memories,
-            plan.supersedes, result.to_json(), read.quarantined, [*read.notes, *notes],
+            plan.supersedes, result.to_json(), self._scheduled(read.quarantined),
+            [*read.notes, *notes],
             run.attempt,
         )  # fmt: skip
         await asyncio.to_thread(self.layers.commit_l1, run.scope, commit, run.fence)
@@ -421,6 +423,40 @@ class LayerService:
         await asyncio.to_thread(self.layers.commit_retry, run.scope, commit, run.fence)
         await self._embed_new(len(plan.memories))
         return result
+
+    def _scheduled(self, quarantined: Sequence[Failure]) -> list[Failure]:
+        """New quarantines with their first automatic retry scheduled."""
+        return [replace(q, retry_at=self.settings.quarantine_retry_at(q.failed_at, 0))
+                for q in quarantined]  # fmt: skip
+
+    async def auto_retry(self, run: Run, failure_id: str) -> StageResult:
+        """The automatic retry of a quarantined turn whose `retry_at` has come (a pipeline L1
+        task with `{"retry": id}`, submitted by the backlog scheduler). Accepted: its memories
+        are written and the record resolved. Unusable (or refused by the endpoint): the retry is
+        counted and the next one scheduled after the following wait of `quarantine_retry_s`;
+        after the last the record waits for an operator. Endpoint trouble is raised (the
+        pipeline postpones the task; the retry is not counted). Skipped when the record is no
+        longer open, not due, or this task committed it already."""
+        done = await self._replayed(run)
+        if done is not None:
+            return done
+        failure = await asyncio.to_thread(self.layers.get_failure, run.scope, failure_id)
+        now = self.clock.now()
+        due = failure.retry_at is not None and failure.retry_at <= now
+        if failure.status is not FailureStatus.OPEN or not due or self.llm is None:
+            return StageResult("L1", self.mode, skipped=True)
+        try:
+            return await self.retry_quarantine(run, failure)
+        except Postponed:
+            raise
+        except (StageOutputRejected, LLMError) as exc:
+            retries = failure.auto_retries + 1
+            retry_at = self.settings.quarantine_retry_at(self.clock.now(), retries)
+            await asyncio.to_thread(self.layers.schedule_retry, run.scope, failure_id,
+                                    retry_at, retries)  # fmt: skip
+            log.info("automatic retry %d of %s failed (%s); next: %s", retries, failure_id,
+                     type(exc).__name__, "operator" if retry_at is None else retry_at)
+            return StageResult("L1", self.mode, counts={"retried": 1, "resolved": 0})
 
     # -- shared ------------------------------------------------------------------------------
     async def _replayed(self, run: Run) -> StageResult | None:

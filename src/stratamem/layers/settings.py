@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class LayerSettings(BaseSettings):
@@ -34,6 +36,12 @@ class LayerSettings(BaseSettings):
         " turn down to itself): a rejected batch is split in halves until the failing turn is"
         " alone, then quarantined; turns left over wait for the next run.",
     )
+    quarantine_retry_s: Annotated[list[float], NoDecode] = Field(
+        default_factory=lambda: [3600.0, 21600.0, 86400.0],
+        max_length=20,
+        description="Waits before the automatic retries of a quarantined turn, comma-separated"
+        " (one retry each; empty: none); after the last it waits for an operator.",
+    )
     min_memory_words: int = Field(
         2,
         ge=1,
@@ -50,3 +58,23 @@ class LayerSettings(BaseSettings):
     # -- L3 ----------------------------------------------------------------------------------
     l3_every_memories: int = Field(30, ge=1, description="L3 after this many new memories.")
     max_profile_chars: int = Field(1200, ge=100, description="Longest profile document.")
+
+    @field_validator("quarantine_retry_s", mode="before")
+    @classmethod
+    def _split_waits(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [float(part) for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("quarantine_retry_s")
+    @classmethod
+    def _positive_waits(cls, value: list[float]) -> list[float]:
+        if any(wait <= 0 for wait in value):
+            raise ValueError("every wait before a retry must be more than 0 seconds")
+        return value
+
+    def quarantine_retry_at(self, now: float, retries_done: int) -> float | None:
+        """When a quarantined turn that had `retries_done` automatic retries is retried next
+        (None: no more; it waits for an operator)."""
+        waits = self.quarantine_retry_s
+        return now + waits[retries_done] if retries_done < len(waits) else None

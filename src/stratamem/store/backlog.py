@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from stratamem.domain import Scope
+from stratamem.store.failures import rows as failure_rows
+from stratamem.store.failures.records import Failure
 from stratamem.store.layers.port import SessionState
 from stratamem.store.layers.rows import session_state_from_row
 from stratamem.store.lineage import rows as lineage_rows
@@ -78,6 +80,10 @@ class BacklogStore(Protocol):
     def flush_requests(self, after: tuple[str, str] | None, limit: int) -> list[FlushRequest]:
         """Flush requests not completed; key (tenant, session)."""
 
+    def retries_scheduled(self, after: tuple[str, str] | None, limit: int) -> list[Failure]:
+        """Open quarantined turns with an automatic retry scheduled (`Failure.retry_at`, due
+        or not); key (tenant, failure id)."""
+
 
 class SqlBacklogStore:
     """`BacklogStore` beside a SQL store, sharing its connection."""
@@ -115,6 +121,10 @@ class SqlBacklogStore:
     def flush_requests(self, after: tuple[str, str] | None, limit: int) -> list[FlushRequest]:
         with self._store.reading() as conn:
             return flush_requests(conn, after, limit)
+
+    def retries_scheduled(self, after: tuple[str, str] | None, limit: int) -> list[Failure]:
+        with self._store.reading() as conn:
+            return failure_rows.retries_scheduled(conn, after, limit)
 
 
 _NOWHERE = ("", "")  # sorts before every (tenant, session): identifiers are never empty

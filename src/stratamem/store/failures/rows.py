@@ -170,6 +170,31 @@ def note_retry(
     return get_failure(conn, tenant, failure_id)
 
 
+def schedule_retry(
+    conn: SqlConn, tenant: str, failure_id: str, retry_at: float | None, auto_retries: int
+) -> None:
+    """When an open record is retried by itself next (None: it waits for an operator), and how
+    many automatic retries it had."""
+    conn.execute(
+        "UPDATE failures SET retry_at = ?, auto_retries = ? WHERE tenant = ? AND id = ?"
+        " AND status = 'open'",
+        (retry_at, auto_retries, tenant, failure_id),
+    )
+
+
+def retries_scheduled(
+    conn: SqlConn, after: tuple[str, str] | None, limit: int
+) -> list[Failure]:
+    """Open quarantines with an automatic retry scheduled, any tenant, by (tenant, id) after
+    `after` (through the partial index of the scheduled ones)."""
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM failures WHERE retry_at IS NOT NULL AND status = 'open'"
+        " AND kind = 'quarantine' AND (tenant, id) > (?, ?) ORDER BY tenant, id LIMIT ?",
+        (*(after or ("", "")), limit),
+    ).fetchall()
+    return [failure_from_row(row) for row in rows]
+
+
 def failure_from_row(row: Any) -> Failure:
     return Failure(
         task_id=row["task_id"],

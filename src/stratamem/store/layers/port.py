@@ -196,6 +196,12 @@ class LayerStore(Protocol):
     def get_failure(self, scope: Scope, failure_id: str) -> Failure:
         """One failure record (`NotFound`)."""
 
+    def schedule_retry(
+        self, scope: Scope, failure_id: str, retry_at: float | None, auto_retries: int
+    ) -> None:
+        """Set when an open record is retried by itself next (None: never, it waits for an
+        operator) and how many automatic retries it had; a record not open is left alone."""
+
     def note_retry(
         self,
         scope: Scope,

@@ -251,6 +251,12 @@ class SqlLayerStore:
         with self._store.reading() as conn:
             return failure_rows.get_failure(conn, scope.tenant, failure_id)
 
+    def schedule_retry(
+        self, scope: Scope, failure_id: str, retry_at: float | None, auto_retries: int
+    ) -> None:
+        with self._store.writing() as conn:
+            failure_rows.schedule_retry(conn, scope.tenant, failure_id, retry_at, auto_retries)
+
     def note_retry(
         self,
         scope: Scope,
