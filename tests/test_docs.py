@@ -53,14 +53,14 @@ def _shown(value: Any) -> str:
     """A default as the README writes it."""
     if value is None or value == []:
         return "–"
+    if isinstance(value, list):  # as its variable takes it: comma-separated
+        value = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
     if isinstance(value, Enum):
         return f"`{value.value}`"
     if isinstance(value, float):
         return f"`{value:g}`"
-    if isinstance(value, list):  # as its variable takes it: comma-separated
-        return "`" + ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value) + "`"
     if isinstance(value, Path):
         return f"`./{value}`"
     return f"`{value}`"

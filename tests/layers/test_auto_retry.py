@@ -13,8 +13,10 @@ from stratamem.pipeline.worker import Outcome
 from stratamem.store.failures.records import Failure, FailureKind, FailureQuery, FailureStatus
 from stratamem.testing import Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers, l1_reply
-from tests.layers.test_pipeline import SCOPE, TURNS, Rig, rig  # noqa: F401 - the fixture
+from tests.layers import test_pipeline
+from tests.layers.test_pipeline import SCOPE, TURNS, Rig
 
+rig = test_pipeline.rig  # the fixture: a worker and a scheduler beside an LLM memory
 HOUR = 3600.0
 
 
