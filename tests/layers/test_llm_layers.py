@@ -12,6 +12,7 @@ from stratamem.core import AsyncMemory
 from stratamem.domain import MemoryType, Mode, Scope
 from stratamem.errors import StageOutputRejected
 from stratamem.layers.service import Run
+from stratamem.layers.settings import LayerSettings
 from stratamem.testing import Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers
 
@@ -58,9 +59,37 @@ async def test_happy_path_end_to_end(llm_memory: AsyncMemory, scripted_llm: Scri
     assert "L1-reconcile" not in usage  # nothing to reconcile against in an empty store
 
 
-async def test_update_keeps_the_old_version_for_history_and_as_of(
-    llm_memory: AsyncMemory, scripted_llm: ScriptedLLM, clock: ManualClock
+async def test_reconcile_asks_only_about_memories_with_a_near_neighbour(
+    llm_memory: AsyncMemory, scripted_llm: ScriptedLLM
 ) -> None:
+    """A new memory whose nearest existing one is not similar enough is stored without a call;
+    one with a near neighbour is shown to the model alone."""
+    install_layer_handlers(scripted_llm)
+    await llm_memory.capture("acme", "s1", TURNS[:1])
+    await llm_memory.flush("acme", "s1")
+    unrelated = {"role": "user", "speaker": "Maria", "text": "We adopted a cat called Miso."}
+    await llm_memory.capture("acme", "s2", [unrelated])
+    await llm_memory.flush("acme", "s2")
+    assert scripted_llm.calls("L1-reconcile") == []
+    assert len(llm_memory.store.list_memories(SCOPE)) == 2
+
+    again = {"role": "user", "speaker": "Maria", "text": "I'm a nurse and I live in Lisbon!"}
+    await llm_memory.capture("acme", "s3", [again, unrelated | {"text": "I bake bread daily."}])
+    await llm_memory.flush("acme", "s3")
+    [call] = scripted_llm.calls("L1-reconcile")
+    shown = call.messages[-1]["content"]
+    assert "nurse" in shown and "bread" not in shown and "[N2]" not in shown
+    assert len(llm_memory.store.list_memories(SCOPE)) == 4
+
+
+async def test_update_keeps_the_old_version_for_history_and_as_of(
+    llm_memory: AsyncMemory,
+    scripted_llm: ScriptedLLM,
+    clock: ManualClock,
+    layer_settings: LayerSettings,
+) -> None:
+    # the hash embedder sees "moved to Porto" far from "live in Lisbon" (0.37): ask anyway
+    layer_settings.reconcile_min_similarity = -1.0
     install_layer_handlers(scripted_llm)
     await llm_memory.capture("acme", "s1", TURNS[:1])
     await llm_memory.flush("acme", "s1")

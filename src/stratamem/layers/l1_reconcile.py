@@ -30,6 +30,8 @@ STAGE = "L1-reconcile"
 _SHOWN_CHARS = 400
 #: The fusion constant of the neighbour search (memories only; not tuned on LoCoMo).
 _RRF_K = 60
+#: The fused hit's score key of the memories' vector search (a cosine: unit vectors).
+_VECTOR = f"{Layer.L1.value}:vector"
 
 
 async def find_neighbours(
@@ -39,8 +41,12 @@ async def find_neighbours(
     memories: Sequence[NewMemory],
     k: int,
     candidates: int,
+    min_similarity: float = -1.0,
 ) -> list[list[MemoryRecord]]:
-    """The `k` nearest current memories of each new memory."""
+    """The `k` nearest current memories of each new memory, among those whose vector is at
+    least `min_similarity` (cosine) from it: the hybrid search always finds some memory, and
+    asking the model about one that merely shares words cost a call per batch for nothing
+    (`bench/layers_cost.py`). Without an embedder every full-text neighbour counts."""
     if k == 0 or not memories:
         return [[] for _ in memories]
     vectors = None
@@ -52,6 +58,8 @@ async def find_neighbours(
         vector: np.ndarray | None = None if vectors is None else vectors[i]
         request = SearchRequest(query=clip(memory.content, 2000), k=k, layers=_L1, filters=_NOW)
         hits = await hybrid_search(store, scope, request, vector, config)
+        if vector is not None:
+            hits = [h for h in hits if h.retriever_scores.get(_VECTOR, -2.0) >= min_similarity]
         ids = [h.id for h in hits]
         found.append(await asyncio.to_thread(_load, store, scope, ids))
     return found

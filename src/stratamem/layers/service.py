@@ -34,7 +34,7 @@ from stratamem.errors import (
 )
 from stratamem.layers import forgetting, l1_read, l1_reconcile, l2_scenes, l3_profile, offline
 from stratamem.layers.l1_read import L1Read, ReadRun
-from stratamem.layers.model import NewMemory, Reconciled, StageResult
+from stratamem.layers.model import Action, NewMemory, Reconciled, StageResult
 from stratamem.layers.schemas import ProfileDoc, Reconciliation, SceneOps, Shown, check_profile
 from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLM, LLMOutputInvalid
@@ -194,7 +194,7 @@ class LayerService:
     ) -> tuple[l1_reconcile.L1Plan, list[Failure]]:
         neighbours = await l1_reconcile.find_neighbours(
             self.store, self.embedder, run.scope, proposed, self.settings.neighbours,
-            self._candidates,
+            self._candidates, self.settings.reconcile_min_similarity,
         )  # fmt: skip
         decisions, notes = await self._decide(run, proposed, neighbours)
         existing = {m.id: m for group in neighbours for m in group}
@@ -210,12 +210,15 @@ class LayerService:
         neighbours: Sequence[Sequence[MemoryRecord]],
     ) -> tuple[list[Reconciled], list[Failure]]:
         """The model's decisions; when its reply is unusable (after the repair round), the
-        offline rule decides (store, or skip an exact repeat) and a `fallback` is noted."""
+        offline rule decides (store, or skip an exact repeat) and a `fallback` is noted. The
+        model sees only the new memories that have a neighbour: the others are stored."""
         if self.llm is None or not l1_reconcile.needs_model(neighbours):
             return l1_reconcile.offline_decisions(proposed, neighbours), []
+        asked = [i for i, group in enumerate(neighbours) if group]
+        shown, near = [proposed[i] for i in asked], [neighbours[i] for i in asked]
         stage, origin = l1_reconcile.STAGE, run.origin(self.clock.now())
-        messages, view = l1_reconcile.reconcile_messages(load_prompt("l1_reconcile"), proposed,
-                                                         neighbours)  # fmt: skip
+        messages, view = l1_reconcile.reconcile_messages(load_prompt("l1_reconcile"), shown,
+                                                         near)  # fmt: skip
         min_words = self.settings.min_memory_words
         try:
             answer = await self._call(run, stage, messages, Reconciliation,
@@ -223,7 +226,9 @@ class LayerService:
         except LLMOutputInvalid as exc:
             fallback = origin.failed(stage, exc, FailureKind.FALLBACK)
             return l1_reconcile.offline_decisions(proposed, neighbours), [fallback]
-        decisions = l1_reconcile.decisions_from(answer.value.kept, view, len(proposed))
+        decided = l1_reconcile.decisions_from(answer.value.kept, view, len(shown))
+        by_index = {asked[d.index]: replace(d, index=asked[d.index]) for d in decided}
+        decisions = [by_index.get(i, Reconciled(i, Action.STORE)) for i in range(len(proposed))]
         return decisions, origin.dropped(stage, answer.value.dropped)
 
     async def _embed_new(self, count: int) -> None:

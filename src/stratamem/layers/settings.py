@@ -28,6 +28,16 @@ class LayerSettings(BaseSettings):
     neighbours: int = Field(
         4, ge=0, le=20, description="Existing memories shown per new one for reconciliation."
     )
+    reconcile_min_similarity: float = Field(
+        0.55,
+        ge=-1,
+        le=1,
+        description="Cosine similarity an existing memory needs to be a new one's neighbour:"
+        " a new memory without one is stored without asking the model (no embedder: every"
+        " full-text neighbour counts). With the default embedder a fact and its update or"
+        " contradiction score 0.6-0.85, unrelated facts of one user 0.44 (median); a `hash`"
+        " embedder only sees shared words: set -1 to ask about every neighbour.",
+    )
     l1_max_attempts: int = Field(
         12,
         ge=1,
