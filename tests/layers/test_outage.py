@@ -141,7 +141,7 @@ async def produce(d: Deployment, second: int) -> None:
         return
     now = d.clock.now()
     for tenant, session in SESSIONS:
-        turn = {"role": "user", "speaker": "Maria", "text": f"At second {second} I was in {session}."}
+        turn = {"role": "user", "speaker": "Maria", "text": f"At {second} s I was in {session}."}
         await d.memory.capture(tenant, session, [turn])
         if second % 30 == 0:
             await d.offload.user_message(tenant, session, f"Fix build {second}", timestamp=now)
