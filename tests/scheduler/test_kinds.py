@@ -17,8 +17,11 @@ from stratamem.clock import ManualClock
 from stratamem.domain import Role, Scope, Turn
 from stratamem.layers.backlog import layer_sources
 from stratamem.layers.settings import LayerSettings
+from stratamem.offload import Offload
 from stratamem.offload.backlog import offload_sources
+from stratamem.offload.executors import PipelineScheduler, register_executors
 from stratamem.pipeline.backend import PipelineBackend
+from stratamem.pipeline.executors import ExecutorRegistry
 from stratamem.pipeline.redis_backend import RedisBackend
 from stratamem.pipeline.scheduler import (
     BacklogScheduler,
@@ -148,3 +151,20 @@ async def test_the_loop_wakes_when_consumers_of_its_kinds_are_free(rig: Rig) -> 
     await asyncio.wait_for(waiting, 10)
     stop.set()
     await asyncio.wait_for(layers._wait(stop, 30.0), 10)  # stop ends a wait at once
+
+
+async def test_offline_the_offload_scan_never_reads_unmapped_entries(rig: Rig) -> None:
+    """Offline, no entry is ever mapped to a diagram: there is no offload-l2 source, so a pass
+    never pages through the sessions whose entries wait for one (every session that ever had a
+    routed tool call: 20,000 of them took 0.5-0.8 s a pass)."""
+    registry = ExecutorRegistry()
+    scheduler = PipelineScheduler(rig.backend, rig.clock)
+    register_executors(registry, Offload(SqlOffloadStore(rig.store), scheduler))  # no LLM
+    offline = registry.backlog_sources(0)
+    assert {s.kind for s in offline} == {"offload-l1", "offload-l15"}
+    loop = rig.loop("offline", offline)
+    rig.tool_call("s1")
+    report = await loop.tick()
+    assert report is not None and types(report.submitted) == ["offload-l1"]
+    assert set((await read_snapshot(rig.backend) or {})["backlog"]) == {"offload-l1",
+                                                                       "offload-l15"}
