@@ -9,7 +9,10 @@ against the scripted OpenAI-compatible server answering every call after `--late
 Reported per process count: tasks per second between 10 % and 90 % of the sessions done, and
 that rate as a fraction of the capacity, `processes * concurrency / (latency_s * calls per
 task)` (calls per task counted on the endpoint): what the consumers could do if none ever
-waited for a task. The goal is >= 0.8 at every count.
+waited for a task. The goal is >= 0.8 at every count. Also the CPU the worker processes spent
+per task done (`cpu_ms_per_task`, from /proc: it does not depend on the machine's load) and the
+run's load average: on a shared machine whose cores are busy, the fraction measures the
+machine, and the CPU per task says what the code costs.
 
     python bench/drain.py [--processes 1,2,4] [--sessions 0] [--backend sqlite|redis] [--json]
 
@@ -111,6 +114,7 @@ def run(processes: int, args: Any) -> dict[str, Any]:
         procs = [spawn(env, Path(tmp) / f"w{n}.log", f"w{n}") for n in range(processes)]
         try:
             marks = watch(data, sessions, procs)
+            cpu_s = sum(cpu_seconds(p.pid) for p in procs)
         finally:
             stop(procs)
             if args.backend == "redis":
@@ -124,7 +128,15 @@ def run(processes: int, args: Any) -> dict[str, Any]:
             "sessions": sessions, "calls_per_task": round(per_task, 3),
             "tasks_per_s": round(rate, 1), "capacity_per_s": round(capacity, 1),
             "fraction": round(rate / capacity, 3),
-            "first_task_s": round(marks["t_first"], 2)}  # fmt: skip
+            "first_task_s": round(marks["t_first"], 2),
+            "cpu_ms_per_task": round(1000 * cpu_s / max(done, 1), 1),
+            "load": os.getloadavg()[0]}  # fmt: skip
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU of a live process so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def spawn(env: dict[str, str], log: Path, name: str) -> subprocess.Popen[bytes]:
@@ -194,11 +206,13 @@ def main() -> None:
         return
     print(f"backend {args.backend}, endpoint latency {args.latency_s * 1000:.0f} ms,"
           f" {args.concurrency} consumers a process")  # fmt: skip
-    print("processes  sessions  calls/task  tasks/s  capacity/s  fraction  first task")
+    print("processes  sessions  calls/task  tasks/s  capacity/s  fraction  first task"
+          "  cpu ms/task  load")  # fmt: skip
     for r in results:
         print(f"{r['processes']:>9}  {r['sessions']:>8}  {r['calls_per_task']:>10}"
               f"  {r['tasks_per_s']:>7}  {r['capacity_per_s']:>10}  {r['fraction']:>8}"
-              f"  {r['first_task_s']:>8} s")  # fmt: skip
+              f"  {r['first_task_s']:>8} s  {r['cpu_ms_per_task']:>11}"
+              f"  {r['load']:>4.1f}")  # fmt: skip
 
 
 if __name__ == "__main__":
