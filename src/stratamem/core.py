@@ -48,6 +48,7 @@ from stratamem.store.evidence.port import EvidenceStore
 from stratamem.store.evidence.store import SqlEvidenceStore
 from stratamem.store.layers.port import LayerStore
 from stratamem.store.layers.store import SqlLayerStore
+from stratamem.store.lineage import export
 from stratamem.store.lineage.port import Forget, Lineage, LineageStore
 from stratamem.store.lineage.rows import (
     CORRECTED,
@@ -60,6 +61,7 @@ from stratamem.store.lineage.rows import (
 )
 from stratamem.store.lineage.store import SqlLineageStore
 from stratamem.store.opening import RecordStore, open_store
+from stratamem.store.sqlite.store import SqliteStore
 
 ProgressFn = Callable[[int], None]
 T = TypeVar("T")
@@ -645,6 +647,36 @@ class AsyncMemory:
         return await asyncio.to_thread(
             lineage.forget, Scope(tenant), request, forgetting.rebuilder(self.layer_settings)
         )
+
+    async def export_tenant(self, tenant: str) -> list[dict[str, Any]]:
+        """Everything held about a tenant, as the lines of a versioned JSONL export (turns,
+        memories with their versions, scenes, profile, lineage, layer state, offload entries
+        and refs; the embedding model named): `store/lineage/export.py`."""
+        check_ident(tenant, "tenant")
+        store = self._sql_store()
+        kind = "sqlite" if isinstance(store, SqliteStore) else "postgres"
+        return await asyncio.to_thread(lambda: list(export.export_tenant(store, Scope(tenant),
+                                                                         kind)))  # fmt: skip
+
+    async def import_export(
+        self, lines: Sequence[Mapping[str, Any]], tenant: str | None = None
+    ) -> dict[str, int]:
+        """Load an export (`export_tenant`'s lines) under its tenant or `tenant`, which must
+        hold nothing here yet; ids and validity are kept, and the records are embedded again
+        with this store's model. Counts of rows by table."""
+        if tenant is not None:
+            check_ident(tenant, "tenant")
+        store = self._sql_store()
+        counts = await asyncio.to_thread(
+            export.import_tenant, store, [dict(line) for line in lines], tenant
+        )
+        self.start_background()
+        return counts
+
+    def _sql_store(self) -> SqlCoreStore:
+        if not isinstance(self.store, SqlCoreStore):
+            raise ConfigError("export and import need a SQLite or PostgreSQL store")
+        return self.store
 
     async def memory_lineage(self, tenant: str, memory_id: str) -> Lineage:
         """Why a memory is known: the turns and memories it came from, and what superseded it

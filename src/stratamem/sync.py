@@ -220,6 +220,16 @@ class Memory(SyncFacade):
         """See `AsyncMemory.erase_tenant`."""
         return self.run(self.core.erase_tenant(tenant))
 
+    def export_tenant(self, tenant: str) -> list[dict[str, Any]]:
+        """See `AsyncMemory.export_tenant`."""
+        return self.run(self.core.export_tenant(tenant))
+
+    def import_export(
+        self, lines: Sequence[Mapping[str, Any]], tenant: str | None = None
+    ) -> dict[str, int]:
+        """See `AsyncMemory.import_export`."""
+        return self.run(self.core.import_export(lines, tenant))
+
     def run_offload(self, *, flush: bool = True) -> int:
         """See `AsyncMemory.run_offload`."""
         return self.run(self.core.run_offload(flush=flush))

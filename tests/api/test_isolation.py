@@ -84,6 +84,7 @@ def probes(alice: Alice) -> list[Probe]:
         Probe("GET", "/v1/profile", 200),
         Probe("GET", "/v1/profile/history", 200),
         Probe("GET", "/v1/profile/lineage", 404),  # bob has none yet
+        Probe("GET", "/v1/export", 200),  # bob's own
         Probe("POST", f"/v1/sessions/{SESSION}/flush", 200, params={"wait": "true"}),
         Probe("GET", "/v1/pipeline", 200),
         Probe("GET", "/v1/dead-letters", 200),

@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "a whole tenant's data."),
     "eval": ("eval_cmds:eval_group",
         "Measure stratamem on public benchmarks, on this machine."),
+    "export": ("lineage_cmds:export_",
+        "Write everything held about a tenant as versioned JSONL: turns, memories with their "
+        "versions and lineage, scenes, profile, offload entries and refs, the embedding model "
+        "named (docs/forgetting.md#export-and-import)."),
     "failures": ("failures_cmds:failures",
         "Failure records of the LLM stages: quarantined turns, failed stages, rejected batches, "
         "dropped items, with their raw replies; retry a quarantined turn or a failed stage."),
@@ -34,6 +38,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Run the layers for a session now (L1 until caught up, L2, L3) and wait."),
     "import": ("memory_cmds:import_",
         "Import a JSONL file of messages, or LoCoMo conversations (one tenant per sample)."),
+    "import-export": ("lineage_cmds:import_export",
+        "Load a `stratamem export` file into this store (SQLite or PostgreSQL), keeping ids and "
+        "validity; the records are embedded again with this store's model."),
     "keys": ("service_cmds:keys",
         "API keys: each maps to one tenant and is stored only hashed."),
     "lineage": ("lineage_cmds:lineage",

@@ -4,9 +4,10 @@ everything built on it (`docs/forgetting.md`)."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
 from stratamem.api.deps import MemoryDep, TenantDep
@@ -72,3 +73,18 @@ async def erase_memory(memory_id: str, tenant: TenantDep, memory: MemoryDep) -> 
     and keeps its history): it and the versions it consumed leave the history, and what was
     built from it is written again without it. The turns it came from stay."""
     return {"tenant": tenant, "erased": await memory.erase_memory(tenant, memory_id)}
+
+
+@router.get(
+    "/export",
+    response_class=Response,
+    responses={200: {"content": {"application/x-ndjson": {}},
+                     "description": "The tenant's export, one JSON object a line."}},
+)
+async def export_tenant(tenant: TenantDep, memory: MemoryDep) -> Response:
+    """Everything held about the caller's tenant as versioned JSONL (`stratamem export`): a
+    header line, then one row a line (turns, memories with their versions, scenes, profile,
+    lineage, layer state, offload entries and refs), for `stratamem import-export`."""
+    lines = await memory.export_tenant(tenant)
+    body = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+    return Response(body, media_type="application/x-ndjson")

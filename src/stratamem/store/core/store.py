@@ -127,6 +127,21 @@ class SqlCoreStore(ABC):
     def _embeddings_reset(self, conn: Any) -> None:  # noqa: B027 - a hook, as above
         """What else goes with every vector, inside `reset_embeddings`'s transaction."""
 
+    def import_turns(self, scope: Scope, turns: Sequence[Turn]) -> int:
+        """Turns as an export holds them (`store/lineage/export.py`): each keeps its own
+        sequence number; a turn whose id the tenant has already is left as it is. How many
+        were written."""
+        stored: list[Turn] = []
+        with self._turn_writing(scope.tenant, [t.session for t in turns]) as conn:
+            for turn in turns:
+                extra = self._turn_extra(scope.tenant)
+                if _insert_turn(conn, scope.tenant, turn, turn.seq, extra) is not None:
+                    stored.append(replace(turn, tenant=scope.tenant))
+            self._turns_added(conn, scope.tenant, stored)
+        if stored:
+            self._after_write(scope.tenant, Layer.L0)
+        return len(stored)
+
     # -- forgetting (`store/lineage/store.py`) ----------------------------------------------
     def forgetting(self, tenant: str) -> AbstractContextManager[SqlConn]:
         """The write transaction of a forget under the tenant's key (SQLite: its freed pages
