@@ -173,3 +173,37 @@ def test_one_tenant_sees_nothing_of_another(page: Any, base_url: str, world: Wor
     hits = page.locator("main table").inner_text()
     assert "pineapple" not in hits and "gym" not in hits  # only alice's own memories and turns
     assert httpx.get(f"{base_url}/v1/admin/tenants", headers=ADMIN).is_success
+
+
+def test_a_memory_shows_what_was_built_from_it_and_erasing_it_reaches_them(
+    page: Any, base_url: str, world: World
+) -> None:
+    """Lineage on the page: the scenes and profile versions built from a memory; erasing it for
+    good (last in this module: it changes alice's world) leaves no view that still says it."""
+    log_in(page, base_url, world.alice.token)
+    page.get_by_role("link", name="Dolomites").first.click()
+    settled(page)
+    built = page.locator("section", has=page.get_by_role("heading", name="Built from it"))
+    links = built.get_by_role("link")
+    assert links.count() >= 1
+    assert any(kind in built.inner_text() for kind in ("scene", "profile"))
+    shoot(page, "memory-lineage")
+    before = [httpx.get(f"{base_url}/v1/scenes/{found['id']}/history", headers=world.alice.headers)
+              .text for found in httpx.get(f"{base_url}/v1/scenes", headers=world.alice.headers)
+              .json()]  # fmt: skip
+    assert any("Dolomites" in text for text in before)  # so that its absence below means it
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Erase for good").click()
+    page.get_by_role("status").filter(has_text="erased: 1 memory").wait_for()
+    settled(page)
+    for view in ("memories", "scenes", "profile"):
+        page.goto(f"{base_url}/ui#/{view}")
+        settled(page)
+        assert "Dolomites" not in page.locator("main").inner_text(), view
+    scenes = httpx.get(f"{base_url}/v1/scenes", headers=world.alice.headers).json()
+    for found in scenes:
+        history = httpx.get(f"{base_url}/v1/scenes/{found['id']}/history",
+                            headers=world.alice.headers).text  # fmt: skip
+        assert "Dolomites" not in history
+    profiles = httpx.get(f"{base_url}/v1/profile/history", headers=world.alice.headers).text
+    assert "Dolomites" not in profiles

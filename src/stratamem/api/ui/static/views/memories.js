@@ -165,7 +165,9 @@ async function lineage(memoryId) {
 /** A record of a lineage answer (`{kind, id, version}`) as a link to its view. */
 function recordLink(ref) {
   const version = ref.version ? ` version ${ref.version}` : "";
-  if (ref.kind === "scene") return link(`#/scene/${encodeURIComponent(ref.id)}`, `scene${version}`);
+  if (ref.kind === "scene") {
+    return link(`#/scene/${encodeURIComponent(ref.id)}`, ["scene ", h("code", {}, ref.id), version]);
+  }
   if (ref.kind === "profile") return link(`#/profile?b=${ref.version ?? ""}`, `profile${version}`);
   if (ref.kind === "memory") return link(`#/memory/${encodeURIComponent(ref.id)}`, h("code", {}, ref.id));
   return [ref.kind, " ", h("code", {}, ref.id)];
@@ -179,8 +181,9 @@ function lineageList(found) {
   return h("ul", {}, derived.map((ref) => h("li", {}, recordLink(ref))));
 }
 
-function actions(memory) {
+async function actions(memory) {
   if (stateOf(memory) !== "current") return null;
+  const erases = await serves("POST", "/v1/memories/{}/erase");
   const content = h("textarea", { name: "content", rows: 3, cols: 60 }, memory.content);
   const form = h("form", { class: "actions", "aria-label": "Correct or forget this memory" },
     h("h2", {}, "Correct or forget"),
@@ -190,7 +193,9 @@ function actions(memory) {
       value: memory.priority })),
     h("div", { class: "buttons" },
       h("button", { type: "submit" }, "Correct"),
-      h("button", { type: "button", class: "danger", onclick: () => forget(memory) }, "Forget")));
+      h("button", { type: "button", class: "danger", onclick: () => forget(memory) }, "Forget"),
+      erases ? h("button", { type: "button", class: "danger", onclick: () => erase(memory) },
+        "Erase for good") : null));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const data = new FormData(form);
@@ -205,10 +210,23 @@ function actions(memory) {
 }
 
 async function forget(memory) {
-  if (!confirm("Forget this memory? It leaves search and recall at once (its history keeps it).")) return;
+  if (!confirm("Forget this memory? It leaves search and recall at once (its history keeps it; "
+    + "Erase for good removes the history too).")) return;
   await api("DELETE", `/v1/memories/${encodeURIComponent(memory.id)}`);
   say("forgotten");
   await refresh();
+}
+
+/** Erase: every version, and what was built only from it; scenes and the profile built on it
+ * are written again without it and their earlier versions purged (docs/forgetting.md). */
+async function erase(memory) {
+  if (!confirm("Erase this memory for good? Every version goes, with what was built only from "
+    + "it; the scenes and profile built on it are written again without it.")) return;
+  const done = await api("POST", `/v1/memories/${encodeURIComponent(memory.id)}/erase`);
+  const n = done.erased;
+  say(`erased: ${n.memories} memor${n.memories === 1 ? "y" : "ies"}, `
+    + `${n.purged_versions} scene/profile version(s) purged, ${n.rebuilt} rebuilt`);
+  go("memories");
 }
 
 export async function detail(q, memoryId) {
@@ -222,6 +240,6 @@ export async function detail(q, memoryId) {
     sources(found, memory),
     history(versions, memory.id),
     await lineage(memory.id),
-    actions(memory),
+    await actions(memory),
   ];
 }
