@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from stratamem.domain import MemoryType, Turn
@@ -17,7 +18,8 @@ from stratamem.layers.schemas import (
 from stratamem.layers.settings import LayerSettings
 from stratamem.layers.views import Aliases, turn_line
 from stratamem.llm.prompts import Prompt
-from stratamem.stages.checked import Items, check_items, require_some
+from stratamem.stages.checked import Items, Unusable, check_items, require_some
+from stratamem.stages.support import Cited, event_time, support_problem
 
 STAGE = "L1"
 
@@ -54,6 +56,33 @@ def read_reply(reply: Extraction, aliases: Aliases, min_words: int) -> Items[Ext
                         "memory")  # fmt: skip
 
 
+def ground(
+    items: Sequence[ExtractedMemory],
+    aliases: Aliases,
+    segment: Sequence[Turn],
+    shown: Sequence[Turn],
+    min_support: float,
+) -> Items[ExtractedMemory]:
+    """The items their cited turns support (`stages.support`); the others are refused, each
+    with its reason. `shown` is every turn the prompt showed, in order (whose speakers a
+    memory may name, and whose next turn may confirm an assistant's)."""
+    by_id = {t.id: t for t in segment}
+    after = {a.id: b for a, b in zip(shown, shown[1:], strict=False)}
+    names = frozenset(t.speaker for t in shown if t.speaker)
+
+    def check(item: ExtractedMemory) -> ExtractedMemory:
+        turns = tuple(by_id[aliases.real[a]] for a in dict.fromkeys(item.source_turn_ids))
+        cited = Cited(turns, tuple(after.get(t.id) for t in turns), names)
+        problem = support_problem(item.content, cited, min_support=min_support)
+        if problem is not None:
+            raise Unusable(problem)
+        return item
+
+    checked = check_items(items, check)
+    refused = [replace(d, item=items[d.index].model_dump(mode="json")) for d in checked.dropped]
+    return Items(checked.kept, refused)
+
+
 def to_new_memories(
     items: Sequence[ExtractedMemory], aliases: Aliases, batch: Sequence[Turn], limit: int
 ) -> list[NewMemory]:
@@ -75,9 +104,10 @@ def to_new_memories(
 
 
 def _activity(item: ExtractedMemory, sources: Sequence[Turn]) -> float | None:
-    """The date the model resolved, else (for events) the time of the earliest source turn."""
-    if item.activity_date is not None:
-        return parse_activity_date(item.activity_date)
-    if item.type is MemoryType.EPISODIC and sources:
-        return min(t.timestamp for t in sources)
-    return None
+    """An event's time comes from its turns: the date the model resolved when a cited turn
+    gives reason for it, else the earliest cited turn's (`stages.support.event_time`); other
+    memories keep the date the model gave, if any."""
+    resolved = None if item.activity_date is None else parse_activity_date(item.activity_date)
+    if item.type is MemoryType.EPISODIC:
+        return event_time(resolved, sources)
+    return resolved

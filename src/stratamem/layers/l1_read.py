@@ -39,10 +39,22 @@ STAGE = l1_extract.STAGE
 
 @dataclass(frozen=True, slots=True)
 class Extracted:
-    """What one accepted attempt gave: memories, and the items it dropped."""
+    """What one accepted attempt gave: memories, the items it dropped (invalid) and the items
+    it refused (unsupported by the turns they cite)."""
 
     memories: list[NewMemory]
     dropped: list[Dropped]
+    refused: list[Dropped] = field(default_factory=list)
+    refused_turns: list[tuple[str, ...]] = field(default_factory=list)
+    """The turns each refused item cited (real ids)."""
+
+    def records(self, origin: Origin, turn_ids: Sequence[str]) -> list[Failure]:
+        """Noted records of the dropped items (on the attempt's turns) and of the refused ones
+        (on the turns they cited)."""
+        notes = origin.dropped(STAGE, self.dropped, turn_ids)
+        for item, cited in zip(self.refused, self.refused_turns, strict=True):
+            notes += origin.dropped(STAGE, [item], cited, kind=FailureKind.REFUSED)
+        return notes
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +91,13 @@ async def extract(
         lambda reply: l1_extract.read_reply(reply, aliases, settings.min_memory_words),
     )  # fmt: skip
     items = answer.value
-    memories = l1_extract.to_new_memories(items.kept, aliases, segment,
+    grounded = l1_extract.ground(items.kept, aliases, segment, [*background, *segment],
+                                 settings.min_support)  # fmt: skip
+    memories = l1_extract.to_new_memories(grounded.kept, aliases, segment,
                                           settings.max_memories_per_batch)  # fmt: skip
-    return Extracted(memories, items.dropped)
+    cited = [tuple(dict.fromkeys(aliases.real[a] for a in d.item["source_turn_ids"]))
+             for d in grounded.dropped]  # fmt: skip
+    return Extracted(memories, items.dropped, grounded.dropped, cited)
 
 
 async def read_batch(run: ReadRun, batch: Sequence[Turn], background: Sequence[Turn]) -> L1Read:
@@ -110,7 +126,7 @@ def outcome(run: ReadRun, bisection: Bisection[Turn, Extracted], batch: int) -> 
     for settled in bisection.settled:
         if settled.result is not None:
             memories += settled.result.memories
-            notes += origin.dropped(STAGE, settled.result.dropped, _ids(settled.items))
+            notes += settled.result.records(origin, _ids(settled.items))
     quarantined = [
         quarantine(origin, s.items[0], s.failure) for s in bisection.failed if s.failure
     ]
@@ -121,6 +137,7 @@ def outcome(run: ReadRun, bisection: Bisection[Turn, Extracted], batch: int) -> 
         "quarantined": len(quarantined),
         "rejected_batches": len(bisection.splits),
         "dropped_items": sum(n.kind is FailureKind.ITEM for n in notes),
+        "refused_items": sum(n.kind is FailureKind.REFUSED for n in notes),
         "attempts": bisection.attempts,
         "left": batch - len(settled_turns),
     }

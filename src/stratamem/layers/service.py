@@ -420,7 +420,7 @@ class LayerService:
             raise StageOutputRejected(f"failure {failure.id!r}: {exc}", raws=exc.raws) from exc
         proposed = l1_reconcile.unique(extracted.memories)
         plan, notes = await self._reconcile(run, proposed, run.task_id)
-        notes += reader.origin.dropped(l1_read.STAGE, extracted.dropped, failure.turn_ids)
+        notes += extracted.records(reader.origin, failure.turn_ids)
         counts = {"turns": 1, "covered": 1, **plan.counts}
         result = StageResult("L1", self.mode, changed=bool(plan.memories), counts=counts)
         commit = RetryCommit(failure.id, run.task_id, self.clock.now(), plan.memories,

@@ -58,6 +58,13 @@ class LayerSettings(BaseSettings):
         le=20,
         description="Least words in a memory, a scene body or the profile (minimum-content rule).",
     )
+    min_support: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="Least share of a memory's content words its cited turns must say (support"
+        " checks; measured on LoCoMo, bench/grounding_locomo.py).",
+    )
     # -- L2 ----------------------------------------------------------------------------------
     l2_delay_s: float = Field(60.0, ge=0, description="L2 no sooner than this after an L1.")
     l2_min_interval_s: float = Field(300.0, ge=0, description="Least time between two L2 runs.")

@@ -65,12 +65,14 @@ class Origin:
         items: Sequence[Dropped],
         turn_ids: Sequence[str] = (),
         detail: Mapping[str, Any] | None = None,
+        kind: FailureKind = FailureKind.ITEM,
     ) -> list[Failure]:
-        """Noted records of items dropped from an accepted reply (each item kept as JSON)."""
+        """Noted records of items dropped from an accepted reply (each item kept as JSON);
+        `kind` is `refused` for items that failed the support checks."""
         return [
             self.failure(
                 stage,
-                FailureKind.ITEM,
+                kind,
                 d.reason,
                 (json.dumps(d.item, ensure_ascii=False),),
                 turn_ids=turn_ids,

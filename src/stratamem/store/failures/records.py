@@ -7,8 +7,10 @@
   the same session (L1, offload stages) or tenant (L2, L3), or by a retry.
 - `batch`: a batch whose reply was unusable and was split (its turns are settled by the parts).
 - `item`: an item dropped from an accepted reply (the rest of the reply was used).
+- `refused`: an item of an accepted reply that failed the support checks (`stages.support`):
+  its cited turns do not say it.
 - `fallback`: a reply replaced by the offline rule (reconciliation, task judgment).
-`batch`, `item` and `fallback` records are `noted`: kept for the operator, nothing to retry.
+`batch`, `item`, `refused` and `fallback` records are `noted`: kept for the operator, nothing to retry.
 
 Every record keeps the raw replies it is about (the reply text, or its JSON as parsed).
 
@@ -32,6 +34,7 @@ class FailureKind(StrEnum):
     STAGE = "stage"
     BATCH = "batch"
     ITEM = "item"
+    REFUSED = "refused"
     FALLBACK = "fallback"
 
 
