@@ -33,7 +33,7 @@ from stratamem.testing.layers import l1_reply
 from stratamem.testing.replies import RecordedRequest
 
 DATA = Path("/work/shared/data/locomo/locomo_dev.json")
-THRESHOLDS = [round(0.05 * i, 2) for i in range(0, 15)]
+THRESHOLDS = [round(0.01 * i, 2) for i in range(0, 60)]
 MAX_REFUSED = 0.01
 
 
@@ -148,6 +148,13 @@ def main() -> None:
     print(f"faithful items: {len(faithful)} (cooperative"
           f" {sum(i.source == 'cooperative' for i in faithful)}, observations"
           f" {sum(i.source == 'observation' for i in faithful)}); misplaced: {len(unfaithful)}")
+    for source in ("cooperative", "observation"):
+        values = [shares[id(i)] for i in faithful if i.source == source]
+        print(f"  {source}: share 0: {sum(v == 0 for v in values)}, < 0.2:"
+              f" {sum(v < 0.2 for v in values)}, < 0.34: {sum(v < 0.34 for v in values)}")
+    values = [shares[id(i)] for i in unfaithful]
+    print(f"  misplaced: share 0: {sum(v == 0 for v in values)}, < 0.2:"
+          f" {sum(v < 0.2 for v in values)}, < 0.34: {sum(v < 0.34 for v in values)}")
     print("\nleave-one-conversation-out (threshold chosen on the other conversations):")
     for held in conversations:
         train = [i for i in faithful if i.conversation != held and i.source == "observation"]

@@ -61,10 +61,11 @@ def test_a_fact_cites_the_users_turn_or_a_confirmed_assistants_turn() -> None:
         assert (support_problem("Priya is allergic to shellfish.", cited) is None) is grounded
 
 
-def test_names_the_prompt_showed_count_as_said() -> None:
+def test_the_names_of_people_shown_count_neither_way() -> None:
     said = turn("Thanks for having my back.", speaker="Jon")
     assert support_share("Jon thanks Gina for having his back", [said])[0] < 1
     assert support_share("Jon thanks Gina for having his back", [said], {"Gina"})[0] == 1
+    assert support_share("Jon runs marathons", [said], {"Gina"})[0] == 0
 
 
 def test_an_events_time_comes_from_its_turns() -> None:

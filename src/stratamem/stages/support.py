@@ -113,16 +113,17 @@ def support_problem(
 def support_share(
     content: str, turns: Sequence[Turn], names: Iterable[str] = ()
 ) -> tuple[float, list[str]]:
-    """The share of `content`'s content words found in `turns` (or naming their speakers), and
-    the words that were not. A text with no content words counts as fully supported (the
-    minimum-content rule is a separate check)."""
-    words = content_words(content)
+    """The share of `content`'s content words found in `turns`, and the words that were not.
+    The names of the turns' speakers and of `names` (people the prompt showed) count neither
+    way: naming the user says nothing of what they said. A text with no other content words
+    counts as fully supported (the minimum-content rule is a separate check)."""
+    known = {stem for name in names for stem in _stems(name)}
+    for turn in turns:
+        known.update(_stems(turn.speaker or ""))
+    words = [w for w in content_words(content) if w not in known]
     if not words:
         return 1.0, []
-    said = {stem for name in names for stem in _stems(name)}
-    for turn in turns:
-        said.update(_stems(turn.text))
-        said.update(_stems(turn.speaker or ""))
+    said = {stem for turn in turns for stem in _stems(turn.text)}
     prefixes = {w[:_STEM_PREFIX] for w in said if len(w) >= _STEM_PREFIX + 1}
     missing = [w for w in words if not _found(w, said, prefixes)]
     return 1 - len(missing) / len(words), missing
@@ -130,7 +131,8 @@ def support_share(
 
 def content_words(text: str) -> list[str]:
     """The stems of `text`'s words that carry content: no function or time words, no numbers."""
-    return list(dict.fromkeys(w for w in _stems(text) if _content(w)))
+    return list(dict.fromkeys(_stems(" ".join(w for w in _WORD.findall(text)
+                                              if _content(w.lower())))))  # fmt: skip
 
 
 def event_time(resolved: float | None, turns: Sequence[Turn]) -> float | None:
