@@ -13,6 +13,7 @@
 --   13  backlog: session heads, flush requests, tenants with memories
 --   14  failure records: one per condition, automatic retries
 --   15  authenticated receipts of every task type, and their keys
+--   16  the turn ledger: each turn's L1 outcome
 --   17  the execution log of pipeline tasks
 --   18  retention: executions and receipts by age
 --   20  context offload: tool pairs, entries, refs, boundaries, tasks
@@ -448,6 +449,21 @@ CREATE TABLE text_totals (
     shard smallint DEFAULT 0 NOT NULL,
     CONSTRAINT text_totals_pkey PRIMARY KEY (tenant, layer, shard)
 );
+
+CREATE TABLE turn_outcomes (
+    tenant text NOT NULL,
+    session text NOT NULL,
+    turn_id text NOT NULL,
+    seq integer NOT NULL,
+    outcome text NOT NULL,
+    task_id text NOT NULL,
+    decided_at double precision,
+    memory_ids text NOT NULL,
+    failure_ids text NOT NULL,
+    CONSTRAINT turn_outcomes_pkey PRIMARY KEY (tenant, turn_id)
+);
+
+CREATE INDEX turn_outcomes_by_session ON public.turn_outcomes USING btree (tenant, session, outcome, seq);
 
 CREATE TABLE turn_terms (
     tenant text NOT NULL,

@@ -17,6 +17,7 @@
 --   13  backlog: session heads, flush requests, tenants with memories
 --   14  failure records: one per condition, automatic retries
 --   15  authenticated receipts of every task type, and their keys
+--   16  the turn ledger: each turn's L1 outcome
 --   17  the execution log of pipeline tasks
 --   18  retention: executions and receipts by age
 --   20  context offload: tool pairs, entries, refs, boundaries, tasks
@@ -369,6 +370,21 @@ CREATE TABLE tenants (
     label TEXT NOT NULL DEFAULT '',
     created_at REAL NOT NULL
 );
+
+CREATE TABLE turn_outcomes (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    outcome TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    decided_at REAL,
+    memory_ids TEXT NOT NULL,
+    failure_ids TEXT NOT NULL,
+    PRIMARY KEY (tenant, turn_id)
+);
+
+CREATE INDEX turn_outcomes_by_session ON turn_outcomes (tenant, session, outcome, seq);
 
 CREATE TABLE turns (
     rid INTEGER PRIMARY KEY,

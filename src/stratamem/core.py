@@ -29,7 +29,7 @@ from stratamem.embed.base import Embedder, is_loaded, preload
 from stratamem.embed.fair import FairEmbedder
 from stratamem.errors import ConfigError, InvalidInput
 from stratamem.inputs import nfc
-from stratamem.layers import forgetting
+from stratamem.layers import forgetting, ledger
 from stratamem.layers.executors import LayerExecutors
 from stratamem.layers.service import FlushResult, LayerService
 from stratamem.layers.settings import LayerSettings
@@ -705,6 +705,10 @@ class AsyncMemory:
     async def stats(self, tenant: str | None = None) -> dict[str, Any]:
         scope = None if tenant is None else Scope(tenant)
         result = await asyncio.to_thread(self.store.stats, scope)
+        if scope is not None and self.layers is not None:  # the turn ledger, per session
+            sessions = await asyncio.to_thread(self.layers.outcome_counts, scope)
+            result["turn_outcomes"] = ledger.totals(sessions)
+            result["turn_outcomes_by_session"] = sessions
         if self._backfill is not None:
             result["embedding_last_error"] = self._backfill.last_error
         return result

@@ -64,9 +64,14 @@ class Failures:
         """Re-run what an open quarantine or stage failure is about (see the module doc)."""
         failure = await self.get(tenant, failure_id)
         if failure.kind not in RETRYABLE:
+            where = (
+                f"; each of its turns has its own outcome on {failure.detail['outcomes']}"
+                " (retry the quarantined ones, re-extract those with nothing to remember)"
+                if "outcomes" in failure.detail else ""
+            )
             raise InvalidInput(
                 f"failure {failure_id!r} is a {failure.kind.value} record: noted for the"
-                " operator, nothing to retry"
+                f" operator, nothing to retry{where}"
             )
         if failure.status is not FailureStatus.OPEN:
             raise LayerConflict(f"failure {failure_id!r} is {failure.status.value} already")

@@ -87,6 +87,8 @@ def probes(alice: Alice) -> list[Probe]:
         Probe("GET", "/v1/export", 200),  # bob's own
         Probe("POST", f"/v1/sessions/{SESSION}/flush", 200, params={"wait": "true"}),
         Probe("GET", "/v1/pipeline", 200),
+        Probe("POST", f"/v1/sessions/{SESSION}/reextract", 200),
+        Probe("POST", "/v1/reextract", 200),
         Probe("GET", "/v1/dead-letters", 200),
         Probe("POST", f"/v1/dead-letters/{alice.dead_id}/requeue", 404),
         Probe("POST", f"/v1/offload/sessions/{SESSION}/tool-results", 200, {"pairs": [

@@ -69,13 +69,16 @@ async def test_a_queued_flush_is_done_by_the_serve_worker(
     assert queued.status_code == 202
     assert queued.json()["queued"]["type"] == "flush"
     status = (await client.get("/v1/pipeline", headers=alice.headers)).json()
-    assert status == {"queued": 1, "dead_letters": 0, "pending_turns": 3}
+    assert {k: status[k] for k in ("queued", "dead_letters", "pending_turns")} == {
+        "queued": 1, "dead_letters": 0, "pending_turns": 3,
+    }  # fmt: skip
+    assert status["turn_outcomes"]["pending"] == 3 == status["sessions"]["s1"]["pending"]
     background = Background(services, PipelineSettings(), workers=1)
     backend = services.require_pipeline()
     [delivery] = await backend.consume("test", count=1, block_ms=0, now=0.0)
     await background.worker.handle(delivery)  # stepped by hand: no sleeping on a loop
     status = (await client.get("/v1/pipeline", headers=alice.headers)).json()
-    assert status["pending_turns"] == 0
+    assert status["pending_turns"] == 0 and status["turn_outcomes"]["pending"] == 0
     assert len((await client.get("/v1/memories", headers=alice.headers)).json()) == 3
 
 

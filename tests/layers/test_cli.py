@@ -107,3 +107,25 @@ def test_failures_list_show_retry(
     assert code == 0 and "Lisbon" in out
     code, out = run(tmp_path, "failures", "retry", "--tenant", "t1", record["id"])
     assert code == 1 and "resolved already" in out
+
+
+def test_stats_count_the_turn_ledger_and_reextract_reads_nothing_turns_again(
+    tmp_path: Path, scripted_llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRATAMEM_LLM_BASE_URL", scripted_llm.base_url)
+    monkeypatch.setenv("STRATAMEM_LLM_MODEL", "scripted-chat")
+    install_layer_handlers(scripted_llm)
+    scripted_llm.on("L1", lambda request: Reply.json({"memories": []}))
+    for text in CONVERSATION[:2]:
+        code, out = run(tmp_path, "capture", "--tenant", "t1", "--session", "s1", "--speaker",
+                        "Maria", "--text", text)  # fmt: skip
+        assert code == 0, out
+    assert run(tmp_path, "flush", "--tenant", "t1", "--session", "s1")[0] == 0
+    code, out = run(tmp_path, "stats", "--tenant", "t1")
+    assert code == 0 and "s1: nothing_to_remember 2" in out, out
+
+    scripted_llm.on("L1", l1_reply)
+    code, out = run(tmp_path, "reextract", "--tenant", "t1", "--session", "s1")
+    assert code == 0 and "2 turn(s) read again in 1 batch(es)" in out and "extracted 2" in out
+    code, out = run(tmp_path, "stats", "--tenant", "t1", "--json")
+    assert json.loads(out)["turn_outcomes_by_session"]["s1"]["extracted"] == 2

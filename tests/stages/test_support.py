@@ -12,7 +12,9 @@ DAY = 86_400.0
 NOON = 1_715_169_600.0  # 2024-05-08 12:00 UTC
 
 
-def turn(text: str, role: Role = Role.USER, speaker: str | None = "Priya", at: float = NOON) -> Turn:
+def turn(
+    text: str, role: Role = Role.USER, speaker: str | None = "Priya", at: float = NOON
+) -> Turn:
     return Turn("t1", "acme", "s1", role, text, at, speaker)
 
 

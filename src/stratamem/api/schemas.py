@@ -124,6 +124,20 @@ class HitsOut(BaseModel):
     hits: list[HitOut]
 
 
+class TurnL1Out(BaseModel):
+    outcome: str = Field(
+        description="extracted, nothing_to_remember, pending, quarantined, refused, or"
+        " unrecorded (settled before the turn ledger existed)."
+    )
+    memory_ids: list[str] = Field(description="extracted: the memories the turn gave.")
+    failure_ids: list[str] = Field(
+        description="quarantined: its open record; refused (or extracted in part): the records"
+        " of the items refused."
+    )
+    task_id: str | None = Field(description="The L1 run that settled the turn.")
+    at: float | None = Field(description="When it did.")
+
+
 class TurnOut(BaseModel):
     id: str
     session: str
@@ -133,6 +147,7 @@ class TurnOut(BaseModel):
     text: str
     timestamp: float
     metadata: dict[str, Any]
+    l1: TurnL1Out | None = Field(None, description="The turn's L1 outcome (the turn ledger).")
 
 
 class WhoAmIOut(BaseModel):
@@ -308,6 +323,22 @@ class PipelineOut(BaseModel):
     queued: int = Field(description="The caller's tasks queued or running (oldest 10,000 seen).")
     dead_letters: int = Field(description="The caller's dead letters.")
     pending_turns: int = Field(description="Captured turns that L1 has not read yet.")
+    turn_outcomes: dict[str, int] = Field(
+        default_factory=dict, description="The caller's turns by L1 outcome (the turn ledger)."
+    )
+    sessions: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="The same, per session."
+    )
+
+
+class RereadIn(Strict):
+    limit: int = Field(500, ge=1, le=2000, description="The most turns read again.")
+
+
+class RereadOut(BaseModel):
+    turns: int = Field(description="Turns read again.")
+    results: list[dict[str, Any]] = Field(description="What each L1 batch did.")
+    turn_outcomes: dict[str, int] = Field(description="The turns' outcomes afterwards.")
 
 
 class ToolPairIn(Strict):

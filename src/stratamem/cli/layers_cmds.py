@@ -20,7 +20,9 @@ from stratamem.cli.common import (
 )
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
-from stratamem.domain import MemoryRecord, MemoryType, Profile, Scene, Scope
+from stratamem.domain import MemoryRecord, MemoryType, Profile, Scene, Scope, check_ident
+from stratamem.layers.ledger import totals
+from stratamem.layers.service import MAX_REREAD_TURNS
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task
@@ -291,4 +293,42 @@ def scenes_show(
         click.echo(scene.body)
 
 
-#: The commands `stratamem.cli.main` adds to the root group.
+@click.command()
+@_TENANT
+@click.option("--session", default=None, help="Only this session (default: every session).")
+@click.option("--limit", type=click.IntRange(1, MAX_REREAD_TURNS), default=500, show_default=True,
+              help="The most turns read again.")
+@_JSON
+@click.pass_context
+def reextract(
+    ctx: click.Context, tenant: str, session: str | None, limit: int, as_json: bool
+) -> None:
+    """Extract again the turns a model judged to hold nothing to remember (the turn ledger's
+    nothing_to_remember), e.g. after changing the model (with the configured LLM endpoint;
+    without one, the offline extractor)."""
+    if session is not None:
+        check_ident(session, "session")
+
+    async def run() -> tuple[list[dict[str, Any]], dict[str, int]]:
+        memory = AsyncMemory.open(settings_from(ctx))
+        try:
+            results = await memory.layer_service().reread(tenant, session, limit=limit)
+            layers = memory.layer_service().layers
+            counts = await asyncio.to_thread(layers.outcome_counts, Scope(tenant), session)
+            return [r.to_json() for r in results], totals(counts)
+        finally:
+            await memory.aclose()
+
+    results, outcomes = asyncio.run(run())
+    if as_json:
+        print_json({"results": results, "turn_outcomes": outcomes})
+        return
+    read = sum(r["counts"].get("turns", 0) for r in results)
+    click.echo(f"{read} turn(s) read again in {len(results)} batch(es)")
+    click.echo(outcome_line(outcomes))
+
+
+def outcome_line(counts: dict[str, int]) -> str:
+    """`extracted 12 · nothing_to_remember 3 · …`, the outcomes that have turns."""
+    shown = [f"{name} {n}" for name, n in counts.items() if n]
+    return " · ".join(shown) or "no turns"

@@ -64,6 +64,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cache if it is not there yet."),
     "profile": ("layers_cmds:profile",
         "The L3 profile of a tenant."),
+    "reextract": ("layers_cmds:reextract",
+        "Extract again the turns a model judged to hold nothing to remember (the turn ledger's "
+        "nothing_to_remember), e.g. after changing the model (with the configured LLM endpoint; "
+        "without one, the offline extractor)."),
     "recall": ("memory_cmds:recall",
         "What to put before the next model call: relevant memories and the stable block."),
     "reindex": ("memory_cmds:reindex",

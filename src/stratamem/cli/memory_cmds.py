@@ -307,4 +307,11 @@ def stats_table(stats: dict[str, Any]) -> str:
     lines.append(f"embedding  {embedding}")
     if stats.get("embedding_last_error"):
         lines.append(f"last embedding error: {stats['embedding_last_error']}")
+    if "turn_outcomes" in stats:  # one tenant's: the turn ledger
+        lines += ["", "L1 outcome of each turn (the turn ledger):"]
+        by_session = {"all sessions": stats["turn_outcomes"],
+                      **stats.get("turn_outcomes_by_session", {})}  # fmt: skip
+        for session, counts in by_session.items():
+            shown = " · ".join(f"{name} {n}" for name, n in counts.items() if n) or "no turns"
+            lines.append(f"  {session}: {shown}")
     return "\n".join(lines)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from itertools import pairwise
 from typing import Any
 
 from stratamem.domain import MemoryType, Turn
@@ -67,7 +68,7 @@ def ground(
     with its reason. `shown` is every turn the prompt showed, in order (whose speakers a
     memory may name, and whose next turn may confirm an assistant's)."""
     by_id = {t.id: t for t in segment}
-    after = {a.id: b for a, b in zip(shown, shown[1:], strict=False)}
+    after = {a.id: b for a, b in pairwise(shown)}
     names = frozenset(t.speaker for t in shown if t.speaker)
 
     def check(item: ExtractedMemory) -> ExtractedMemory:

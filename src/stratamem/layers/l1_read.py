@@ -120,7 +120,8 @@ def outcome(run: ReadRun, bisection: Bisection[Turn, Extracted], batch: int) -> 
     notes = [
         origin.failure(STAGE, FailureKind.BATCH, reason(s.failure), s.failure.raws,
                        turn_ids=_ids(s.items),
-                       detail={"first_seq": s.items[0].seq, "last_seq": s.items[-1].seq})
+                       detail={"first_seq": s.items[0].seq, "last_seq": s.items[-1].seq,
+                               "outcomes": _outcomes_at(origin, s.items[0].seq)})
         for s in bisection.splits
     ]  # fmt: skip
     for settled in bisection.settled:
@@ -151,6 +152,12 @@ def quarantine(origin: Origin, turn: Turn, failure: LLMOutputInvalid) -> Failure
         failure_id=stable_id("q", origin.tenant, origin.session, turn.id), turn_ids=(turn.id,),
         detail={"seq": turn.seq},
     )  # fmt: skip
+
+
+def _outcomes_at(origin: Origin, first_seq: int) -> str:
+    """Where the outcomes of a split batch's turns are shown (the turn ledger): a split is
+    noted, its turns are each extracted, found with nothing, refused or quarantined."""
+    return f"/v1/sessions/{origin.session}/turns?after={max(0, first_seq - 1)}"
 
 
 def _ids(turns: Sequence[Turn]) -> tuple[str, ...]:

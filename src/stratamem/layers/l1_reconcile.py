@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -165,6 +165,9 @@ class L1Plan:
     memories: list[MemoryRecord]
     supersedes: list[Supersede]
     counts: dict[str, int]
+    made: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    """Per proposed memory (by index): the memory it became, or the existing ones a repeat
+    was skipped for (what the turn ledger names as the turn's memories)."""
 
 
 def plan(
@@ -186,6 +189,7 @@ def plan(
     for decision in decisions:
         out.counts[decision.action.value] += 1
         if decision.action is Action.SKIP:
+            out.made[decision.index] = tuple(decision.targets)
             continue
         memory = memories[decision.index]
         new_id = stable_id("m", scope.tenant, id_seed, decision.index)
@@ -194,6 +198,7 @@ def plan(
         if made_by:
             record = replace(record, metadata={**record.metadata, "made_by": made_by})
         out.memories.append(record)
+        out.made[decision.index] = (new_id,)
         out.supersedes.extend(Supersede(old.id, new_id) for old in olds)
     return out
 

@@ -32,7 +32,15 @@ from stratamem.errors import (
     ReceiptConflict,
     StageOutputRejected,
 )
-from stratamem.layers import forgetting, l1_read, l1_reconcile, l2_scenes, l3_profile, offline
+from stratamem.layers import (
+    forgetting,
+    l1_read,
+    l1_reconcile,
+    l2_scenes,
+    l3_profile,
+    ledger,
+    offline,
+)
 from stratamem.layers.l1_read import L1Read, ReadRun
 from stratamem.layers.model import Action, NewMemory, Reconciled, StageResult
 from stratamem.layers.schemas import ProfileDoc, Reconciliation, SceneOps, Shown, check_profile
@@ -45,7 +53,15 @@ from stratamem.store.core.port import Fence, Filters, Store
 from stratamem.store.evidence.port import EvidenceStore
 from stratamem.store.evidence.receipts import Attempt
 from stratamem.store.failures.records import Failure, FailureKind, FailureStatus
-from stratamem.store.layers.port import L1Commit, L2Commit, L3Commit, LayerStore, RetryCommit
+from stratamem.store.layers.ledger import Outcome, TurnOutcome
+from stratamem.store.layers.port import (
+    L1Commit,
+    L2Commit,
+    L3Commit,
+    LayerStore,
+    RereadCommit,
+    RetryCommit,
+)
 from stratamem.store.lineage.rows import MEMORY, PROFILE, PROFILE_ID, SCENE, Ref
 
 log = logging.getLogger(__name__)
@@ -55,6 +71,8 @@ R = TypeVar("R")
 MAX_FLUSH_BATCHES = 1000
 #: How many successors a stale scene's memory is followed through to its current version.
 MAX_SUCCESSORS = 50
+#: The most turns one call of `reread` reads again.
+MAX_REREAD_TURNS = 2000
 _RAW_EXCERPT = 300
 
 
@@ -160,13 +178,15 @@ class LayerService:
         session = _session_of(run)
         proposed = l1_reconcile.unique(read.memories)
         plan, notes = await self._reconcile(run, proposed, f"{session}:{cursor}")
-        counts = {**read.counts, **plan.counts}
+        now = self.clock.now()
+        outcomes = ledger.l1_outcomes(read.settled, read.memories, proposed, plan.made,
+                                      [*read.quarantined, *read.notes], task_id, now)  # fmt: skip
+        counts = {**read.counts, **plan.counts, **ledger.counted(outcomes)}
         result = StageResult("L1", self.mode, changed=bool(plan.memories), counts=counts)
         commit = L1Commit(
-            session, task_id, cursor, read.settled[-1].seq, self.clock.now(), plan.memories,
+            session, task_id, cursor, read.settled[-1].seq, now, plan.memories,
             plan.supersedes, result.to_json(), self._scheduled(read.quarantined),
-            [*read.notes, *notes],
-            run.attempt,
+            [*read.notes, *notes], run.attempt, outcomes,
         )  # fmt: skip
         await asyncio.to_thread(self.layers.commit_l1, run.scope, commit, run.fence)
         await self._embed_new(len(plan.memories))
@@ -420,11 +440,15 @@ class LayerService:
             raise StageOutputRejected(f"failure {failure.id!r}: {exc}", raws=exc.raws) from exc
         proposed = l1_reconcile.unique(extracted.memories)
         plan, notes = await self._reconcile(run, proposed, run.task_id)
-        notes += extracted.records(reader.origin, failure.turn_ids)
-        counts = {"turns": 1, "covered": 1, **plan.counts}
+        records = extracted.records(reader.origin, failure.turn_ids)
+        now = self.clock.now()
+        outcomes = ledger.l1_outcomes(turns, extracted.memories, proposed, plan.made, records,
+                                      run.task_id, now)  # fmt: skip
+        counts = {"turns": 1, "covered": 1, **plan.counts, **ledger.counted(outcomes)}
         result = StageResult("L1", self.mode, changed=bool(plan.memories), counts=counts)
-        commit = RetryCommit(failure.id, run.task_id, self.clock.now(), plan.memories,
-                             plan.supersedes, result.to_json(), notes, run.attempt)  # fmt: skip
+        commit = RetryCommit(failure.id, run.task_id, now, plan.memories, plan.supersedes,
+                             result.to_json(), [*notes, *records], run.attempt,
+                             outcomes)  # fmt: skip
         await asyncio.to_thread(self.layers.commit_retry, run.scope, commit, run.fence)
         await self._embed_new(len(plan.memories))
         return result
@@ -462,6 +486,62 @@ class LayerService:
             log.info("automatic retry %d of %s failed (%s); next: %s", retries, failure_id,
                      type(exc).__name__, "operator" if retry_at is None else retry_at)
             return StageResult("L1", self.mode, counts={"retried": 1, "resolved": 0})
+
+    # -- reading turns again (the turn ledger's "nothing to remember") -----------------------
+    async def reread(
+        self,
+        tenant: str,
+        session: str | None = None,
+        *,
+        outcome: Outcome = Outcome.NOTHING,
+        limit: int = MAX_REREAD_TURNS,
+        task_id: str | None = None,
+    ) -> list[StageResult]:
+        """Extract again the turns of a session (or of the tenant, `session=None`) whose outcome
+        is `outcome`, e.g. after the model was changed: per session in batches, each committed
+        with the turns' new outcomes (memories, quarantines, refusals as a first run would).
+        Without an LLM the offline extractor reads them again."""
+        found = await asyncio.to_thread(self.layers.turns_with_outcome, Scope(tenant), session,
+                                        outcome, limit)  # fmt: skip
+        base = task_id or f"reread-{uuid.uuid4().hex}"
+        by_session: dict[str, list[TurnOutcome]] = {}
+        for entry in found:
+            by_session.setdefault(entry.session, []).append(entry)
+        results = []
+        size = self.settings.max_batch_turns
+        for name, entries in by_session.items():
+            for i in range(0, len(entries), size):
+                run = Run(tenant, f"{base}.{name}.{i // size}", name)
+                results.append(await self._reread(run, entries[i : i + size], outcome))
+        return results
+
+    async def _reread(
+        self, run: Run, entries: Sequence[TurnOutcome], expected: Outcome
+    ) -> StageResult:
+        session = _session_of(run)
+        found = await asyncio.to_thread(self.store.get_turns, run.scope,
+                                        [e.turn_id for e in entries])  # fmt: skip
+        turns = sorted(found, key=lambda t: t.seq)
+        if not turns:
+            return StageResult("L1", self.mode, skipped=True)
+        background = await self._background(run.scope, session, turns[0].seq - 1)
+        read = await self._read(run, turns, background)
+        if read.interrupted is not None:
+            await self._record(run, l1_read.STAGE, read.interrupted)
+            raise read.interrupted
+        proposed = l1_reconcile.unique(read.memories)
+        plan, notes = await self._reconcile(run, proposed, run.task_id)
+        now = self.clock.now()
+        outcomes = ledger.l1_outcomes(read.settled, read.memories, proposed, plan.made,
+                                      [*read.quarantined, *read.notes], run.task_id, now)
+        counts = {**read.counts, **plan.counts, **ledger.counted(outcomes)}
+        result = StageResult("L1", self.mode, changed=bool(plan.memories), counts=counts)
+        commit = RereadCommit(session, run.task_id, now, expected, outcomes, plan.memories,
+                              plan.supersedes, result.to_json(), self._scheduled(read.quarantined),
+                              [*read.notes, *notes], run.attempt)  # fmt: skip
+        await asyncio.to_thread(self.layers.commit_reread, run.scope, commit, run.fence)
+        await self._embed_new(len(plan.memories))
+        return result
 
     # -- shared ------------------------------------------------------------------------------
     async def _replayed(self, run: Run) -> StageResult | None:

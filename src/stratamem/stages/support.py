@@ -46,25 +46,31 @@ _CONFIRM = re.compile(
     r"that'?s (right|true|correct|it)|you'?re right|oui|ja|sí|si)\b",
     re.IGNORECASE,
 )
-_TIME_WORDS = frozenset(
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_TIME_WORDS = _words(
     "yesterday today tonight tomorrow ago last next this coming past previous week weeks "
     "weekend month months year years day days morning afternoon evening night earlier later "
-    "soon recently monday tuesday wednesday thursday friday saturday sunday mon tue wed thu fri "
-    "sat sun january february march april may june july august september october november "
-    "december jan feb mar apr jun jul aug sep sept oct nov dec christmas easter birthday "
-    "since before after when then".split()
+    "soon recently monday tuesday wednesday thursday friday saturday sunday mon tue wed thu "
+    "fri sat sun january february march april may june july august september october "
+    "november december jan feb mar apr jun jul aug sep sept oct nov dec christmas easter "
+    "birthday since before after when then"
 )
-_STOP = frozenset(
+_STOP = _words(
     "a an the and or but nor so of to in on at by for with from into onto about as than that "
-    "this these those there here is are was were be been being am do does did done doing have "
-    "has had having will would shall should can could may might must not no yes it its it's "
-    "he she they them their theirs his her hers him we us our ours you your yours i me my mine "
-    "myself himself herself themselves itself ourselves who whom whose which what where why how "
-    "also too very just really quite some any all each every both either neither such own same "
-    "other another more most less least much many few one ones user users assistant speaker "
-    "person people someone something thing things like likes get gets got going go goes went "
-    "make makes made said says say tell told during through while off even especially well "
-    "s t re ve ll d m".split()
+    "this these those there here is are was were be been being am do does did done doing "
+    "have has had having will would shall should can could may might must not no yes it its "
+    "it's he she they them their theirs his her hers him we us our ours you your yours i me "
+    "my mine myself himself herself themselves itself ourselves who whom whose which what "
+    "where why how also too very just really quite some any all each every both either "
+    "neither such own same other another more most less least much many few one ones user "
+    "users assistant speaker person people someone something thing things like likes get "
+    "gets got going go goes went make makes made said says say tell told during through "
+    "while off even especially well s t re ve ll d m"
 )
 
 

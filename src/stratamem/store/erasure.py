@@ -42,7 +42,7 @@ TENANT_TABLES = (
 )
 
 #: Bookkeeping keyed by (tenant, session) that holds no content: erased, not counted.
-BOOKKEEPING_TABLES = ("session_heads", "layer_flush_requests", "executions")
+BOOKKEEPING_TABLES = ("session_heads", "layer_flush_requests", "executions", "turn_outcomes")
 
 
 def erase_session_rest(conn: SqlConn, tenant: str, session: str) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from stratamem.store.core import schema as core
 from stratamem.store.evidence import schema as evidence
 from stratamem.store.failures.schema import PER_CONDITION
+from stratamem.store.layers.ledger import LEDGER
 from stratamem.store.lineage.schema import LINEAGE_MIGRATION, STALE_MIGRATION
 from stratamem.store.migration import Migration
 from stratamem.store.offload.schema import OFFLOAD, OFFLOAD_BACKLOG
@@ -18,6 +19,7 @@ SHARED: tuple[Migration, ...] = (
     core.FENCE_OWNERS,  # 8
     PER_CONDITION,  # 14
     evidence.AUTHENTICATED_RECEIPTS,  # 15
+    LEDGER,  # 16
     evidence.EXECUTIONS,  # 17
     evidence.LOG_RETENTION,  # 18
     OFFLOAD,  # 20

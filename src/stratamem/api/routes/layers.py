@@ -3,6 +3,7 @@ profile, and flushing a session through the layers."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
@@ -17,13 +18,16 @@ from stratamem.api.schemas import (
     MemoryOut,
     MemoryPatch,
     ProfileOut,
+    RereadIn,
+    RereadOut,
     SceneOut,
 )
 from stratamem.api.services import Services
 from stratamem.api.views import memory_json, profile_json, scene_json, task_json
-from stratamem.core import MAX_PAGE
-from stratamem.domain import MemoryType, check_ident
+from stratamem.core import MAX_PAGE, AsyncMemory
+from stratamem.domain import MemoryType, Scope, check_ident
 from stratamem.layers.executors import flush_in_turn
+from stratamem.layers.ledger import totals
 from stratamem.layers.service import FlushResult
 from stratamem.pipeline.task import Task, TaskType
 
@@ -161,3 +165,32 @@ async def _flush_now(services: Services, tenant: str, session: str) -> FlushResu
         return await memory.flush(tenant, session)
     service, settings = memory.layer_service(), services.pipeline_settings
     return await flush_in_turn(service, backend, settings, memory.clock, tenant, session)
+
+
+@router.post("/sessions/{session}/reextract", response_model=RereadOut)
+async def reextract_session(
+    session: str, tenant: TenantDep, memory: MemoryDep, body: RereadIn | None = None
+) -> dict[str, Any]:
+    """Extract again the session's turns a model judged to hold nothing to remember (the turn
+    ledger's `nothing_to_remember`), e.g. after the model was changed; answers what each L1
+    batch did and the session's outcomes afterwards."""
+    check_ident(session, "session")
+    return await _reextract(memory, tenant, session, body or RereadIn())
+
+
+@router.post("/reextract", response_model=RereadOut)
+async def reextract_tenant(
+    tenant: TenantDep, memory: MemoryDep, body: RereadIn | None = None
+) -> dict[str, Any]:
+    """As `POST /v1/sessions/{session}/reextract`, for every session of the caller."""
+    return await _reextract(memory, tenant, None, body or RereadIn())
+
+
+async def _reextract(
+    memory: AsyncMemory, tenant: str, session: str | None, body: RereadIn
+) -> dict[str, Any]:
+    results = await memory.layer_service().reread(tenant, session, limit=body.limit)
+    assert memory.layers is not None  # layer_service() raised otherwise
+    counts = await asyncio.to_thread(memory.layers.outcome_counts, Scope(tenant), session)
+    return {"turns": sum(r.counts.get("turns", 0) for r in results),
+            "results": [r.to_json() for r in results], "turn_outcomes": totals(counts)}  # fmt: skip

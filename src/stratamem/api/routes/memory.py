@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -23,7 +24,8 @@ from stratamem.api.schemas import (
 )
 from stratamem.api.views import turn_json
 from stratamem.core import MAX_PAGE, MAX_SEQ, AsyncMemory
-from stratamem.domain import Layer, check_ident
+from stratamem.domain import Layer, Scope, check_ident
+from stratamem.layers.ledger import ledger_of
 from stratamem.pipeline.timers import clear_session_timers
 
 router = APIRouter(prefix="/v1", tags=["memory"], responses=ERRORS)
@@ -110,9 +112,14 @@ async def turns(
     ] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
 ) -> list[dict[str, Any]]:
-    """The session's captured turns, verbatim, in order (page with `after` = the last `seq`)."""
+    """The session's captured turns, verbatim, in order (page with `after` = the last `seq`),
+    each with its L1 outcome (`l1`, the turn ledger: extracted with its memories, nothing to
+    remember with the call that looked, pending, quarantined or refused with their records)."""
     found = await memory.turns(tenant, session, after_seq=after, limit=limit)
-    return [turn_json(t) for t in found]
+    if memory.layers is None:
+        return [turn_json(t) for t in found]
+    entries = await asyncio.to_thread(ledger_of, memory.layers, Scope(tenant), session, found)
+    return [{**turn_json(t), "l1": e.to_json()} for t, e in zip(found, entries, strict=True)]
 
 
 @router.delete("/sessions/{session}", response_model=ErasedOut)

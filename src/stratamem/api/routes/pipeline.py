@@ -17,6 +17,7 @@ from stratamem.api.services import Services
 from stratamem.api.views import dead_letter_json, task_json
 from stratamem.domain import Scope
 from stratamem.errors import NotFound
+from stratamem.layers.ledger import totals
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.errors import DeadLetterNotFound
 from stratamem.pipeline.scheduler import read_snapshot
@@ -36,8 +37,10 @@ async def pipeline_status(tenant: TenantDep, services: ServicesDep) -> dict[str,
     tasks = await backend.list_tasks(limit=SCAN_LIMIT)
     dead = await backend.count_dead(tenant=tenant)
     pending = await asyncio.to_thread(services.layers.pending_turns, Scope(tenant))
+    sessions = await asyncio.to_thread(services.layers.outcome_counts, Scope(tenant))
     queued = sum(1 for t in tasks if t.tenant == tenant)
-    return {"queued": queued, "dead_letters": dead, "pending_turns": pending}
+    return {"queued": queued, "dead_letters": dead, "pending_turns": pending,
+            "turn_outcomes": totals(sessions), "sessions": sessions}  # fmt: skip
 
 
 @router.get("/dead-letters", response_model=list[DeadLetterOut])

@@ -10,7 +10,8 @@
 - `refused`: an item of an accepted reply that failed the support checks (`stages.support`):
   its cited turns do not say it.
 - `fallback`: a reply replaced by the offline rule (reconciliation, task judgment).
-`batch`, `item`, `refused` and `fallback` records are `noted`: kept for the operator, nothing to retry.
+`batch`, `item`, `refused` and `fallback` records are `noted`: kept for the operator, nothing
+to retry.
 
 Every record keeps the raw replies it is about (the reply text, or its JSON as parsed).
 

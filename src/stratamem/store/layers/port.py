@@ -18,6 +18,7 @@ from stratamem.domain import MemoryRecord, Profile, Scene, Scope
 from stratamem.store.core.port import Fence
 from stratamem.store.evidence.receipts import Attempt
 from stratamem.store.failures.records import Failure, FailureQuery
+from stratamem.store.layers.ledger import Outcome, TurnOutcome
 from stratamem.store.lineage.rows import Ref
 
 
@@ -74,6 +75,8 @@ class L1Commit:
     quarantined: Sequence[Failure] = ()
     notes: Sequence[Failure] = ()
     attempt: Attempt | None = None
+    outcomes: Sequence[TurnOutcome] = ()
+    """The turn ledger's entry of every turn the run settled."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,25 @@ class RetryCommit:
     result: dict[str, Any] = field(default_factory=dict)
     notes: Sequence[Failure] = ()
     attempt: Attempt | None = None
+    outcomes: Sequence[TurnOutcome] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RereadCommit:
+    """Turns read again (they had `expected`, e.g. nothing to remember): what the new
+    extraction gave, with their new outcomes; no cursor moves."""
+
+    session: str
+    task_id: str
+    now: float
+    expected: Outcome
+    outcomes: Sequence[TurnOutcome]
+    memories: Sequence[MemoryRecord] = ()
+    supersedes: Sequence[Supersede] = ()
+    result: dict[str, Any] = field(default_factory=dict)
+    quarantined: Sequence[Failure] = ()
+    notes: Sequence[Failure] = ()
+    attempt: Attempt | None = None
 
 
 class LayerStore(Protocol):
@@ -149,6 +171,29 @@ class LayerStore(Protocol):
         """Insert the memories of a retried quarantine, supersede, resolve the quarantine, record
         the notes, write the receipt: one transaction (`LayerConflict` when the quarantine is not
         open any more)."""
+
+    def commit_reread(
+        self, scope: Scope, commit: RereadCommit, fence: Fence | None = None
+    ) -> None:
+        """Insert the memories of turns read again, supersede, record quarantines and notes,
+        replace the turns' outcomes, write the receipt: one transaction (`LayerConflict` when
+        one of the turns no longer has `expected`)."""
+
+    # -- the turn ledger ---------------------------------------------------------------------
+    def turn_outcomes(
+        self, scope: Scope, session: str, turn_ids: Sequence[str]
+    ) -> dict[str, TurnOutcome]:
+        """The recorded L1 outcomes of some turns of a session, by turn id (turns past the
+        cursor, and turns settled before the ledger, have none)."""
+
+    def outcome_counts(self, scope: Scope, session: str | None = None) -> dict[str, dict[str, int]]:
+        """Per session (one, or every one of the tenant): how many turns have each outcome
+        (`store.layers.ledger.Outcome`; `pending` includes the turns past the cursor)."""
+
+    def turns_with_outcome(
+        self, scope: Scope, session: str | None, outcome: Outcome, limit: int
+    ) -> list[TurnOutcome]:
+        """Turns whose outcome is `outcome`, by session and order."""
 
     def memory_history(self, scope: Scope, memory_id: str) -> list[MemoryRecord]:
         """Every version linked to `memory_id` by `superseded_by`, oldest first (`NotFound`)."""

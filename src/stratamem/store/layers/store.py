@@ -23,10 +23,13 @@ from stratamem.store.evidence import receipt_rows
 from stratamem.store.evidence.receipts import COMPLETED, SKIPPED, ReceiptDraft
 from stratamem.store.failures import rows as failure_rows
 from stratamem.store.failures.records import Failure, FailureQuery
+from stratamem.store.layers import ledger
+from stratamem.store.layers.ledger import Outcome, TurnOutcome
 from stratamem.store.layers.port import (
     L1Commit,
     L2Commit,
     L3Commit,
+    RereadCommit,
     RetryCommit,
     SessionState,
     Supersede,
@@ -112,6 +115,7 @@ class SqlLayerStore:
             failure_rows.insert_failures(conn, [*commit.quarantined, *commit.notes])
             for stage in ("L1", "L1-reconcile"):  # reconciliation is part of the L1 run
                 failure_rows.resolve_open(conn, tenant, stage, commit.session, commit.now)
+            ledger.write_outcomes(conn, tenant, commit.outcomes)
             _write_receipt(conn, tenant, commit, "L1")
 
     def commit_retry(self, scope: Scope, commit: RetryCommit, fence: Fence | None = None) -> None:
@@ -122,7 +126,45 @@ class SqlLayerStore:
             _supersede(conn, tenant, commit.supersedes, commit.now)
             _bump_tenant(conn, tenant, len(commit.memories))
             failure_rows.insert_failures(conn, commit.notes)
+            ledger.write_outcomes(conn, tenant, commit.outcomes)
             _write_receipt(conn, tenant, commit, "L1")
+
+    def commit_reread(
+        self, scope: Scope, commit: RereadCommit, fence: Fence | None = None
+    ) -> None:
+        tenant = scope.tenant
+        ids = [o.turn_id for o in commit.outcomes]
+        with self._store.writing(fence, key=scope.tenant) as conn:
+            had = ledger.read_outcomes(conn, tenant, commit.session, ids)
+            moved = sorted(i for i in ids if i not in had or had[i].outcome != commit.expected)
+            if moved:
+                raise LayerConflict(
+                    f"turns {moved[:5]} of session {commit.session!r} are no longer"
+                    f" {commit.expected.value}"
+                )
+            _insert_memories(conn, tenant, commit.memories)
+            _supersede(conn, tenant, commit.supersedes, commit.now)
+            _bump_tenant(conn, tenant, len(commit.memories))
+            failure_rows.insert_failures(conn, [*commit.quarantined, *commit.notes])
+            ledger.write_outcomes(conn, tenant, commit.outcomes)
+            _write_receipt(conn, tenant, commit, "L1")
+
+    # -- the turn ledger ---------------------------------------------------------------------
+    def turn_outcomes(
+        self, scope: Scope, session: str, turn_ids: Sequence[str]
+    ) -> dict[str, TurnOutcome]:
+        with self._store.reading() as conn:
+            return ledger.read_outcomes(conn, scope.tenant, session, turn_ids)
+
+    def outcome_counts(self, scope: Scope, session: str | None = None) -> dict[str, dict[str, int]]:
+        with self._store.reading() as conn:
+            return ledger.count_outcomes(conn, scope.tenant, session)
+
+    def turns_with_outcome(
+        self, scope: Scope, session: str | None, outcome: Outcome, limit: int
+    ) -> list[TurnOutcome]:
+        with self._store.reading() as conn:
+            return ledger.turns_with(conn, scope.tenant, session, outcome, limit)
 
     def memory_history(self, scope: Scope, memory_id: str) -> list[MemoryRecord]:
         with self._store.reading() as conn:
@@ -335,7 +377,7 @@ def _bump_tenant(conn: SqlConn, tenant: str, new_memories: int) -> None:
 def _write_receipt(
     conn: SqlConn,
     tenant: str,
-    commit: L1Commit | L2Commit | L3Commit | RetryCommit,
+    commit: L1Commit | L2Commit | L3Commit | RetryCommit | RereadCommit,
     kind: str,
 ) -> None:
     outcome = SKIPPED if commit.result.get("skipped") else COMPLETED
