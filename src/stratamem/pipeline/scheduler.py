@@ -376,6 +376,9 @@ RETENTION = "retention"
 """The lease of retention, beside the kinds' (a process without sources may prune)."""
 SCHEDULER_SCOPE = "_scheduler"
 SNAPSHOT_PREFIX = "snapshot/"
+WAIT_MARGIN_S = 0.5
+"""How much longer than its own timeout a wait for free consumers may take before it is given
+up (the backend's wait returns by itself at its timeout)."""
 RENEW_SHARE = 1 / 3
 """A held lease is renewed once this share of its TTL has passed since its last renewal (not
 every pass: passes follow each other as fast as consumers free up)."""
@@ -497,7 +500,9 @@ class SchedulerLoop:
             free = self.scheduler.backend.wait_free(types, timeout_s=timeout_s)
             waits.append(asyncio.ensure_future(free))
         try:
-            done, _ = await asyncio.wait(waits, timeout=timeout_s,
+            # wait_free ends by itself at `timeout_s`: cancelling a blocked BLPOP would drop its
+            # Redis connection (and maybe a notice it had just taken) at every idle interval
+            done, _ = await asyncio.wait(waits, timeout=timeout_s + WAIT_MARGIN_S,
                                          return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
             failed = [w for w in done if not w.cancelled() and w.exception() is not None]
             if failed and not stop.is_set():  # the backend failed: wait the interval out
