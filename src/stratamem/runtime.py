@@ -1,11 +1,12 @@
 """The wiring, once: what a process builds from its settings to run the system.
 
-The memory (store, embedder, LLM) is `AsyncMemory.open`; over it, this module builds context
-offload (`offload_of`) and the registry of executors every task type runs with
-(`registry_of`: the memory layers' and offload's, with their backlog sources). `stratamem
-serve` (`api.services`, `api.background`), `stratamem worker` (its `--executors` factories
-below), the CLI's commands and the library build from these; the `layers`, `offload` and
-`pipeline` packages never reach back up for the memory themselves.
+The memory (store, embedder, LLM) is the library's `AsyncMemory.open`, which builds the stores
+and the layers over them; over a memory, this module builds context offload (`offload_of`) and
+the registry of executors every task type runs with (`registry_of`: the memory layers' and
+offload's, with their backlog sources and the layers' cascade). `stratamem serve`
+(`api.services`, `api.background`), `stratamem worker` (its `--executors` factories below) and
+the CLI's commands build from these; the `layers`, `offload` and `pipeline` packages never
+reach back up for the memory themselves (`tests/test_layout.py`).
 """
 
 from __future__ import annotations
