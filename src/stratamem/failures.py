@@ -8,18 +8,20 @@ A retry re-runs, now, what an open record is about:
   offload-l15 (for its message) or offload-l2 of the session. A run that commits resolves the
   stage's open failures; a run that finds nothing left to do resolves this record.
 A retry that fails leaves the record open (a quarantine keeps the new raw replies; a stage run
-records its own failure) and raises the error. Retries need the LLM endpoint the records came
-from: they never fall back to the offline mode.
+records its own failure) and raises the error. `retry_many` retries every open record of a
+session, stage or kind at once (`POST /v1/failures/retry`, `stratamem failures retry
+--session`). Retries need the LLM endpoint the records came from: they never fall back to the
+offline mode.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from stratamem.domain import Scope
-from stratamem.errors import ConfigError, InvalidInput, LayerConflict
+from stratamem.errors import ConfigError, InvalidInput, LayerConflict, NotFound, StratamemError
 from stratamem.layers.service import LayerService, Run
 from stratamem.offload.facade import Offload, StageOutcome
 from stratamem.offload.l1_summaries import L1Outcome
@@ -45,6 +47,30 @@ class RetryOutcome:
 
     def to_json(self) -> dict[str, Any]:
         return {"failure": self.failure.to_json(), "result": self.result}
+
+
+BULK_RETRY_LIMIT = 100
+"""Records one bulk retry re-runs at most (the call answers when all of them ran)."""
+
+
+@dataclass(slots=True)
+class BulkRetry:
+    """What a bulk retry did: the ids resolved, still open, skipped (no longer open when their
+    turn came) and failed (with the error)."""
+
+    resolved: list[str] = field(default_factory=list)
+    still_open: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "retried": len(self.resolved) + len(self.still_open) + len(self.failed),
+            "resolved": list(self.resolved),
+            "still_open": list(self.still_open),
+            "skipped": list(self.skipped),
+            "failed": dict(self.failed),
+        }
 
 
 class Failures:
@@ -89,6 +115,40 @@ class Failures:
                 self.layers.layers.note_retry, Scope(tenant), failure_id, self.layers.clock.now()
             )
         return RetryOutcome(after, result)
+
+    async def retry_many(
+        self,
+        tenant: str,
+        session: str | None = None,
+        stage: str | None = None,
+        kind: FailureKind | None = None,
+        limit: int = BULK_RETRY_LIMIT,
+    ) -> BulkRetry:
+        """Retry, one after the other, the tenant's open records that can be retried (of one
+        session, stage or kind when given; the oldest first, at most `limit`). A retry that
+        fails leaves its record open and is reported with its error; the others go on."""
+        if kind is not None and kind not in RETRYABLE:
+            raise InvalidInput(f"{kind.value} records are noted for the operator: nothing to retry")
+        kinds = [kind] if kind is not None else sorted(RETRYABLE)
+        found: list[Failure] = []
+        for one in kinds:
+            query = FailureQuery(session, stage, one, FailureStatus.OPEN, limit=limit)
+            found += await self.list(tenant, query)
+        found.sort(key=lambda f: f.failed_at)
+        outcome = BulkRetry()
+        for failure in found[:limit]:
+            try:
+                done = await self.retry(tenant, failure.id)
+            except (LayerConflict, NotFound):  # resolved meanwhile (by an earlier retry too)
+                outcome.skipped.append(failure.id)
+                continue
+            except StratamemError as exc:
+                outcome.failed[failure.id] = f"{type(exc).__name__}: {exc}"
+                continue
+            target = outcome.resolved if done.failure.status is FailureStatus.RESOLVED else (
+                outcome.still_open)  # fmt: skip
+            target.append(failure.id)
+        return outcome
 
     async def _rerun(self, run: Run, failure: Failure) -> dict[str, Any]:
         if failure.stage in _LAYER_STAGES:

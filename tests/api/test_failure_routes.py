@@ -106,3 +106,27 @@ async def test_a_retry_that_fails_answers_its_error_and_keeps_the_record(
     assert failed.status_code == 502 and failed.json()["error"]["type"] == "layer_failed"
     after = (await client.get(f"/v1/failures/{first['id']}", headers=alice.headers)).json()
     assert after["status"] == "open" and after["attempts"] == 2 and len(after["raws"]) == 4
+
+
+async def test_a_bulk_retry_covers_every_quarantined_turn_of_a_session(
+    client: httpx.AsyncClient, alice: Caller, scripted_llm: ScriptedLLM
+) -> None:
+    await quarantined_session(client, alice, scripted_llm)
+    quarantines = (await client.get("/v1/failures?kind=quarantine", headers=alice.headers)).json()
+    assert all(q["retry_at"] is not None and q["auto_retries"] == 0 for q in quarantines)
+    nothing = await client.post("/v1/failures/retry?session=s2", headers=alice.headers)
+    assert nothing.json() == {"retried": 0, "resolved": [], "still_open": [], "skipped": [],
+                              "failed": {}}  # fmt: skip
+    failing = await client.post("/v1/failures/retry?session=s1", headers=alice.headers)
+    assert failing.status_code == 200, failing.text
+    assert sorted(failing.json()["failed"]) == sorted(q["id"] for q in quarantines)
+    assert "StageOutputRejected" in next(iter(failing.json()["failed"].values()))
+
+    scripted_llm.on("L1", l1_reply)  # the endpoint reads them now
+    retried = await client.post("/v1/failures/retry?kind=quarantine", headers=alice.headers)
+    assert retried.status_code == 200, retried.text
+    assert sorted(retried.json()["resolved"]) == sorted(q["id"] for q in quarantines)
+    memories = (await client.get("/v1/memories", headers=alice.headers)).json()
+    assert len(memories) == 2
+    noted = await client.post("/v1/failures/retry?kind=batch", headers=alice.headers)
+    assert noted.status_code == 422 and "nothing to retry" in noted.text

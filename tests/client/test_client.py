@@ -163,3 +163,13 @@ def test_the_synchronous_client_on_a_real_socket(services: Services) -> None:
     assert json.loads(json.dumps(captured.to_json()))["stored"] == captured.ids
 
 
+
+
+async def test_a_bulk_retry_sends_its_filters() -> None:
+    done = {"retried": 1, "resolved": ["f_1"], "still_open": [], "skipped": [], "failed": {}}
+    script = Script(httpx.Response(200, json=done))
+    async with script.client() as client:
+        assert await client.retry_failures("alice", session="s1", kind="quarantine") == done
+    sent = script.requests[-1]
+    assert (sent.method, sent.url.path) == ("POST", "/v1/failures/retry")
+    assert dict(sent.url.params) == {"session": "s1", "kind": "quarantine"}

@@ -308,15 +308,29 @@ class FailureOut(BaseModel):
     error: str = Field(description="Why it failed.")
     turn_ids: list[str] = Field(description="The turns it is about (a quarantine: one).")
     detail: dict[str, Any]
-    attempts: int
+    attempts: int = Field(description="How often its condition was seen (and retried).")
     failed_at: float
+    last_seen_at: float = Field(description="When its condition was last seen.")
     resolved_at: float | None
+    condition: str = Field(description="The condition it stands for (one open record each).")
+    retry_at: float | None = Field(
+        description="When it is retried by itself next (None: never, or it waits for you)."
+    )
+    auto_retries: int = Field(description="Automatic retries it had.")
     raws: list[str] = Field(description="The raw replies (text, or JSON as parsed).")
 
 
 class RetryOut(BaseModel):
     failure: FailureOut = Field(description="The record after the retry.")
     result: dict[str, Any] = Field(description="What the re-run did.")
+
+
+class BulkRetryOut(BaseModel):
+    retried: int = Field(description="Records re-run.")
+    resolved: list[str] = Field(description="Ids of the records the retry resolved.")
+    still_open: list[str] = Field(description="Ids of the records still open after it.")
+    skipped: list[str] = Field(description="Ids no longer open when their turn came.")
+    failed: dict[str, str] = Field(description="Id → the error its retry answered.")
 
 
 class PipelineOut(BaseModel):

@@ -7,7 +7,7 @@ from typing import Any
 
 from stratamem.api.errors import tenant_text
 from stratamem.domain import MemoryRecord, Profile, Scene, Turn
-from stratamem.failures import RetryOutcome
+from stratamem.failures import BulkRetry, RetryOutcome
 from stratamem.pipeline.task import DeadLetter, Task
 from stratamem.store.failures.records import Failure
 
@@ -106,3 +106,9 @@ def failure_json(failure: Failure) -> dict[str, Any]:
 
 def retry_json(outcome: RetryOutcome) -> dict[str, Any]:
     return {"failure": failure_json(outcome.failure), "result": outcome.result}
+
+
+def bulk_retry_json(outcome: BulkRetry) -> dict[str, Any]:
+    answer = outcome.to_json()
+    answer["failed"] = {k: tenant_text(v) for k, v in outcome.failed.items()}
+    return answer

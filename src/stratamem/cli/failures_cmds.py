@@ -13,10 +13,16 @@ import click
 from stratamem.cli.common import print_json, settings_from
 from stratamem.core import AsyncMemory
 from stratamem.errors import ConfigError
-from stratamem.failures import Failures
+from stratamem.failures import BULK_RETRY_LIMIT, Failures
 from stratamem.offload import InProcessRunner
 from stratamem.runtime import offload_of
-from stratamem.store.failures.records import Failure, FailureKind, FailureQuery, FailureStatus
+from stratamem.store.failures.records import (
+    RETRYABLE,
+    Failure,
+    FailureKind,
+    FailureQuery,
+    FailureStatus,
+)
 from stratamem.store.opening import RecordStore
 from stratamem.timestamps import utc_text
 
@@ -132,11 +138,41 @@ def failures_show(ctx: click.Context, tenant: str, failure_id: str, as_json: boo
 
 @failures.command("retry")
 @_TENANT
-@click.argument("failure_id")
+@click.argument("failure_id", required=False)
+@click.option("--session", default=None, help="Every open record of this session.")
+@click.option("--stage", default=None, help="Every open record of this stage.")
+@click.option("--kind", type=click.Choice(sorted(k.value for k in RETRYABLE)), default=None,
+              help="Every open record of this kind.")  # fmt: skip
+@click.option("--limit", type=click.IntRange(1, BULK_RETRY_LIMIT), default=BULK_RETRY_LIMIT,
+              show_default=True, help="Most records one bulk retry re-runs.")  # fmt: skip
 @_JSON
 @click.pass_context
-def failures_retry(ctx: click.Context, tenant: str, failure_id: str, as_json: bool) -> None:
-    """Re-run a quarantined turn or a failed stage now, with the configured LLM endpoint."""
+def failures_retry(
+    ctx: click.Context,
+    tenant: str,
+    failure_id: str | None,
+    session: str | None,
+    stage: str | None,
+    kind: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Re-run a quarantined turn or a failed stage now, with the configured LLM endpoint; with
+    no ID, every open record (of the session, stage or kind given), the oldest first."""
+    if failure_id is None:
+        wanted = None if kind is None else FailureKind(kind)
+        many = _run(ctx, lambda f: f.retry_many(tenant, session, stage, wanted, limit),
+                    retrying=True)  # fmt: skip
+        if as_json:
+            print_json(many.to_json())
+            return
+        click.echo(f"resolved {len(many.resolved)}, still open {len(many.still_open)},"
+                   f" skipped {len(many.skipped)}, failed {len(many.failed)}")  # fmt: skip
+        for failed_id, error in many.failed.items():
+            click.echo(f"{failed_id}: {' '.join(error.split())[:_ERROR_CHARS]}")
+        return
+    if session or stage or kind:
+        raise click.UsageError("give a failure ID, or filters (--session, --stage, --kind)")
     outcome = _run(ctx, lambda f: f.retry(tenant, failure_id), retrying=True)
     if as_json:
         print_json(outcome.to_json())

@@ -164,6 +164,21 @@ class AsyncClient:
     async def stats(self, tenant: str) -> dict[str, Any]:
         return records.parse(dict, await self._call(tenant, "GET", "/v1/stats"))
 
+    async def retry_failures(
+        self,
+        tenant: str,
+        *,
+        session: str | None = None,
+        stage: str | None = None,
+        kind: str | None = None,
+    ) -> dict[str, Any]:
+        """Re-run now the open quarantined turns and failed stages of a session, stage or kind
+        (`POST /v1/failures/retry`): the ids resolved, still open, skipped, and failed."""
+        filters = {"session": session, "stage": stage, "kind": kind}
+        params = {name: value for name, value in filters.items() if value is not None}
+        answer = await self._call(tenant, "POST", "/v1/failures/retry", params=params)
+        return records.parse(dict, answer)
+
     async def erase_session(self, tenant: str, session: str) -> dict[str, int]:
         answer = await self._call(tenant, "DELETE", f"/v1/sessions/{_session(session)}")
         return records.parse(dict[str, int], records.field(answer, "erased"))

@@ -25,5 +25,10 @@ class Client(SyncFacade):
         """The tenant of this client's key."""
         return self.run(self.core.tenant())
 
+    def retry_failures(self, tenant: str, **filters: str | None) -> dict[str, Any]:
+        """Re-run now the open failure records of a session, stage or kind
+        (`AsyncClient.retry_failures`)."""
+        return self.run(self.core.retry_failures(tenant, **filters))
+
     def __enter__(self) -> Client:
         return self

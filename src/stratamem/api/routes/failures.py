@@ -7,8 +7,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from stratamem.api.deps import ServicesDep, TenantDep
-from stratamem.api.schemas import ERRORS, FailureOut, Ident, RetryOut
-from stratamem.api.views import failure_json, retry_json
+from stratamem.api.schemas import ERRORS, BulkRetryOut, FailureOut, Ident, RetryOut
+from stratamem.api.views import bulk_retry_json, failure_json, retry_json
+from stratamem.failures import BULK_RETRY_LIMIT
 from stratamem.store.failures.records import FailureKind, FailureQuery, FailureStatus
 
 router = APIRouter(prefix="/v1", tags=["failures"], responses=ERRORS)
@@ -30,6 +31,21 @@ async def list_failures(
     rejected batches, dropped items, offline fallbacks, each with its raw replies."""
     query = FailureQuery(session, stage, kind, status, limit, offset)
     return [failure_json(f) for f in await services.failures.list(tenant, query)]
+
+
+@router.post("/failures/retry", response_model=BulkRetryOut)
+async def retry_failures(
+    tenant: TenantDep,
+    services: ServicesDep,
+    session: Annotated[Ident | None, Query()] = None,
+    stage: Stage | None = None,
+    kind: FailureKind | None = None,
+    limit: Annotated[int, Query(ge=1, le=BULK_RETRY_LIMIT)] = BULK_RETRY_LIMIT,
+) -> dict[str, Any]:
+    """Re-run now, one after the other, the open quarantined turns and failed stages of a
+    session, stage or kind (all of them without a filter; the oldest first, at most `limit`),
+    and answer which were resolved, are still open, or failed (with the error)."""
+    return bulk_retry_json(await services.failures.retry_many(tenant, session, stage, kind, limit))
 
 
 @router.get("/failures/{failure_id}", response_model=FailureOut)
