@@ -65,12 +65,13 @@ class PipelineSettings(BaseSettings):
     l2_batch: int = Field(default=5, ge=1)
     l2_max_interval_s: float = Field(default=3600.0, gt=0)
 
-    # The backlog scheduler (`pipeline.scheduler`): it keeps up to `scheduler_limit` tasks
-    # queued (ready or in flight) from owed work it finds in the store; 0 turns it off.
+    # The backlog scheduler (`pipeline.scheduler`): it keeps up to `scheduler_limit` tasks of
+    # each kind queued (ready or in flight) from owed work it finds in the store; 0 turns it off.
     scheduler_limit: int = Field(default=8, ge=0)
     scheduler_interval_s: float = Field(default=1.0, gt=0)
-    # The lease of the one active scheduler, renewed every pass: when its holder dies (or a
-    # lone `serve` restarts), another process takes over after at most this long.
+    # The lease of each kind's one active scheduler, renewed once a third of it passed: when
+    # its holder dies (or a lone `serve` restarts), another process with that kind takes over
+    # after at most this long.
     scheduler_lease_ms: int = Field(default=15_000, ge=100)
     # A submitted key whose work shows no progress for this long (one lock TTL by default: a
     # task dropped on a lock left by a dead worker) is resubmitted after a backoff (initial,
