@@ -68,3 +68,21 @@ def test_every_top_level_command_is_listed() -> None:
     listed = {where for where, _ in COMMANDS.values()}
     unlisted = [w for key, (w, _) in defined.items() if key not in inner and w not in listed]
     assert sorted(unlisted) == [] and "pipeline_cmds:worker" in listed
+
+
+def test_the_package_s_public_names_resolve_lazily() -> None:
+    """`stratamem/__init__` imports nothing until a name is used; every name it exports resolves
+    (PEP 562), and one it does not is an AttributeError."""
+    probe = (
+        "import sys, stratamem\n"
+        "assert not any(m.startswith('stratamem.') for m in sys.modules), sorted(sys.modules)\n"
+        "for name in stratamem.__all__:\n"
+        "    assert getattr(stratamem, name) is not None, name\n"
+        "try:\n"
+        "    stratamem.no_such_name\n"
+        "except AttributeError:\n"
+        "    print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    assert done.stdout.strip() == "ok"
