@@ -138,6 +138,9 @@ def test_the_admin_key_shows_the_pipeline_and_llm_cost(page: Any, base_url: str)
     assert page.locator("#who").inner_text() == "admin"
     llm = page.locator("table", has=page.get_by_text("LLM calls, tokens and outcomes"))
     assert llm.locator("tbody tr").count() >= 1
+    kinds = page.locator("table", has=page.get_by_text("The scheduler of each kind of work"))
+    assert {"L1", "L2", "L3", "offload-l1"} <= set(kinds.locator("tbody tr td:first-child")
+                                                   .all_inner_texts())  # fmt: skip
     shoot(page, "pipeline-admin")
     page.get_by_role("link", name="Tenants").click()
     settled(page)

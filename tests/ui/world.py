@@ -103,6 +103,14 @@ async def run_queued(services: Services) -> int:
             done += 1
 
 
+async def _scheduler_pass(services: Services) -> None:
+    """One pass of serve's backlog scheduler, so the admin's view has the per-kind snapshot it
+    publishes (the leases it took are released again)."""
+    scheduler = Background(services, PipelineSettings(), workers=1).scheduler
+    assert scheduler is not None
+    await scheduler.once()
+
+
 async def _dead_letter(services: Services, tenant: str) -> None:
     backend = services.require_pipeline()
     await backend.enqueue(Task(TaskType.L2, tenant, "trip", {"reason": "seed"}), now=0.0)
@@ -129,6 +137,7 @@ async def make_world(root: Path, llm: ScriptedLLM) -> World:
         await _offload(c, services, alice)
         await _conversation(c, services, bob, "gym", [BOB_SECRET])
         await _dead_letter(services, "alice")
+        await _scheduler_pass(services)
         assert (await c.get("/v1/admin/tenants", headers=ADMIN)).is_success
     await services.aclose()
     await client.aclose()

@@ -87,6 +87,24 @@ function trend(stages) {
   ], rows.reverse());
 }
 
+/** The scheduler per kind of work: which process holds each kind's lease and what it last found
+ * owed; then every counter, as published. */
+export function schedulerView(snapshot) {
+  const owners = snapshot.owners || {};
+  const backlog = snapshot.backlog || {};
+  const rows = Object.keys(owners).map((kind) => ({ kind, owner: owners[kind],
+    backlog: kind in backlog ? backlog[kind] : null }));
+  const shown = (value) => (value === null || value === undefined ? "–"
+    : typeof value === "object" ? JSON.stringify(value) : String(value));
+  return [
+    table("The scheduler of each kind of work (one lease per kind)", [
+      ["Kind", (r) => r.kind], ["Held by", (r) => r.owner], ["Owed when last looked", (r) => shown(r.backlog)],
+    ], rows),
+    h("details", {}, h("summary", {}, "Every counter"),
+      pre(JSON.stringify(snapshot, null, 2), { class: "text block" })),
+  ];
+}
+
 export async function admin() {
   const [status, llm, dead] = await Promise.all([api("GET", "/v1/admin/pipeline"),
     api("GET", "/v1/admin/llm"), api("GET", "/v1/admin/dead-letters", null, { limit: 1000 })]);
@@ -94,8 +112,7 @@ export async function admin() {
   return [h("h1", {}, "Pipeline and cost"),
     h("h2", {}, "Queue"), h("dl", { class: "facts" }, depth),
     h("h2", {}, "Workers"), workers(status.workers || []),
-    h("h2", {}, "Scheduler"), status.scheduler
-      ? pre(JSON.stringify(status.scheduler, null, 2), { class: "text block" })
+    h("h2", {}, "Scheduler"), status.scheduler ? schedulerView(status.scheduler)
       : h("p", { class: "muted" }, "the backlog scheduler has not run a pass yet"),
     h("h2", {}, "LLM"), llm.mode === "offline"
       ? h("p", { class: "muted" }, "offline: no LLM endpoint is configured") : null,
