@@ -107,15 +107,14 @@ class SqliteStore(SqlCoreStore):
 
     # -- erasing -----------------------------------------------------------------------------
     def erase_session(self, scope: Scope, session: str) -> dict[str, int]:
-        with self._secure_delete(), self.writing() as conn:
+        with self.forgetting(scope.tenant) as conn:
             counts = erase.erase_session(conn, scope.tenant, session)
-        self._sizes.clear()
+        self._forget_caches(scope.tenant)
         return counts
 
     def erase_tenant(self, scope: Scope) -> dict[str, int]:
-        with self._secure_delete(), self.writing() as conn:
+        with self.forgetting(scope.tenant) as conn:
             counts = erasure.erase_tenant(conn, scope.tenant)
-        self._sizes.clear()
         self._forget_caches(scope.tenant)
         return counts
 
