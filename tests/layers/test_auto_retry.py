@@ -7,14 +7,21 @@ from __future__ import annotations
 
 import pytest
 
+from stratamem.layers.executors import LayerExecutors
+from stratamem.layers.service import LayerService
 from stratamem.layers.settings import LayerSettings
-from stratamem.pipeline.task import TaskType
-from stratamem.pipeline.worker import Outcome
+from stratamem.llm import LLMClient
+from stratamem.llm.errors import names_endpoint_trouble
+from stratamem.pipeline.executors import ExecutorRegistry
+from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.worker import Outcome, Worker
 from stratamem.store.failures.records import Failure, FailureKind, FailureQuery, FailureStatus
 from stratamem.testing import Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers, l1_reply
 from tests.layers import test_pipeline
-from tests.layers.test_pipeline import SCOPE, TURNS, Rig
+from tests.layers.conftest import llm_settings
+from tests.layers.test_pipeline import SCOPE, TURNS, Rig, _no_sleep
 
 rig = test_pipeline.rig  # the fixture: a worker and a scheduler beside an LLM memory
 HOUR = 3600.0
@@ -104,3 +111,47 @@ async def test_an_automatic_retry_waits_out_endpoint_trouble_without_counting(
     [again] = [d for d in ready if d.task.type is TaskType.L1]
     assert again.task.attempt == 0 and await rig.worker.handle(again) is Outcome.COMPLETED
     assert quarantined(rig)[0].status is FailureStatus.RESOLVED
+
+
+async def test_a_task_dead_lettered_by_endpoint_trouble_is_requeued_once_it_answers(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    install_layer_handlers(scripted_llm)
+    scripted_llm.push_for("L1", Reply.rate_limited(3600))  # longer than the client waits
+    llm = LLMClient(llm_settings(scripted_llm, max_attempts=1), clock=rig.clock)
+    assert rig.memory.layers is not None
+    service = LayerService(rig.memory.store, rig.memory.layers, rig.memory.evidence, llm=llm)
+    registry = ExecutorRegistry()
+    LayerExecutors(service, rig.memory.backlog, rig.backend).registry(registry)
+    worker = Worker(rig.backend, registry, PipelineSettings(retry_limit=0), clock=rig.clock,
+                    name="w2", sleep=_no_sleep)  # fmt: skip
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
+    assert await worker.handle(await rig.next(TaskType.L1)) is Outcome.DEAD
+    assert await worker.heal_once() == 0  # the endpoint has not answered since
+
+    rig.clock.advance(60)
+    await rig.memory.capture("acme", "s2", TURNS)  # another session's L1: the endpoint answers
+    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s2"), now=rig.clock.now())
+    assert await worker.handle(await rig.next(TaskType.L1)) is Outcome.COMPLETED
+    assert await worker.heal_once() == 1 and await rig.backend.list_dead(limit=10) == []
+    assert await worker.handle(await rig.next(TaskType.L1)) is Outcome.COMPLETED
+    assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == 2
+    assert await worker.heal_once() == 0
+    await llm.aclose()
+
+
+@pytest.mark.parametrize(
+    ("error", "trouble"),
+    [
+        ("LLMServerError: stage L1: http://h:1 answered HTTP 500: overloaded", True),
+        ("LLMTimeout: stage L1: no answer from http://h:1/chat/completions within 60 s", True),
+        ("LLMRateLimited: stage L1: http://h:1 answered HTTP 429: slow down", True),
+        ("LLMHTTPError: stage L1: http://h:1 answered HTTP 502: bad gateway", True),  # old
+        ("LLMHTTPError: stage L1: http://h:1 answered HTTP 400: bad request", False),
+        ("StageOutputRejected: stage L2 of task t: no valid SceneOps", False),
+        ("LayerConflict: the cursor moved", False),
+    ],
+)
+def test_which_dead_letters_are_endpoint_trouble(error: str, trouble: bool) -> None:
+    assert names_endpoint_trouble(error) is trouble

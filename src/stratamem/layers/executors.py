@@ -22,6 +22,7 @@ from stratamem.layers.backlog import layer_sources
 from stratamem.layers.cascade import cascade
 from stratamem.layers.model import StageResult
 from stratamem.layers.service import FlushResult, LayerService, Run, StageBody
+from stratamem.llm.client import LLMClient
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
 from stratamem.pipeline.locking import holding
@@ -147,6 +148,8 @@ class LayerExecutors:
         registry = into or ExecutorRegistry()
         if self.service.llm is not None:
             registry.add_usage_source(self.service.llm.usage.snapshot)
+        if isinstance(self.service.llm, LLMClient):  # its dead letters heal when it answers
+            registry.add_health(self.service.llm)
         registry.receipts = self.receipt
         registry.executions = ThreadedExecutionLog(self.evidence)
         registry.retained = ThreadedRetainedLog(self.evidence)

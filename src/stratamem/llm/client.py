@@ -43,6 +43,7 @@ from stratamem.llm.errors import (
     LLMServerError,
     LLMTimeout,
     LLMUnavailable,
+    names_endpoint_trouble,
 )
 from stratamem.llm.jsonparse import NoJSONFound, extract_json
 from stratamem.llm.profiles import Profile, ProfileMemory
@@ -99,6 +100,7 @@ class LLMClient:
         self._owns_client = client is None
         self._http = client or httpx.AsyncClient()
         self.profiles = ProfileMemory(self.settings.structured_profile)
+        self._answered_at: float | None = None
         self.breaker = CircuitBreaker(
             self.settings.breaker_failures,
             self.settings.breaker_cooldown_s,
@@ -283,8 +285,18 @@ class LLMClient:
         finally:
             self._report(config.base_url, up, probe)
 
+    def answered_at(self) -> float | None:
+        """When an endpoint last answered a call (not in trouble); None: none has yet."""
+        return self._answered_at
+
+    def explains(self, error: str) -> bool:
+        """Whether a dead letter's error is endpoint trouble (`names_endpoint_trouble`): the
+        worker requeues it once an endpoint answers again (`pipeline.executors.ServiceHealth`)."""
+        return names_endpoint_trouble(error)
+
     def _report(self, endpoint: str, up: bool | None, probe: bool) -> None:
         if up is True:
+            self._answered_at = self._now()
             self.breaker.succeeded(endpoint)
         elif up is False:
             self.breaker.failed(endpoint)

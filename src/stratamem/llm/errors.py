@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from stratamem.errors import LLMError, Postponed, Throttled
 
 DEFAULT_POSTPONE_S = 30.0
@@ -81,3 +83,16 @@ class LLMReplyTruncated(LLMOutputInvalid):
     """The model stopped before finishing its reply (`finish_reason: "length"`: it hit
     `max_tokens` or its context). Never read as an answer, and not repaired (a repair would be
     cut off too): the caller retries with a smaller input."""
+
+
+_TROUBLE_TEXT = re.compile(
+    r"^(LLMUnavailable|LLMTimeout|LLMCircuitOpen|LLMServerError|LLMRateLimited|LLMEndpointTrouble):"
+    r"|^LLMHTTPError: .*\banswered HTTP 5\d\d\b",  # a 5xx dead-lettered before it was trouble
+    re.DOTALL,
+)
+
+
+def names_endpoint_trouble(error: str) -> bool:
+    """Whether an error's text (`"<type>: <message>"`, as a dead letter keeps it) is an
+    endpoint's trouble (down, timing out, 5xx, rate limited) rather than the work's fault."""
+    return _TROUBLE_TEXT.match(error) is not None

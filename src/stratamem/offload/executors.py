@@ -16,6 +16,7 @@ import asyncio
 from stratamem.clock import Clock
 from stratamem.domain import Scope
 from stratamem.errors import ReceiptConflict
+from stratamem.llm.client import LLMClient
 from stratamem.offload.backlog import offload_sources
 from stratamem.offload.facade import Offload, mark_of
 from stratamem.offload.schedule import Stage, StageTask
@@ -96,6 +97,8 @@ def register_executors(registry: ExecutorRegistry, offload: Offload) -> None:
     registry."""
     if offload.deps.llm is not None:
         registry.add_usage_source(offload.deps.llm.usage.snapshot)
+    if isinstance(offload.deps.llm, LLMClient):  # its dead letters heal when it answers
+        registry.add_health(offload.deps.llm)
     store, diagrams = offload.deps.store, not offload.offline
     orphan_age_s = offload.deps.settings.orphan_max_age_s
     registry.add_backlog(lambda grace_s: offload_sources(store, grace_s, diagrams, orphan_age_s))

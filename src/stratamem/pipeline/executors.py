@@ -106,6 +106,18 @@ BacklogFactory = Callable[[float], Sequence[Source]]
 Cascade = Callable[[PipelineBackend, PipelineSettings, Task, ExecResult, float], Awaitable[None]]
 
 
+class ServiceHealth(Protocol):
+    """A service the executors call (an LLM endpoint's client), as the worker sees it: a task
+    dead-lettered because the service was in trouble is requeued once it answers again."""
+
+    def answered_at(self) -> float | None:
+        """When the service last answered a call (None: not yet)."""
+
+    def explains(self, error: str) -> bool:
+        """Whether a dead letter's error is this service's trouble (down, timing out, 5xx, rate
+        limited), which ends when it answers again."""
+
+
 class ExecutorRegistry:
     """Task type -> executor. Other parts register theirs at start-up."""
 
@@ -122,6 +134,7 @@ class ExecutorRegistry:
         self.retained: RetainedLog | None = None
         self._backlog: list[BacklogFactory] = []
         self._cascades: list[Cascade] = []
+        self._health: list[ServiceHealth] = []
         for task_type, executor in executors:
             self.register(task_type, executor)
 
@@ -134,6 +147,25 @@ class ExecutorRegistry:
         """The sources of owed work of the part whose executors these are: the backlog
         scheduler beside these executors finds that work in the store (`pipeline.scheduler`)."""
         self._backlog.append(factory)
+
+    def add_health(self, health: ServiceHealth) -> None:
+        """A service the executors call, whose trouble a dead letter may name (`ServiceHealth`)."""
+        if all(known is not health for known in self._health):
+            self._health.append(health)
+
+    def answered_at(self) -> float | None:
+        """When any of the services last answered (None: none has, or none is registered)."""
+        times = [t for t in (h.answered_at() for h in self._health) if t is not None]
+        return max(times, default=None)
+
+    def healed(self, error: str, failed_at: float) -> bool:
+        """Whether a dead letter that failed at `failed_at` with `error` names the trouble of a
+        service that has answered since."""
+        for health in self._health:
+            answered = health.answered_at()
+            if answered is not None and answered > failed_at and health.explains(error):
+                return True
+        return False
 
     def add_cascade(self, cascade: Cascade) -> None:
         """What the part's finished tasks set in motion (`Cascade`)."""

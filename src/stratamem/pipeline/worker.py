@@ -60,7 +60,7 @@ from stratamem.errors import (
     Throttled,
 )
 from stratamem.pipeline.backend import PipelineBackend
-from stratamem.pipeline.errors import RetryLater, UnknownTaskType
+from stratamem.pipeline.errors import DeadLetterNotFound, RetryLater, UnknownTaskType
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
 from stratamem.pipeline.fencing import behind_the_store, resync_reason
 from stratamem.pipeline.metrics import RunningTask, WorkerMetrics
@@ -134,6 +134,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._idle_consumers = 0
         self._free = FreeSignal(backend, self.executors.types)
+        self._healed_through = float("-inf")  # dead letters looked at up to this answer
 
     # -- one delivery -----------------------------------------------------------------------
 
@@ -512,7 +513,32 @@ class Worker:
 
     async def _duties(self) -> int:
         await self.publish_status()
-        return await self.pump_once()
+        fired = await self.pump_once()
+        await self.heal_once()
+        return fired
+
+    async def heal_once(self) -> int:
+        """Requeue the dead letters (of the types this worker runs) whose error is the trouble
+        of a service the executors call (an LLM endpoint down, timing out, 5xx, rate limited)
+        that has answered since they failed (`ExecutorRegistry.healed`). Looked at only when a
+        service answered since the last look; returns how many were requeued."""
+        answered = self.executors.answered_at()
+        if answered is None or answered <= self._healed_through:
+            return 0
+        self._healed_through = answered
+        types, requeued = set(self.executors.types()), 0
+        for dead in await self.backend.list_dead(limit=self.settings.scheduler_dead_scan):
+            if dead.task.type not in types or not self.executors.healed(dead.error,
+                                                                        dead.failed_at):
+                continue
+            try:
+                await self.backend.requeue_dead(dead.id, now=self.clock.now())
+            except DeadLetterNotFound:  # another worker requeued it
+                continue
+            requeued += 1
+            log.info("requeued %s %s: %s answers again", dead.task.type, dead.task.id,
+                     "its endpoint")  # fmt: skip
+        return requeued
 
     async def _consume_loop(self, consumer: str) -> None:
         while not self._stopping.is_set():
