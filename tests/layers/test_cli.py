@@ -109,6 +109,31 @@ def test_failures_list_show_retry(
     assert code == 1 and "resolved already" in out
 
 
+def test_failures_retry_of_a_whole_session(
+    tmp_path: Path, scripted_llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRATAMEM_LLM_BASE_URL", scripted_llm.base_url)
+    monkeypatch.setenv("STRATAMEM_LLM_MODEL", "scripted-chat")
+    install_layer_handlers(scripted_llm)
+    scripted_llm.on("L1", lambda request: Reply.truncated('{"memories": [{"type": "pers'))
+    for text in CONVERSATION[:2]:
+        code, out = run(tmp_path, "capture", "--tenant", "t1", "--session", "s1", "--speaker",
+                        "Maria", "--text", text)  # fmt: skip
+        assert code == 0, out
+    code, out = run(tmp_path, "flush", "--tenant", "t1", "--session", "s1")
+    assert code == 0, out
+    code, out = run(tmp_path, "failures", "retry", "--tenant", "t1", "--session", "s1")
+    assert code == 0 and "resolved 0, still open 0, skipped 0, failed 2" in out, out
+
+    scripted_llm.on("L1", l1_reply)
+    code, out = run(tmp_path, "failures", "retry", "--tenant", "t1", "--kind", "quarantine",
+                    "--json")  # fmt: skip
+    assert code == 0, out
+    assert len(json.loads(out)["resolved"]) == 2 and json.loads(out)["failed"] == {}
+    code, out = run(tmp_path, "failures", "retry", "--tenant", "t1", "f_x", "--session", "s1")
+    assert code == 2 and "give a failure ID, or filters" in out
+
+
 def test_stats_count_the_turn_ledger_and_reextract_reads_nothing_turns_again(
     tmp_path: Path, scripted_llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
