@@ -13,6 +13,8 @@ from stratamem.domain import MemoryType, Mode, Scope
 from stratamem.errors import StageOutputRejected
 from stratamem.layers.service import Run
 from stratamem.layers.settings import LayerSettings
+from stratamem.store.evidence.receipts import Attempt
+from stratamem.store.failures.records import FailureKind, FailureQuery
 from stratamem.testing import Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers
 
@@ -180,12 +182,45 @@ async def test_l3_does_not_run_without_scenes(
     assert again.skipped and "L3" not in scripted_llm.usage()
 
 
-async def test_a_one_word_profile_is_refused(
+async def test_a_one_word_profile_is_refused_and_a_flush_builds_it_offline(
     llm_memory: AsyncMemory, scripted_llm: ScriptedLLM
 ) -> None:
+    """A flush's stages are not retried: a profile still unusable after its repair round is
+    written by the offline builder, and the fallback is on record with the replies."""
     install_layer_handlers(scripted_llm)
     await llm_memory.capture("acme", "s1", TURNS)
     scripted_llm.push_for("L3", Reply.json({"profile": "Paris!"}), Reply.json({"profile": ""}))
-    with pytest.raises(StageOutputRejected, match="says too little"):
-        await llm_memory.flush("acme", "s1")
-    assert llm_memory.layers is not None and llm_memory.layers.profile(SCOPE) is None
+    result = await llm_memory.flush("acme", "s1")
+    assert result.l3 is not None and result.l3.counts["offline_fallback"] == 1
+    assert llm_memory.layers is not None
+    profile = llm_memory.layers.profile(SCOPE)
+    assert profile is not None and profile.mode is Mode.OFFLINE and "nurse" in profile.body
+    (record,) = llm_memory.layers.list_failures(SCOPE, FailureQuery(stage="L3"))
+    assert record.kind is FailureKind.FALLBACK and "says too little" in record.error
+    assert record.raws == ('{"profile":"Paris!"}', '{"profile":""}')
+
+
+async def test_l2_falls_back_to_offline_scenes_on_the_last_attempt_of_its_task(
+    llm_memory: AsyncMemory, scripted_llm: ScriptedLLM
+) -> None:
+    """A model that cannot do L2 (an empty list of operations, after the repair round too):
+    each attempt of the task but the last fails and is retried; the last builds offline."""
+    install_layer_handlers(scripted_llm)
+    scripted_llm.on("L2", lambda request: Reply.json({"operations": []}))
+    await llm_memory.capture("acme", "s1", TURNS)
+    service = llm_memory.layer_service()
+    await service.run_l1(Run("acme", "l1", "s1"))
+    with pytest.raises(StageOutputRejected, match="no operation folds in"):
+        await service.run_l2(Run("acme", "l2", "s1", attempt=_attempt("l2", 0)))
+    result = await service.run_l2(Run("acme", "l2", "s1", attempt=_attempt("l2", 2)))
+    assert result.changed and result.counts["offline_fallback"] == 1
+    assert llm_memory.layers is not None
+    scenes = llm_memory.layers.current_scenes(SCOPE)
+    assert scenes and {s.mode for s in scenes} == {Mode.OFFLINE}
+    records = llm_memory.layers.list_failures(SCOPE, FailureQuery(stage="L2"))
+    assert sorted(r.kind.value for r in records) == ["fallback", "stage"]
+    assert {r.status.value for r in records if r.kind is FailureKind.STAGE} == {"resolved"}
+
+
+def _attempt(task_id: str, attempt: int) -> Attempt:
+    return Attempt(task_id, attempt, attempt + 1, None, "w1", START)

@@ -204,7 +204,7 @@ async def flush_in_turn(
                                    grant.owner)  # fmt: skip
             async with _logged(service.evidence, tenant, start, clock) as attempt:
                 fence = Fence(lock, grant.token, grant.owner)
-                return await body(Run(tenant, task_id, of_session, fence, attempt))
+                return await body(Run(tenant, task_id, of_session, fence, attempt, retried=False))
 
     return await service.flush(tenant, session, base, in_turn)
 

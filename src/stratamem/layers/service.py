@@ -86,6 +86,9 @@ class Run:
     fence: Fence | None = None
     attempt: Attempt | None = None
     """The pipeline execution running the stage (written into its receipts)."""
+    retried: bool = True
+    """Whether a failure of this run is retried (a pipeline task); a flush's stages are not:
+    an L2 or L3 reply that stays unusable there falls back to the offline builder at once."""
 
     @property
     def scope(self) -> Scope:
@@ -282,6 +285,8 @@ class LayerService:
         versions, notes = await self._consolidate(run, scenes, changed) if changed else ([], [])
         versions = [*refreshed, *versions]
         counts = {"memories": len(changed), "scene_versions": len(versions)}
+        if any(n.kind is FailureKind.FALLBACK for n in notes):
+            counts["offline_fallback"] = 1
         result = StageResult("L2", self.mode, changed=bool(versions), counts=counts)
         commit = L2Commit(run.task_id, run.session, tenant.l2_mark, mark, self.clock.now(),
                           versions, result.to_json(), notes, run.attempt)  # fmt: skip
@@ -304,8 +309,13 @@ class LayerService:
             return l2_scenes.offline_scenes(scenes, changed, ctx), []
         prompt = load_prompt("l2_scenes")
         messages, view = l2_scenes.scene_messages(prompt, scenes, changed, self.settings)
-        answer = await self._ask(run, l2_scenes.STAGE, messages, SceneOps,
-                                 lambda r: l2_scenes.read_reply(r, view, self.settings))
+        try:
+            answer = await self._ask(run, l2_scenes.STAGE, messages, SceneOps,
+                                     lambda r: l2_scenes.read_reply(r, view, self.settings),
+                                     fallback=True)  # fmt: skip
+        except _FallBack as fell:
+            offline_ctx = replace(ctx, mode=Mode.OFFLINE)
+            return l2_scenes.offline_scenes(scenes, changed, offline_ctx), [fell.record]
         notes = run.origin(ctx.now).dropped(l2_scenes.STAGE, answer.value.dropped)
         return l2_scenes.apply_ops(answer.value.kept, view, scenes, ctx), notes
 
@@ -327,13 +337,15 @@ class LayerService:
         if self.llm is not None and not scenes:
             skipped = StageResult("L3", self.mode, skipped=True, counts={"scenes": 0})
             return await self._commit_l3(run, None, skipped, read_at)
-        body, sources = await self._synthesise(run, current, scenes)
+        body, sources, mode = await self._synthesise(run, current, scenes)
         changed = bool(body) and (current is None or body != current.body)
         profile = None
         if changed:
             version = 1 if current is None else current.version + 1
-            profile = Profile(run.tenant, body, version, self.clock.now(), self.mode)
+            profile = Profile(run.tenant, body, version, self.clock.now(), mode)
         counts = {"chars": len(body), "scenes": len(scenes)}
+        if mode is not self.mode:
+            counts["offline_fallback"] = 1
         result = StageResult("L3", self.mode, changed=changed, counts=counts)
         return await self._commit_l3(run, profile, result, read_at, sources)
 
@@ -364,26 +376,37 @@ class LayerService:
 
     async def _synthesise(
         self, run: Run, current: Profile | None, scenes: list[Scene]
-    ) -> tuple[str, list[Ref]]:
-        """The profile's body and what it was written from (its lineage): the memories read
-        offline; with an LLM, the scene versions shown and their memories."""
+    ) -> tuple[str, list[Ref], Mode]:
+        """The profile's body, what it was written from (its lineage) and how: the memories
+        read offline; with an LLM, the scene versions shown and their memories (offline, from
+        the scenes' memories, when the model's reply stays unusable on the last try)."""
         limit = self.settings.max_profile_chars
         if self.llm is None:
             types = (MemoryType.PERSONA, MemoryType.INSTRUCTION)
             memories = await asyncio.to_thread(
                 self.store.list_memories, run.scope, Filters(types=types), 200
             )
-            return offline.profile_body(memories, limit), [Ref(MEMORY, m.id) for m in memories]
+            body = offline.profile_body(memories, limit)
+            return body, [Ref(MEMORY, m.id) for m in memories], Mode.OFFLINE
         prompt = load_prompt("l3_profile")
         messages = l3_profile.profile_messages(prompt, scenes, current, self.settings)
         shown = Shown(min_words=self.settings.min_memory_words)
-        answer = await self._ask(run, l3_profile.STAGE, messages, ProfileDoc,
-                                 lambda reply: check_profile(reply, shown))
+        try:
+            answer = await self._ask(run, l3_profile.STAGE, messages, ProfileDoc,
+                                     lambda reply: check_profile(reply, shown), fallback=True)
+        except _FallBack as fell:
+            await asyncio.to_thread(self.layers.record_failures, [fell.record])
+            memories = [m for s in scenes for m in
+                        await asyncio.to_thread(_current_versions, self.store, run.scope,
+                                                s.memory_ids)]  # fmt: skip
+            kept = [m for m in memories if m.type in (MemoryType.PERSONA, MemoryType.INSTRUCTION)]
+            body = offline.profile_body(kept or memories, limit)
+            return body, [Ref(MEMORY, m.id) for m in (kept or memories)], Mode.OFFLINE
         sources = [Ref(SCENE, s.id, s.version) for s in scenes]
         sources += [Ref(MEMORY, m) for s in scenes for m in s.memory_ids]
         if current is not None:  # shown too: what it says may be said again
             sources.append(Ref(PROFILE, PROFILE_ID, current.version))
-        return l3_profile.bounded(answer.value, limit), sources
+        return l3_profile.bounded(answer.value, limit), sources, Mode.LLM
 
     # -- flush -------------------------------------------------------------------------------
     async def flush(
@@ -396,7 +419,7 @@ class LayerService:
         base = task_id or f"flush-{uuid.uuid4().hex}"
 
         async def plain(stage: str, of_session: str | None, body: StageBody) -> list[StageResult]:
-            return await body(Run(tenant, f"{base}.{stage}", of_session))
+            return await body(Run(tenant, f"{base}.{stage}", of_session, retried=False))
 
         run_stage = turn or plain
         l1 = await run_stage("L1", session, self.l1_until_caught_up)
@@ -573,19 +596,40 @@ class LayerService:
             raise
 
     async def _ask(
-        self, run: Run, stage: str, messages: Any, schema: type[M], read: Callable[[M], R]
+        self,
+        run: Run,
+        stage: str,
+        messages: Any,
+        schema: type[M],
+        read: Callable[[M], R],
+        *,
+        fallback: bool = False,
     ) -> Answer[R]:
         """As `_call`, and an unusable reply fails the stage too: recorded with its raw replies,
-        raised as `StageOutputRejected` (the pipeline retries the task)."""
+        raised as `StageOutputRejected` (the pipeline retries the task). With `fallback`, a
+        reply still unusable after its repair round on the last try (`_last_try`) raises
+        `_FallBack` with a `fallback` record instead: the stage builds offline."""
         try:
             return await self._call(run, stage, messages, schema, read)
         except LLMOutputInvalid as exc:
+            if fallback and self._last_try(run):
+                detail = {"offline": True, "attempt": _attempt_of(run) + 1}
+                record = run.origin(self.clock.now()).failed(stage, exc, FailureKind.FALLBACK,
+                                                             detail)  # fmt: skip
+                log.warning("stage %s of %s: unusable after its repair round, built offline: %s",
+                            stage, run.tenant, exc)  # fmt: skip
+                raise _FallBack(record) from exc
             await self._record(run, stage, exc)
             raise StageOutputRejected(
                 f"stage {stage} of task {run.task_id}: {exc}; raw reply begins"
                 f" {exc.raw[:_RAW_EXCERPT]!r}",
                 raws=exc.raws,
             ) from exc
+
+    def _last_try(self, run: Run) -> bool:
+        """Whether no retry follows a failure of `run`: not retried at all (a flush's stage),
+        or its task's attempt `offline_after_attempts` (counted from 1)."""
+        return not run.retried or _attempt_of(run) + 1 >= self.settings.offline_after_attempts
 
     async def _record(self, run: Run, stage: str, exc: LLMError) -> None:
         if not recordable(exc):
@@ -620,6 +664,18 @@ def _current_versions(
                 break
             current = memory.superseded_by
     return list(found.values())
+
+
+class _FallBack(Exception):
+    """An L2 / L3 reply unusable on the last try: the stage builds offline (`record` says so)."""
+
+    def __init__(self, record: Failure) -> None:
+        super().__init__(record.error)
+        self.record = record
+
+
+def _attempt_of(run: Run) -> int:
+    return 0 if run.attempt is None else run.attempt.attempt
 
 
 def _session_of(run: Run) -> str:

@@ -72,6 +72,14 @@ class LayerSettings(BaseSettings):
     max_scenes: int = Field(12, ge=1, le=100, description="Scenes per tenant.")
     max_scene_chars: int = Field(1500, ge=100, description="Longest scene body.")
     heat_decay: float = Field(0.8, ge=0, le=1, description="Scene heat kept per L2 run.")
+    offline_after_attempts: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="An L2 or L3 reply still unusable after its repair round on this attempt of"
+        " its task falls back to the offline (extractive) scenes or profile, recorded as a"
+        " fallback (a flush's stages fall back at once: nothing retries them).",
+    )
     # -- L3 ----------------------------------------------------------------------------------
     l3_every_memories: int = Field(30, ge=1, description="L3 after this many new memories.")
     max_profile_chars: int = Field(1200, ge=100, description="Longest profile document.")
