@@ -57,3 +57,31 @@ def l1_or_text(request: RecordedRequest) -> Reply:
     if request.form is None and "NEW turns" not in str(request.messages):
         return Reply.text("ok")
     return l1_reply(request)
+
+
+def test_a_chatty_model_is_judged_by_its_extraction_with_the_profiles_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The chat probe cut off at its few tokens is no fault: the extraction round trip decides,
+    and it runs with the llamacpp profile's bounds (a small local model's)."""
+    monkeypatch.setenv("STRATAMEM_LLM_STRUCTURED", "llamacpp")
+    monkeypatch.delenv("STRATAMEM_LLM_TIMEOUT_S", raising=False)
+    monkeypatch.delenv("STRATAMEM_LLM_MAX_TOKENS", raising=False)
+    with ScriptedLLM(endpoint=Endpoint.llamacpp()) as server:
+        install_layer_handlers(server)
+
+        def chatty(request: RecordedRequest) -> Reply:
+            if request.form is None and "NEW turns" not in str(request.messages):
+                return Reply.truncated("Of course! Here is a long and friendly answer")
+            return l1_reply(request)
+
+        server.on("L1", chatty)
+        code, out = check(server.base_url, monkeypatch, "--json")
+        bodies = [r.body for r in server.calls(path="/v1/chat/completions")]
+    report = json.loads(out)
+    assert code == 0 and report["usable"] is True, out
+    assert report["max_tokens"] == 512 and report["timeout_s"] == 600
+    assert any("longer than" in note for note in report["notes"])
+    assert report["memories"] and report["refused"] == []
+    extraction = next(b for b in bodies if "NEW turns" in json.dumps(b))
+    assert extraction["max_tokens"] == 512

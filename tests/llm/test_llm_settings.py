@@ -84,3 +84,25 @@ def test_api_key_is_secret() -> None:
 def test_unsafe_values_are_refused(values: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         LLMSettings.model_validate(values)
+
+
+def test_a_local_models_profile_carries_bounds_a_small_cpu_can_finish(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("TIMEOUT_S", "MAX_TOKENS", "L1_MAX_TOKENS", "STRUCTURED"):
+        monkeypatch.delenv(f"STRATAMEM_LLM_{name}", raising=False)
+    hosted = LLMSettings(base_url="http://h/v1", model="m").for_stage("L1")
+    assert (hosted.timeout_s, hosted.max_tokens) == (60.0, 2048)
+    for profile in ("llamacpp", "ollama"):
+        local = LLMSettings(base_url="http://h/v1", model="m", structured=profile)
+        assert (local.for_stage("L1").timeout_s, local.for_stage("L1").max_tokens) == (600.0, 512)
+        assert local.for_stage("offload-l15").max_tokens == 128
+    set_by_hand = LLMSettings(base_url="http://h/v1", model="m", structured="llamacpp",
+                              timeout_s=90, max_tokens=300)  # fmt: skip
+    assert (set_by_hand.for_stage("L2").timeout_s, set_by_hand.for_stage("L2").max_tokens) == (
+        90.0, 300,
+    )  # fmt: skip
+    monkeypatch.setenv("STRATAMEM_LLM_STRUCTURED", "llamacpp")
+    monkeypatch.setenv("STRATAMEM_LLM_TIMEOUT_S", "120")
+    from_env = LLMSettings(base_url="http://h/v1", model="m")
+    assert (from_env.for_stage("L1").timeout_s, from_env.for_stage("L1").max_tokens) == (120.0, 512)

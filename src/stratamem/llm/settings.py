@@ -13,8 +13,10 @@ A stage override is `STRATAMEM_LLM_<STAGE>_<FIELD>` with FIELD one of BASE_URL, 
 TIMEOUT_S, TEMPERATURE, MAX_TOKENS; the stage name is upper-cased with `-` and `.` written as `_`.
 
 Every call carries `max_tokens`: the call's own bound where the code gives one, else the stage's
-setting, else `STRATAMEM_LLM_MAX_TOKENS`, else the stage's default (`STAGE_MAX_TOKENS`), else
-`DEFAULT_MAX_TOKENS`.
+setting, else `STRATAMEM_LLM_MAX_TOKENS`, else the stage's default (`STAGE_MAX_TOKENS`; with the
+`llamacpp` or `ollama` profile, a small local model's `LOCAL_MAX_TOKENS`), else
+`DEFAULT_MAX_TOKENS`. Those two profiles also wait `LOCAL_TIMEOUT_S` for a call unless
+`STRATAMEM_LLM_TIMEOUT_S` is set.
 """
 
 from __future__ import annotations
@@ -48,6 +50,22 @@ STAGE_MAX_TOKENS: dict[str, int] = {
 }
 """The longest reply of each stage, in tokens, unless set (a reply cut off at the bound is never
 read: the stage retries with a smaller batch)."""
+
+LOCAL_TIMEOUT_S = 600.0
+LOCAL_MAX_TOKENS: dict[str, int] = {
+    "l1": 512,  # a handful of memories: a small model's batch is a few turns
+    "l1_reconcile": 384,
+    "l2": 768,
+    "l3": 384,
+    "offload_l1": 512,
+    "offload_l15": 128,
+    "offload_l2": 768,
+}
+"""The bounds of a small local model (the `llamacpp` and `ollama` profiles), unless set: on a
+2-core CPU a 0.1-3B model writes some 5-50 tokens a second, so a call must stop early and be
+waited for longer (llama.cpp keeps generating after a client gives up: a timeout only piles
+work up behind it)."""
+LOCAL_PROFILES = frozenset({"llamacpp", "ollama"})
 
 
 def stage_key(stage: str) -> str:
@@ -188,16 +206,21 @@ class LLMSettings(BaseSettings):
             )
         key = over.api_key or self.api_key
         name = stage_key(stage)
+        local = self.structured_profile in LOCAL_PROFILES
+        timeout = self.timeout_s
+        if local and "timeout_s" not in self.model_fields_set:
+            timeout = LOCAL_TIMEOUT_S
+        defaults = LOCAL_MAX_TOKENS if local else STAGE_MAX_TOKENS
         return StageConfig(
             stage=stage,
             base_url=base_url,
             model=model,
             api_key=key.get_secret_value() if key else None,
-            timeout_s=over.timeout_s or self.timeout_s,
+            timeout_s=over.timeout_s or timeout,
             temperature=over.temperature if over.temperature is not None else self.temperature,
             max_tokens=over.max_tokens
             or self.max_tokens
-            or STAGE_MAX_TOKENS.get(name, DEFAULT_MAX_TOKENS),
+            or defaults.get(name, DEFAULT_MAX_TOKENS),
         )
 
     @property
