@@ -8,19 +8,15 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import click
 
 from stratamem.config import Settings, load_core
-from stratamem.errors import (
-    ConfigError,
-)
+from stratamem.errors import ConfigError
 from stratamem.store.opening import SQLITE_SCHEME
 from stratamem.sync import Memory
 
-P = ParamSpec("P")
-R = TypeVar("R")
 
 def settings_from(ctx: click.Context) -> Settings:
     obj: dict[str, Any] = ctx.ensure_object(dict)
