@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -31,6 +33,10 @@ class Harness:
     name: str
     lapse_lock: Callable[[str], Awaitable[None]]
     make_peer: Callable[[], Awaitable[PipelineBackend]]
+    plant_timer: Callable[[str, float, str], Awaitable[None]]
+    """Write a timer row as it is stored (key, due time, body), bypassing the backend."""
+    unreadable_timers: Callable[[], Awaitable[list[str]]]
+    """The keys of the timers the backend set aside as unreadable."""
     closers: list[Closer] = field(default_factory=list)
 
 
@@ -47,7 +53,17 @@ def _sqlite_harness(tmp_path: Path) -> Harness:
         made.closers.append(other.close)
         return other
 
-    made = Harness(backend, clock, "sqlite", lapse, peer, [backend.close])
+    async def plant(key: str, due_at: float, body: str) -> None:
+        with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+            raw.execute("INSERT INTO timers (key, due_at, body) VALUES (?, ?, ?)",
+                        (key, due_at, body))  # fmt: skip
+
+    async def aside() -> list[str]:
+        with contextlib.closing(sqlite3.connect(path)) as raw:
+            rows = raw.execute("SELECT key FROM unreadable_timers ORDER BY key").fetchall()
+        return [str(r[0]) for r in rows]
+
+    made = Harness(backend, clock, "sqlite", lapse, peer, plant, aside, [backend.close])
     return made
 
 
@@ -71,9 +87,15 @@ def _redis_harness() -> Harness:
         made.closers.append(other.close)
         return other
 
-    made = Harness(
-        backend, clock, "redis", lapse, peer, [backend.drop_all, backend.close, raw.aclose]
-    )
+    async def plant(key: str, due_at: float, body: str) -> None:
+        await raw.zadd(backend.keys.timers, {key: due_at})
+        await raw.hset(backend.keys.timer_data, key, body)
+
+    async def aside() -> list[str]:
+        return sorted(k.decode() for k in await raw.hkeys(backend.keys.unreadable_timers))
+
+    made = Harness(backend, clock, "redis", lapse, peer, plant, aside,
+                   [backend.drop_all, backend.close, raw.aclose])  # fmt: skip
     return made
 
 

@@ -14,7 +14,8 @@ Keys (all under one prefix, see `RedisKeys`):
 - `lock:<key>` SET NX PX with Lua renew / release (owner-checked); `fence:<key>` INCR counters,
   raised (never lowered) by a Lua max when the store refused a grant below its recorded token;
 - `timers` sorted set (score = due time) + `timer-data` hash (key -> task); `ZADD … LT` is
-  set-if-earlier, a Lua script pops due timers and XADDs their tasks in one step;
+  set-if-earlier, a Lua script pops due timers and XADDs their tasks in one step (a timer
+  whose task is not JSON of a known type is set aside in the `unreadable-timers` hash);
 - `state:<scope>` hashes for per-session counters and cursors;
 - `wake:<type>` lists of at most one element: a notice that consumers of the type are free
   (`notify_free` pushes it, `wait_free` pops it with BLPOP), kept until a waiter takes it.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections import deque
 from collections.abc import Callable, Collection, Coroutine, Iterable, Sequence
 from dataclasses import replace
@@ -56,11 +58,12 @@ from stratamem.pipeline.task import (
 )
 from stratamem.store.evidence.receipts import Attempt
 
+log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
 GROUP = "workers"
-COMMAND_TIMEOUT_S = 1.0
+COMMAND_TIMEOUT_S = 1.5
 """How long a (non-blocking) command, or a connection, may take before it fails."""
 BLOCK_CAP_S = 1.0
 """The longest one blocking read (XREADGROUP … BLOCK of `consume`) waits (its caller waits
@@ -179,19 +182,27 @@ return ARGV[6]
 
 # ARGV[3]: the prefix of the per-type task streams (the type is read from the task itself).
 POP_DUE_LUA = """
+local known = {}
+for i = 4, #ARGV do known[ARGV[i]] = true end
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
-local fired = {}
+local fired, aside = {}, {}
 for _, key in ipairs(due) do
   local body = redis.call('HGET', KEYS[2], key)
   redis.call('ZREM', KEYS[1], key)
   redis.call('HDEL', KEYS[2], key)
   if body then
-    local stream = ARGV[3] .. cjson.decode(body)['type']
-    redis.call('XADD', stream, '*', 'task', body, 'at', ARGV[1])
-    table.insert(fired, body)
+    local ok, task = pcall(cjson.decode, body)
+    local kind = ok and type(task) == 'table' and task['type']
+    if type(kind) == 'string' and known[kind] then
+      redis.call('XADD', ARGV[3] .. kind, '*', 'task', body, 'at', ARGV[1])
+      table.insert(fired, body)
+    else
+      redis.call('HSET', KEYS[3], key, body)
+      table.insert(aside, key)
+    end
   end
 end
-return fired
+return {fired, aside}
 """
 
 
@@ -204,6 +215,7 @@ class RedisKeys:
         self.dead_seq = f"{prefix}dead-seq"
         self.timers = f"{prefix}timers"
         self.timer_data = f"{prefix}timer-data"
+        self.unreadable_timers = f"{prefix}unreadable-timers"
         self.stamps = f"{prefix}stamps"
 
     def tasks(self, task_type: TaskType) -> str:
@@ -567,7 +579,12 @@ class RedisBackend:
     async def fire_due_timers(self, *, now: float, limit: int) -> list[Task]:
         await self._ensure_groups(TaskType)
         keys = [self.keys.timers, self.keys.timer_data]
-        fired = await self._pop_due(keys=keys, args=[repr(now), limit, self.keys.tasks_prefix])
+        keys.append(self.keys.unreadable_timers)
+        args = [repr(now), limit, self.keys.tasks_prefix, *(t.value for t in TaskType)]
+        fired, aside = await self._pop_due(keys=keys, args=args)
+        for key in aside:
+            log.error("timer %r has a task that cannot be read: set aside in %s", _text(key),
+                      self.keys.unreadable_timers)  # fmt: skip
         return [Task.from_json(body) for body in fired]
 
     # -- state ------------------------------------------------------------------------------
