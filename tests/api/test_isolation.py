@@ -103,6 +103,7 @@ def probes(alice: Alice) -> list[Probe]:
         Probe("GET", "/v1/failures", 200, params={"session": SESSION}),
         Probe("GET", f"/v1/failures/{alice.failure_id}", 404),
         Probe("POST", f"/v1/failures/{alice.failure_id}/retry", 404),
+        Probe("POST", "/v1/failures/retry", 200),  # all of bob's open ones: none of alice's
         Probe("DELETE", f"/v1/sessions/{SESSION}", 200),  # bob's own session of that name
         Probe("GET", "/v1/health", 200),
         Probe("GET", "/v1/ready", 200),
