@@ -224,6 +224,8 @@ class SqlLayerStore:
                     f"tenant {tenant!r}: scenes were consolidated up to {state.l2_mark} since"
                     f" this task read {commit.expected_mark}"
                 )
+            _check_sources(conn, tenant, "memories",
+                           [m for scene in commit.scenes for m in scene.memory_ids])  # fmt: skip
             for scene in commit.scenes:
                 _write_scene(conn, scene)
             lineage_rows.record_scenes(conn, commit.scenes)
@@ -269,6 +271,8 @@ class SqlLayerStore:
         tenant = scope.tenant
         with self._store.writing(fence, key=scope.tenant) as conn:
             if commit.profile is not None:
+                _check_sources(conn, tenant, "memories",
+                               [r.id for r in commit.sources if r.kind == lineage_rows.MEMORY])
                 _write_profile(conn, commit.profile)
                 lineage_rows.record_profile(conn, tenant, commit.profile.version, commit.sources)
             lineage_rows.clear_stale(conn, tenant, lineage_rows.PROFILE, [lineage_rows.PROFILE_ID])
@@ -330,6 +334,7 @@ def _insert_memories(
     for memory in memories:
         if memory.tenant != tenant:
             raise LayerConflict(f"memory {memory.id!r} belongs to another tenant")
+    _check_sources(conn, tenant, "turns", [t for m in memories for t in m.source_turn_ids])
     try:
         conn.executemany(
             f"INSERT INTO memories ({MEMORY_WRITE_COLUMNS}) VALUES ({_MEMORY_MARKS})",
@@ -353,6 +358,15 @@ def _supersede(
     old_ids = [link.old_id for link in supersedes]
     if old_ids:  # what was built on the old version is rebuilt (`layers/backlog.py`)
         lineage_rows.mark_stale(conn, tenant, old_ids, lineage_rows.CORRECTED, now)
+
+
+def _check_sources(conn: SqlConn, tenant: str, table: str, ids: Sequence[str]) -> None:
+    """`LayerConflict` when a source the stage built on was forgotten since it read it (the
+    task runs again on what is left), so nothing is written that outlives its sources."""
+    gone = lineage_rows.missing(conn, tenant, table, ids) if ids else []
+    if gone:
+        raise LayerConflict(f"{table} {', '.join(gone[:5])} were forgotten since this task read"
+                            " them")  # fmt: skip
 
 
 def _tenant_row(conn: SqlConn, tenant: str) -> Any | None:

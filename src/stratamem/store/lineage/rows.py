@@ -163,3 +163,18 @@ def tenants_stale(
     """Tenants with stale records of `kind`: (tenant, newest mark, how many), by tenant."""
     rows = conn.execute(_TENANTS_STALE, (after or "", kind, limit)).fetchall()
     return [(r[0], float(r[1]), int(r[2])) for r in rows]
+
+
+def missing(conn: SqlConn, tenant: str, table: str, ids: Iterable[str]) -> list[str]:
+    """Those of `ids` the tenant has no row of in `table` (`turns` or `memories`): sources
+    a forget erased while a stage was building on them."""
+    wanted = sorted(set(ids))
+    found: set[str] = set()
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        marks = ", ".join("?" for _ in chunk)
+        rows = conn.execute(
+            f"SELECT id FROM {table} WHERE tenant = ? AND id IN ({marks})", (tenant, *chunk)
+        ).fetchall()
+        found.update(r[0] for r in rows)
+    return [i for i in wanted if i not in found]
