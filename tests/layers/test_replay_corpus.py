@@ -27,6 +27,7 @@ from stratamem.layers.settings import LayerSettings
 from stratamem.store.failures.records import FailureKind, FailureQuery, FailureStatus
 from stratamem.testing import RecordedRequest, Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers
+from tests.conversations import CONVERSATIONS, Conversation, ledger_of
 from tests.replay_corpus import Exchange, exchanges
 
 from .conftest import settle_l1
@@ -137,3 +138,24 @@ async def test_run_d_no_longer_consumes_77_turns_into_no_memories(
     assert all(r.error.startswith("LLMReplyTruncated") for r in records)
     assert all(json.loads(e.response)["choices"][0]["finish_reason"] == "length"
                for e in recorded)  # fmt: skip
+
+
+@pytest.mark.parametrize("run", ("runE", "evalE"))
+@pytest.mark.parametrize("conversation", CONVERSATIONS, ids=lambda c: c.name)
+async def test_our_conversations_give_every_turn_an_outcome_and_only_supported_memories(
+    memory: AsyncMemory, scripted_llm: ScriptedLLM, run: str, conversation: Conversation
+) -> None:
+    """Our own conversations (a name, a job, a diet, an allergy, a date, units, a change of
+    plan) answered with a real small model's recorded replies, which fit other turns: every
+    flush answers (L2 and L3 fall back offline where the replies are unusable), every turn has
+    one outcome on the ledger, and no memory the support checks would refuse is stored."""
+    recorded = [e for e in exchanges(run) if e.status == 200]  # outages are tested elsewhere
+    install_layer_handlers(scripted_llm)
+    for stage in {e.stage for e in recorded if e.stage}:
+        scripted_llm.on(stage, replaying([e for e in recorded if e.stage == stage]))
+    for session in conversation.sessions:
+        await memory.capture("acme", session, conversation.messages(session))
+        await memory.flush("acme", session)  # raises if a flush stopped
+    counts = await ledger_of(memory, "acme", conversation)
+    assert sum(counts.values()) == conversation.user_turns
+    assert set(counts) <= {"extracted", "nothing_to_remember", "quarantined", "refused"}

@@ -5,14 +5,18 @@ scripts/test-llm.sh; deselected everywhere else by tests/conftest.py).
 free port of 127.0.0.1 (through scripts/llama-server.py) and stops it afterwards. `Wire` records
 every chat request the client sends (through httpx event hooks: our code is not patched) and how
 long each took, so the tier can check that each one carried `max_tokens` and print its cost.
+`counted_server` is a proxy in front of the server that counts every request it is sent, the
+eval subprocess's included (`Served`).
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -127,3 +131,65 @@ class Wire:
             sent, started = found
             sent.seconds = time.perf_counter() - started
             sent.status = response.status_code
+
+
+@dataclass
+class Served:
+    """Every request the llama.cpp server was sent through the counting proxy, by path and
+    stage: the tier's own clients and the processes it starts (the eval) alike."""
+
+    requests: dict[tuple[str, str], int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def count(self, path: str, stage: str) -> None:
+        with self.lock:
+            self.requests[(path, stage)] = self.requests.get((path, stage), 0) + 1
+
+    @property
+    def chats(self) -> int:
+        return sum(n for (path, _), n in self.requests.items() if path.endswith("/completions"))
+
+
+@pytest.fixture(scope="session")
+def served() -> Served:
+    return Served()
+
+
+@pytest.fixture(scope="session")
+def counted_server(llama_server: str, served: Served) -> Iterator[str]:
+    """The API root of a proxy in front of the llama.cpp server that counts what it forwards."""
+    upstream = llama_server.removesuffix("/v1")
+
+    class Forward(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self._forward(None)
+
+        def do_POST(self) -> None:
+            self._forward(self.rfile.read(int(self.headers.get("content-length") or 0)))
+
+        def _forward(self, body: bytes | None) -> None:
+            served.count(self.path, self.headers.get("x-stratamem-stage", "-"))
+            headers = {"content-type": self.headers.get("content-type") or "application/json"}
+            try:
+                answer = httpx.request(self.command, upstream + self.path, content=body,
+                                       headers=headers, timeout=3600.0)  # fmt: skip
+            except httpx.HTTPError as exc:
+                self.send_error(502, str(exc))
+                return
+            self.send_response(answer.status_code)
+            self.send_header("content-type", answer.headers.get("content-type", "text/plain"))
+            self.send_header("content-length", str(len(answer.content)))
+            self.end_headers()
+            self.wfile.write(answer.content)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{proxy.server_address[1]}/v1"
+    finally:
+        proxy.shutdown()
+        proxy.server_close()

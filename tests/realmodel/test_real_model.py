@@ -2,8 +2,11 @@
 server (`make test-llm`). A model this small writes poor memories; what is checked here are the
 invariants: no turn lost (each covered by an accepted extraction or quarantined), no session
 stuck (the cursor reaches the last turn), no request without `max_tokens`, every failure
-visible as a record, and `eval locomo --mode llm` finishing with a report. The figures (calls,
-tokens, seconds per call, calls per captured turn, outcomes per stage) are printed as a table.
+visible as a record, our two conversations flushed with every flush finishing, every user
+turn with its outcome on the turn ledger and no stored memory failing the support checks, and
+`eval locomo --mode llm` finishing with a report; all with the `llamacpp` profile's bounds.
+The figures (calls, tokens, seconds per call, calls per captured turn, outcomes per stage, the
+requests the server was sent) are printed as a table, with the ledgers and memories made.
 """
 
 from __future__ import annotations
@@ -28,14 +31,16 @@ from stratamem.errors import LLMError, StageOutputRejected
 from stratamem.layers.service import Run
 from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLMClient, LLMSettings
+from stratamem.llm.settings import LOCAL_TIMEOUT_S
 from stratamem.offload import InProcessRunner, Offload, ToolPair
 from stratamem.store.failures.records import FailureKind, FailureQuery
 from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.sqlite import SqliteStore
+from tests.conversations import CONVERSATIONS, Conversation, ledger_of
 from tests.layers.conftest import settle_l1
 
-from .conftest import MODEL_ALIAS, Wire
+from .conftest import MODEL_ALIAS, Served, Wire
 from .figures import print_figures
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
@@ -43,10 +48,10 @@ pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
 LOCOMO = Path("/work/shared/data/locomo/locomo_dev.json")
 TENANT, SESSION = "tier", "conv-30-s1"
 TURNS = int(os.environ.get("STRATAMEM_REALMODEL_TURNS", "8"))
-TIMEOUT_S = 600.0
-MAX_TOKENS = int(os.environ.get("STRATAMEM_REALMODEL_MAX_TOKENS", "256"))
-"""Tighter than the stage defaults: a 135M model often loops until the bound, and every token
-costs time on two shared cores; a cut-off reply is split and retried like any other."""
+TIMEOUT_S = LOCAL_TIMEOUT_S
+MAX_TOKENS = os.environ.get("STRATAMEM_REALMODEL_MAX_TOKENS")
+"""Unset: the `llamacpp` profile's own bounds (a small local model's, `LOCAL_MAX_TOKENS`), which
+is what the tier checks; set, every stage's bound (a 135M model often loops until it)."""
 
 
 def locomo_path() -> Path:
@@ -57,8 +62,9 @@ def locomo_path() -> Path:
 
 
 def llm_settings(base_url: str) -> LLMSettings:
-    return LLMSettings(base_url=base_url, model=MODEL_ALIAS, timeout_s=TIMEOUT_S,
-                       max_tokens=MAX_TOKENS, max_attempts=2)  # fmt: skip
+    bound = {"max_tokens": int(MAX_TOKENS)} if MAX_TOKENS else {}
+    return LLMSettings(base_url=base_url, model=MODEL_ALIAS, structured="llamacpp",
+                       max_attempts=2, **bound)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -67,14 +73,50 @@ def wire() -> Wire:
 
 
 @pytest.fixture
-async def llm(llama_server: str, wire: Wire) -> AsyncIterator[LLMClient]:
+async def llm(counted_server: str, wire: Wire) -> AsyncIterator[LLMClient]:
     async with wire.client(TIMEOUT_S) as http:
-        client = LLMClient(llm_settings(llama_server), client=http)
+        client = LLMClient(llm_settings(counted_server), client=http)
         yield client
         FIGURES.append(client.usage)
 
 
 FIGURES: list[Any] = []
+LEDGERS: dict[str, dict[str, int]] = {}
+MEMORIES: dict[str, list[str]] = {}
+
+
+@pytest.mark.parametrize("conversation", CONVERSATIONS, ids=lambda c: c.name)
+async def test_our_conversations_flush_and_every_turn_has_a_visible_outcome(
+    tmp_path: Path, llm: LLMClient, conversation: Conversation
+) -> None:
+    """Three sessions each, flushed as an agent ends them: every flush finishes (L2 and L3 fall
+    back offline where the model cannot do them), every user turn has its outcome on the
+    ledger, and no stored memory fails the support checks."""
+    settings = Settings(data_dir=tmp_path, embedder="hash:64", background_embedding=False)
+    layers = LayerSettings(max_batch_turns=8, max_memories_per_batch=5, context_turns=2)
+    memory = AsyncMemory.open(settings, llm=llm, layer_settings=layers)
+    try:
+        for session in conversation.sessions:
+            await memory.capture(TENANT, session, conversation.messages(session))
+            result = await memory.flush(TENANT, session)  # a flush that stopped raises here
+            assert result.l2 is not None
+        counts = await ledger_of(memory, TENANT, conversation)
+        assert sum(counts.values()) == conversation.user_turns
+        assert set(counts) <= {"extracted", "nothing_to_remember", "quarantined", "refused"}
+        stored = memory.store.list_memories(Scope(TENANT), limit=1000)
+        assert memory.layers is not None
+        refused = memory.layers.list_failures(Scope(TENANT), FailureQuery(
+            kind=FailureKind.REFUSED, limit=1000))  # fmt: skip
+        LEDGERS[conversation.name] = {**counts, "memories": len(stored),
+                                      "refused_items": len(refused)}  # fmt: skip
+        MEMORIES[conversation.name] = [f"({m.type.value}) {m.content}" for m in stored]
+        print(f"\n{conversation.name}: ledger {LEDGERS[conversation.name]}")
+        for line in MEMORIES[conversation.name]:
+            print("  -", line)
+        for record in refused:
+            print("  refused:", record.raws[0][:160], "--", record.error[:160])
+    finally:
+        await memory.aclose()
 
 
 async def test_memory_layers_lose_no_turn_and_leave_no_session_stuck(
@@ -175,13 +217,18 @@ def chat(pairs: list[ToolPair]) -> list[dict[str, Any]]:
     return [*messages, {"role": "user", "content": "Now also update the changelog."}]
 
 
-def test_eval_locomo_in_llm_mode_finishes_with_a_report(tmp_path: Path, llama_server: str) -> None:
+def test_eval_locomo_in_llm_mode_finishes_with_a_report(
+    tmp_path: Path, counted_server: str
+) -> None:
     data = tmp_path / "slice.json"
     data.write_text(json.dumps([_slice(locomo_path())]), encoding="utf-8")
-    env = {**os.environ, "STRATAMEM_LLM_BASE_URL": llama_server,
-           "STRATAMEM_LLM_MODEL": MODEL_ALIAS, "STRATAMEM_LLM_TIMEOUT_S": str(TIMEOUT_S),
-           "STRATAMEM_LLM_MAX_TOKENS": str(MAX_TOKENS),
+    env = {**os.environ, "STRATAMEM_LLM_BASE_URL": counted_server,
+           "STRATAMEM_LLM_MODEL": MODEL_ALIAS, "STRATAMEM_LLM_STRUCTURED": "llamacpp",
            "STRATAMEM_LAYERS_MAX_BATCH_TURNS": "8"}  # fmt: skip
+    env.pop("STRATAMEM_LLM_TIMEOUT_S", None)
+    env.pop("STRATAMEM_LLM_MAX_TOKENS", None)
+    if MAX_TOKENS:
+        env["STRATAMEM_LLM_MAX_TOKENS"] = MAX_TOKENS
     command = [sys.executable, "-m", "stratamem", "--embedder", "hash:64", "eval", "locomo",
                "--data", str(data), "--mode", "llm", "--json", "--k", "1,5"]  # fmt: skip
     done = subprocess.run(
@@ -216,6 +263,12 @@ def _print_failures(part: str, failures: list[Any]) -> None:
     print(f"\nfailure records ({part}):", dict(sorted(kinds.items())) or "none")
 
 
-def test_figures(wire: Wire) -> None:
-    """The table of what the tier cost (runs last in the module)."""
+def test_figures(wire: Wire, served: Served) -> None:
+    """The table of what the tier cost (runs last in the module), the requests the server was
+    sent (the eval's included), and the ledgers of our conversations."""
     print_figures(wire, FIGURES, turns=TURNS)
+    print(f"the server was sent {served.chats} chat requests ({len(wire.sent)} by this"
+          f" process); by stage: {dict(sorted(served.requests.items()))}")
+    for name, counts in LEDGERS.items():
+        print(f"ledger of {name}: {counts}")
+    assert served.chats >= len(wire.sent)
