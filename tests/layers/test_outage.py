@@ -4,7 +4,7 @@ results keep arriving; within 5 minutes of recovery every user turn is covered b
 nothing is owed, and no dead letter and no open failure record is left, with no retry or
 requeue called by anyone.
 
-One worker and the backlog scheduler over the SQLite backend, run step by step on a manual
+One worker and the backlog scheduler over each backend (SQLite, Redis), run step by step on a manual
 clock (every second of the simulation: due timers pumped, one scheduler pass, every ready task
 handled), against the scripted OpenAI-compatible server whose replies follow that clock. The
 settings are scaled (a 10 s breaker cool-down, quarantine retries after 20 s, 40 s, 80 s), so
@@ -15,6 +15,7 @@ client's timeout).
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,9 @@ from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLMClient
 from stratamem.offload import Offload, OffloadSettings, ToolPair
 from stratamem.offload.executors import PipelineScheduler, register_executors
+from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecutorRegistry
+from stratamem.pipeline.redis_backend import RedisBackend
 from stratamem.pipeline.scheduler import BacklogScheduler
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
@@ -75,7 +78,7 @@ class Deployment:
     memory: AsyncMemory
     offload: Offload
     offload_store: SqlOffloadStore
-    backend: SqliteBackend
+    backend: PipelineBackend
     worker: Worker
     scheduler: BacklogScheduler
     clock: ManualClock
@@ -102,9 +105,12 @@ async def _keeper_pause(seconds: float) -> None:
     await asyncio.sleep(0.005)  # the lock keeper renews while a call is in flight
 
 
-@pytest.fixture
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 async def deployment(
-    tmp_path: Path, clock: ManualClock, scripted_llm: ScriptedLLM
+    request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock, scripted_llm: ScriptedLLM
 ) -> AsyncIterator[Deployment]:
     for stage, good in GOOD.items():
         scripted_llm.on(stage, lambda r, good=good: outage(clock.now() - START) or good(r))
@@ -115,7 +121,10 @@ async def deployment(
                            l2_min_interval_s=5, quarantine_retry_s=[20, 40, 80])  # fmt: skip
     settings = Settings(data_dir=tmp_path / "data", embedder="hash:64", background_embedding=False)
     memory = AsyncMemory.open(settings, clock=clock, llm=llm, layer_settings=layers)
-    backend = SqliteBackend(tmp_path / "pipeline.db")
+    backend: PipelineBackend = (
+        SqliteBackend(tmp_path / "pipeline.db") if request.param == "sqlite"
+        else RedisBackend(REDIS_URL, prefix=f"test-outage:{uuid.uuid4().hex}:")
+    )  # fmt: skip
     offload_store = SqlOffloadStore(memory.store)  # type: ignore[arg-type]
     offload = Offload(offload_store, PipelineScheduler(backend, clock), llm=llm, clock=clock,
                       settings=OffloadSettings(l1_delay_s=2, diagram_delay_s=2))  # fmt: skip
@@ -130,6 +139,8 @@ async def deployment(
                                  pipeline)  # fmt: skip
     yield Deployment(memory, offload, offload_store, backend, worker, scheduler, clock, [])
     scripted_llm.release()
+    if isinstance(backend, RedisBackend):
+        await backend.drop_all()
     await backend.close()
     await memory.aclose()
     await llm.aclose()
