@@ -186,10 +186,6 @@ class BacklogScheduler:
         self._cursors = {s.kind: _SourceState() for s in self.sources}
         self._parked: dict[str, set[str]] = {s.kind: set() for s in self.sources}
         self._fallbacks = {s.kind: s.when_parked for s in self.sources}
-        self._limits: tuple[float, dict[TaskType, int]] = (float("-inf"), {})
-        # A kind whose last scan did not spend its budget has nothing more due for now: it is
-        # scanned again an interval later, not at every wake-up (a pass follows each task).
-        self._next_scan: dict[str, float] = {}
         self._parked_at = float("-inf")
         self._first = 0
 
@@ -200,7 +196,6 @@ class BacklogScheduler:
             if kinds is None or kind in kinds:
                 self._keys[kind].clear()
                 self._cursors[kind] = _SourceState()
-                self._next_scan.pop(kind, None)
 
     def types_of(self, kinds: Collection[str]) -> list[TaskType]:
         """The task types the sources of `kinds` submit."""
@@ -210,10 +205,7 @@ class BacklogScheduler:
         """Free concurrency per kind (of `kinds`, all when None): its type's limit (`limits`)
         minus its type's queued tasks (ready and in flight)."""
         depth = await self.backend.depth()
-        cached_at, limits = self._limits
-        if not limits or now - cached_at >= self.settings.scheduler_interval_s:
-            limits = await self.limits(now)  # the workers' statuses change slowly
-            self._limits = (now, limits)
+        limits = await self.limits(now)
         return {s.kind: _free(limits[s.task_type], depth, s.task_type)
                 for s in self.sources if kinds is None or s.kind in kinds}  # fmt: skip
 
@@ -252,14 +244,12 @@ class BacklogScheduler:
         self._first = (self._first + 1) % max(len(self.sources), 1)
         for source in order:
             budget = budgets.get(source.kind, 0)
-            if budget <= 0 or now < self._next_scan.get(source.kind, float("-inf")):
+            if budget <= 0:
                 continue
             submitted = await self._scan_guarded(source, budget, now, report)
             report.submitted += submitted
             if len(submitted) >= budget:
                 report.spent.append(source.kind)
-            else:
-                self._next_scan[source.kind] = now + self.settings.scheduler_interval_s
         return report
 
     async def _scan_guarded(
