@@ -6,8 +6,10 @@ cooperative model from what each prompt shows; calls and tokens are counted by t
 (prompt tokens estimated at 4 characters per token, as the server does when a reply does not
 state them). Turns arrive 30 s apart on a manual clock; the layers run on the schedule of
 `stratamem.layers.scheduling` (L1 warm-up 1, 2, 4, then every 8 turns; L2 no sooner than 60 s
-after an L1 and 300 s after the last L2; L3 after an L2 that changed scenes), then a flush at
-session end. Baselines measured in the same run: one flush at the end only, and the offline mode.
+after an L1 and 300 s after the last L2, and only when enough changed: 8 novel memories or 24
+of any kind; L3 after an L2 that changed scenes when 16 memories came since the last L3), then
+a flush at session end. Baselines measured in the same run: one flush at the end only, and the
+offline mode.
 
     .venv/bin/python bench/layers_cost.py [--turns 100]
 """
@@ -89,8 +91,10 @@ async def maybe_l2(service: LayerService, memory: AsyncMemory, clock: ManualCloc
         return
     if scheduling.l2_earliest(state, tenant, service.settings) > clock.now():
         return
+    if not await service.l2_worth_running(scope):  # as the pipeline's L2 executor decides
+        return
     l2 = await service.run_l2(Run("bench", f"l2-{n}", "s1"))
-    if l2.changed:
+    if l2.changed and await service.l3_worth_running(scope):
         await service.run_l3(Run("bench", f"l3-{n}"))
 
 

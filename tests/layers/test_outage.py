@@ -118,7 +118,8 @@ async def deployment(
                "breaker_cooldown_s": 10.0}  # fmt: skip
     llm = LLMClient(llm_settings(scripted_llm, **options), clock=clock, sleep=RecordingSleep())
     layers = LayerSettings(l1_every_turns=2, idle_timeout_s=5, max_batch_turns=6, l2_delay_s=5,
-                           l2_min_interval_s=5, quarantine_retry_s=[20, 40, 80])  # fmt: skip
+                           l2_min_interval_s=5, catch_up_quiet_s=5,
+                           quarantine_retry_s=[20, 40, 80])  # fmt: skip
     settings = Settings(data_dir=tmp_path / "data", embedder="hash:64", background_embedding=False)
     memory = AsyncMemory.open(settings, clock=clock, llm=llm, layer_settings=layers)
     backend: PipelineBackend = (

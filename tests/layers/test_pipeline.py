@@ -75,6 +75,16 @@ async def _no_sleep(seconds: float) -> None:
     await asyncio.sleep(0)
 
 
+#: The pipeline's mechanics, not the worth of a run: L2 and L3 run on any change here
+#: (`scheduling.l2_worth_running`, `l3_worth_running` have their own tests).
+EVERY_CHANGE = {"l2_min_novel": 1, "l2_min_changed": 1, "l3_min_memories": 1}
+
+
+@pytest.fixture
+def layer_settings() -> LayerSettings:
+    return LayerSettings(max_batch_turns=10, context_turns=2, **EVERY_CHANGE)
+
+
 @pytest.fixture
 async def rig(
     llm_memory: AsyncMemory, tmp_path: Path, clock: ManualClock
@@ -111,6 +121,30 @@ async def test_capture_to_recall_through_the_worker(rig: Rig, scripted_llm: Scri
     assert "half marathon" in recall.context
     assert "- Life: What the user shares." in recall.stable
     assert "The user talks about: Life." in recall.stable
+
+
+@pytest.mark.parametrize("layer_settings", [LayerSettings(max_batch_turns=10, context_turns=2)])
+async def test_an_l2_with_too_little_new_waits_for_the_quiet(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    """Two new memories are fewer than `l2_min_novel`: the timer's L2 makes no call; once the
+    tenant is quiet the backlog's L2 consolidates them, and L3 writes the first profile."""
+    install_layer_handlers(scripted_llm)
+    await rig.memory.capture("acme", "s1", TURNS)
+    await rig.tick()
+    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+    rig.clock.advance(60)
+    assert await rig.worker.pump_once() == 1
+    assert await rig.run_next(TaskType.L2) is Outcome.SKIPPED
+    assert scripted_llm.calls("L2") == []
+    assert [t for t in await rig.tick() if t.type is TaskType.L2] == []  # not quiet yet
+
+    rig.clock.advance(600)  # the rig's grace (600 s) and the quiet (300 s) have passed
+    [l2] = [t for t in await rig.tick() if t.type is TaskType.L2]
+    assert l2.payload == {"reason": "backlog"}
+    assert await rig.run_next(TaskType.L2) is Outcome.COMPLETED
+    assert await rig.run_next(TaskType.L3) is Outcome.COMPLETED  # no profile yet
+    assert len(scripted_llm.calls("L2")) == len(scripted_llm.calls("L3")) == 1
 
 
 async def test_an_early_l2_rearms_its_timer(rig: Rig, scripted_llm: ScriptedLLM) -> None:
@@ -347,7 +381,7 @@ async def test_lost_pipeline_state_is_found_again_in_the_store(
     assert rig.memory.backlog.tenants_owing_l2(None, 10) == []
 
 
-@pytest.mark.parametrize("layer_settings", [LayerSettings(l3_every_memories=1)])
+@pytest.mark.parametrize("layer_settings", [LayerSettings(l3_every_memories=1, **EVERY_CHANGE)])
 async def test_an_owed_l3_is_submitted_again_when_lost(
     rig: Rig, scripted_llm: ScriptedLLM
 ) -> None:

@@ -1,7 +1,9 @@
-"""Scheduling decisions: warm-up, idle timeout at any age, L2 earliest time, L3 by count."""
+"""Scheduling decisions: warm-up, idle timeout at any age, L2 earliest time, L3 by count, and
+whether what changed is worth an L2 or an L3."""
 
 from __future__ import annotations
 
+from stratamem.domain import MemoryRecord, MemoryType
 from stratamem.layers import scheduling
 from stratamem.layers.scheduling import Trigger
 from stratamem.layers.settings import LayerSettings
@@ -50,3 +52,35 @@ def test_l1_due_at_once_past_the_threshold_else_after_the_idle_timeout() -> None
     assert scheduling.l1_due(state(1, runs=0), SETTINGS) == (Trigger.TURNS, float("-inf"))
     quiet = state(3, runs=2, quiet_s=30)
     assert scheduling.l1_due(quiet, SETTINGS) == (Trigger.IDLE, NOW - 30 + 300)
+
+
+def test_l2_runs_on_what_changed_never_on_the_clock_alone() -> None:
+    settings = LayerSettings(l2_min_novel=8, l2_min_changed=24, catch_up_quiet_s=300)
+    worth = scheduling.l2_worth_running
+    assert not worth(scheduling.L2Inputs(0, 0), NOW, settings)  # nothing, however long ago
+    assert not worth(scheduling.L2Inputs(10, 7, newest_at=NOW - 10), NOW, settings)
+    assert worth(scheduling.L2Inputs(10, 8, newest_at=NOW - 10), NOW, settings)  # novel
+    assert worth(scheduling.L2Inputs(24, 0, newest_at=NOW - 10), NOW, settings)  # restated
+    assert worth(scheduling.L2Inputs(1, 0, newest_at=NOW - 300), NOW, settings)  # quiet
+    assert worth(scheduling.L2Inputs(0, 0, stale=True), NOW, settings)  # a scene to rewrite
+
+
+def test_l2_inputs_count_as_novel_what_l1_did_not_mark_restated() -> None:
+    def memory(i: int, **metadata: object) -> MemoryRecord:
+        return MemoryRecord(id=f"m{i}", tenant="t", type=MemoryType.PERSONA, content="x y",
+                            created_at=NOW - i, metadata=dict(metadata))  # fmt: skip
+
+    memories = [memory(1), memory(2, novel=False), memory(3, supersedes=["m0"])]
+    assert scheduling.L2Inputs.of(memories) == scheduling.L2Inputs(3, 2, newest_at=NOW - 1)
+
+
+def test_l3_after_enough_memories_or_quiet_scenes() -> None:
+    settings = LayerSettings(l3_min_memories=16, catch_up_quiet_s=300)
+    worth = scheduling.l3_worth_running
+    assert worth(TenantState("t"), None, NOW, settings)  # no profile yet
+    done = NOW - 1000
+    assert not worth(TenantState("t", memories_since_l3=3, last_l3_at=done), NOW - 10, NOW,
+                     settings)  # fmt: skip
+    assert worth(TenantState("t", memories_since_l3=16, last_l3_at=done), NOW - 10, NOW, settings)
+    assert worth(TenantState("t", memories_since_l3=3, last_l3_at=done), NOW - 300, NOW, settings)
+    assert not worth(TenantState("t", last_l3_at=done), done - 5, NOW, settings)  # nothing new

@@ -2,11 +2,13 @@
 
 - `L1`: sessions with turns past their cursor, any age (imported history included); due when
   the warm-up threshold of new turns is reached, or `idle_timeout_s` after the last turn.
-- `L2`: tenants with memories written after their L2 mark, due `grace_s` after the newest one
-  and no sooner than `l2_min_interval_s` after the last L2 (the cascade's timer runs it
-  sooner; this finds what a lost timer or queue left behind).
+- `L2`: tenants with memories written after their L2 mark, due `catch_up_quiet_s` (at least
+  `grace_s`) after the newest one and no sooner than `l2_min_interval_s` after the last L2
+  (the cascade's timer runs it sooner when enough changed; this finds what a lost timer or
+  queue left behind, and the changes too few for a session's L2).
 - `L3`: tenants whose scenes changed after their last L3 read them (or with
-  `l3_every_memories` memories since), due `grace_s` after the change.
+  `l3_every_memories` memories since), due `catch_up_quiet_s` (at least `grace_s`) after the
+  change.
 - `flush`: flush requests accepted and not completed, due `grace_s` after the request.
 - `L2-stale`, `L3-stale`: tenants with scenes (L2) or a profile (L3) built from a memory
   since corrected, superseded or forgotten (`store/lineage`), due `grace_s` after the
@@ -158,9 +160,12 @@ class L2Source(_TenantSource):
         return self.backlog.tenants_owing_l2(after, limit)
 
     def _earliest(self, row: TenantOwed) -> float:
+        """Once the tenant is quiet (changes too few for a session's L2 wait for it,
+        `scheduling.l2_worth_running`), and `l2_min_interval_s` after its last L2."""
+        quiet = (row.changed_at or 0.0) + self.settings.catch_up_quiet_s
         if row.last_run_at is None:
-            return float("-inf")
-        return row.last_run_at + self.settings.l2_min_interval_s
+            return quiet
+        return max(quiet, row.last_run_at + self.settings.l2_min_interval_s)
 
 
 class L3Source(_TenantSource):
@@ -168,6 +173,10 @@ class L3Source(_TenantSource):
 
     def _rows(self, after: str | None, limit: int) -> list[TenantOwed]:
         return self.backlog.tenants_owing_l3(after, self.settings.l3_every_memories, limit)
+
+    def _earliest(self, row: TenantOwed) -> float:
+        """Once the scenes are quiet (`scheduling.l3_worth_running`)."""
+        return (row.changed_at or 0.0) + self.settings.catch_up_quiet_s
 
 
 class StaleScenesSource(_TenantSource):

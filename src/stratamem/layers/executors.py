@@ -110,9 +110,14 @@ class LayerExecutors:
         early = await self._rearm_if_early(ctx)
         if early:
             return ExecResult(changed=False, skipped=True)
+        forced = bool(ctx.task.payload.get("force"))
+        if not forced and not await self.service.l2_worth_running(Scope(ctx.task.tenant)):
+            return ExecResult(changed=False, skipped=True)  # the next L1 or the quiet runs it
         return _result(await self.service.run_l2(_run(ctx)))
 
     async def l3(self, ctx: ExecutionContext) -> ExecResult:
+        if not await self.service.l3_worth_running(Scope(ctx.task.tenant)):
+            return ExecResult(changed=False, skipped=True)  # more memories, or the quiet, do
         return _result(await self.service.run_l3(_run(ctx)))
 
     async def _l3_by_count(self, ctx: ExecutionContext) -> None:

@@ -8,7 +8,7 @@ decisions into records: nothing is destroyed; an updated or merged memory is clo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -17,6 +17,7 @@ import numpy as np
 from stratamem.domain import Layer, MemoryRecord, Mode, Scope
 from stratamem.embed.base import Embedder
 from stratamem.layers.model import Action, NewMemory, Reconciled, stable_id
+from stratamem.layers.scheduling import NOVEL
 from stratamem.layers.schemas import Decision, DecisionChecker, Reconciliation, Shown
 from stratamem.layers.views import Aliases, clip, memory_line
 from stratamem.llm.prompts import Prompt
@@ -180,10 +181,13 @@ def plan(
     now: float,
     mode: Mode,
     made_by: str = "",
+    near: Collection[int] = (),
 ) -> L1Plan:
     """Records to write: new memories (ids from `id_seed`) and the versions they close.
 
-    `made_by` (a prompt tag such as `l1_extract@v1`) goes into each memory's metadata.
+    `made_by` (a prompt tag such as `l1_extract@v1`) goes into each memory's metadata; a memory
+    of `near` (indices that had a near neighbour) stored as a memory of its own is marked not
+    novel there (`scheduling.NOVEL`: the L2 schedule counts novel ones).
     """
     out = L1Plan([], [], {a.value: 0 for a in Action})
     for decision in decisions:
@@ -197,6 +201,8 @@ def plan(
         record = _record(scope, session, memory, olds, new_id, decision.content, now, mode)
         if made_by:
             record = replace(record, metadata={**record.metadata, "made_by": made_by})
+        if decision.index in near and not olds:
+            record = replace(record, metadata={**record.metadata, NOVEL: False})
         out.memories.append(record)
         out.made[decision.index] = (new_id,)
         out.supersedes.extend(Supersede(old.id, new_id) for old in olds)

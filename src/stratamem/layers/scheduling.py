@@ -6,15 +6,23 @@ source, `layers.backlog`, applies them).
   imported history is extracted too); on flush.
 - L2 no sooner than `l2_delay_s` after an L1 and `l2_min_interval_s` after the last L2; the
   pipeline's timer only ever moves earlier, so the L2 executor re-arms it when it fires early.
-  After the pipeline's `l2_max_interval_s` it runs again (its max-interval timer).
+  After the pipeline's `l2_max_interval_s` it runs again (its max-interval timer). A session's
+  L2 runs only when what changed since the last one matters (`l2_worth_running`: enough novel
+  memories, enough of any kind, or a scene to write again), never because time passed; the
+  memories it leaves wait for the next one, a flush, or the tenant's quiet (`catch_up_quiet_s`,
+  the backlog's L2 is due then).
 - L3 after an L2 that changed something (the pipeline's cascade), every `l3_every_memories` new
-  memories, or on request.
+  memories, or on request, when it is worth it (`l3_worth_running`: `l3_min_memories` new
+  memories since the last L3, or scenes quiet for `catch_up_quiet_s`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 
+from stratamem.domain import MemoryRecord
 from stratamem.layers.settings import LayerSettings
 from stratamem.store.layers.port import SessionState, TenantState
 
@@ -63,3 +71,52 @@ def l2_earliest(state: SessionState, tenant: TenantState, settings: LayerSetting
 
 def l3_due_by_count(tenant: TenantState, settings: LayerSettings) -> bool:
     return tenant.memories_since_l3 >= settings.l3_every_memories
+
+
+#: The metadata key L1 sets to false on a memory it stored although an existing one was near
+#: (`l1_reconcile.plan`): a restatement or detail of what the scenes already hold.
+NOVEL = "novel"
+
+
+@dataclass(frozen=True, slots=True)
+class L2Inputs:
+    """What changed since the tenant's last L2: memories written after its mark, how many of
+    them are novel (no near neighbour when written, or an update or merge of one), when the
+    newest was written, and whether a scene was built from a memory corrected or forgotten
+    since."""
+
+    changed: int
+    novel: int
+    newest_at: float | None = None
+    stale: bool = False
+
+    @classmethod
+    def of(cls, memories: Sequence[MemoryRecord], stale: bool = False) -> L2Inputs:
+        novel = sum(1 for m in memories if m.metadata.get(NOVEL, True) is not False)
+        newest = max((m.created_at for m in memories), default=None)
+        return cls(len(memories), novel, newest, stale)
+
+
+def l2_worth_running(inputs: L2Inputs, now: float, settings: LayerSettings) -> bool:
+    """Whether an L2 should consolidate now (a flush's always does): a scene to write again,
+    `l2_min_novel` novel memories or `l2_min_changed` of any kind, or fewer once the tenant
+    wrote none for `catch_up_quiet_s`. Nothing changed: never, however long ago the last."""
+    if inputs.stale:
+        return True
+    if inputs.novel >= settings.l2_min_novel or inputs.changed >= settings.l2_min_changed:
+        return True
+    quiet = inputs.newest_at is not None and now - inputs.newest_at >= settings.catch_up_quiet_s
+    return inputs.changed > 0 and quiet
+
+
+def l3_worth_running(
+    tenant: TenantState, newest_scene_at: float | None, now: float, settings: LayerSettings
+) -> bool:
+    """Whether an L3 should write the profile now (its stale profile aside): the first one,
+    after `l3_min_memories` new memories (a scene updated with a few restated details changes
+    little a profile says), or once the scenes have not changed for `catch_up_quiet_s`."""
+    if tenant.last_l3_at is None or tenant.memories_since_l3 >= settings.l3_min_memories:
+        return True
+    if newest_scene_at is None or newest_scene_at <= tenant.last_l3_at:
+        return tenant.memories_since_l3 > 0 and now - tenant.last_l3_at >= settings.catch_up_quiet_s
+    return now - newest_scene_at >= settings.catch_up_quiet_s

@@ -40,6 +40,7 @@ from stratamem.layers import (
     l3_profile,
     ledger,
     offline,
+    scheduling,
 )
 from stratamem.layers.l1_read import L1Read, ReadRun
 from stratamem.layers.model import Action, NewMemory, Reconciled, StageResult
@@ -222,8 +223,9 @@ class LayerService:
         decisions, notes = await self._decide(run, proposed, neighbours)
         existing = {m.id: m for group in neighbours for m in group}
         made_by = "offline@v1" if self.llm is None else load_prompt("l1_extract").tag
+        near = {i for i, group in enumerate(neighbours) if group}
         plan = l1_reconcile.plan(run.scope, _session_of(run), proposed, decisions, existing,
-                                 id_seed, self.clock.now(), self.mode, made_by)  # fmt: skip
+                                 id_seed, self.clock.now(), self.mode, made_by, near)  # fmt: skip
         return plan, notes
 
     async def _decide(
@@ -292,6 +294,26 @@ class LayerService:
                           versions, result.to_json(), notes, run.attempt)  # fmt: skip
         await asyncio.to_thread(self.layers.commit_l2, run.scope, commit, run.fence)
         return result
+
+    async def l2_worth_running(self, scope: Scope) -> bool:
+        """Whether what changed since the tenant's last L2 is worth a run now
+        (`scheduling.l2_worth_running`)."""
+        tenant = await asyncio.to_thread(self.layers.tenant_state, scope)
+        changed, _ = await asyncio.to_thread(
+            self.layers.changed_memories, scope, tenant.l2_mark, self.settings.l2_max_memories
+        )
+        stale = await asyncio.to_thread(self.layers.stale, scope)
+        inputs = scheduling.L2Inputs.of(changed, any(ref.kind == SCENE for ref in stale))
+        return scheduling.l2_worth_running(inputs, self.clock.now(), self.settings)
+
+    async def l3_worth_running(self, scope: Scope) -> bool:
+        """Whether writing the tenant's profile now is worth a call
+        (`scheduling.l3_worth_running`; a stale profile always is)."""
+        if Ref(PROFILE, PROFILE_ID) in await asyncio.to_thread(self.layers.stale, scope):
+            return True
+        tenant = await asyncio.to_thread(self.layers.tenant_state, scope)
+        newest = await asyncio.to_thread(self.layers.newest_scene_at, scope)
+        return scheduling.l3_worth_running(tenant, newest, self.clock.now(), self.settings)
 
     async def _refreshed(self, scope: Scope, scene: Scene) -> Scene:
         """`scene` written again (extractively) from the current versions of its memories:

@@ -69,6 +69,15 @@ class LayerSettings(BaseSettings):
     l2_delay_s: float = Field(60.0, ge=0, description="L2 no sooner than this after an L1.")
     l2_min_interval_s: float = Field(300.0, ge=0, description="Least time between two L2 runs.")
     l2_max_memories: int = Field(80, ge=1, le=1000, description="Changed memories per L2 run.")
+    l2_min_novel: int = Field(
+        8,
+        ge=1,
+        description="A session's L2 runs once this many novel memories (no near neighbour when"
+        " written, or an update or merge) came since the last L2 ...",
+    )
+    l2_min_changed: int = Field(
+        24, ge=1, description="... or this many memories of any kind (a flush's L2 always runs)."
+    )
     max_scenes: int = Field(12, ge=1, le=100, description="Scenes per tenant.")
     max_scene_chars: int = Field(1500, ge=100, description="Longest scene body.")
     heat_decay: float = Field(0.8, ge=0, le=1, description="Scene heat kept per L2 run.")
@@ -82,6 +91,18 @@ class LayerSettings(BaseSettings):
     )
     # -- L3 ----------------------------------------------------------------------------------
     l3_every_memories: int = Field(30, ge=1, description="L3 after this many new memories.")
+    l3_min_memories: int = Field(
+        16,
+        ge=1,
+        description="L3 writes the profile when this many memories came since the last L3 (or"
+        " there is no profile yet), else once the scenes are quiet.",
+    )
+    catch_up_quiet_s: float = Field(
+        300.0,
+        ge=0,
+        description="Changes too few for L2 or L3 to run on (`l2_min_novel`, `l3_min_memories`)"
+        " are consolidated once the tenant wrote none for this long.",
+    )
     max_profile_chars: int = Field(1200, ge=100, description="Longest profile document.")
 
     @field_validator("quarantine_retry_s", mode="before")
