@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from stratamem.api import ServerSettings, Services, create_app
+from stratamem.api.routes.inspect import l1_reasons
 from stratamem.clock import ManualClock
 from stratamem.core import AsyncMemory
 from stratamem.llm import LLMClient, LLMSettings
@@ -176,3 +177,17 @@ async def test_llm_calls_tokens_and_outcomes_per_stage_are_counted(
     assert 'stratamem_llm_outcomes_total{stage="L1",outcome="accepted"} 1' in metrics
     assert "alice" not in metrics
     assert (await c.get("/v1/admin/llm", headers=alice.headers)).status_code == 403
+
+
+def test_an_open_record_says_whether_it_heals_by_itself() -> None:
+    def status(**failure: object) -> dict[str, object]:
+        record = {"kind": "quarantine", "stage": "L1", "turn_ids": ["t1"], "error": "cut off",
+                  "retry_at": None, **failure}  # fmt: skip
+        return {"pending_turns": 0, "last_seq": 2, "cursor_seq": 2, "llm": {"endpoint": "closed"},
+                "queued": [], "dead_letters": [], "open_failures": [record]}  # fmt: skip
+
+    assert l1_reasons(status(retry_at=1_715_166_000.0))[-1].endswith(
+        "(retried by itself at 2024-05-08 11:00:00 UTC, or retry it now)"
+    )
+    assert l1_reasons(status())[-1].endswith("(retry it)")  # after its last automatic retry
+    assert "next success resolves it" in l1_reasons(status(kind="stage"))[-1]

@@ -17,6 +17,7 @@ from stratamem.domain import Hit, Scope, check_ident
 from stratamem.llm.client import LLMClient
 from stratamem.store.failures.records import FailureQuery, FailureStatus
 from stratamem.store.layers.port import SessionState
+from stratamem.timestamps import utc_text
 
 #: How many queued tasks and dead letters a session's status reads at most.
 SCAN_LIMIT = 10_000
@@ -123,8 +124,19 @@ def l1_reasons(status: dict[str, Any]) -> list[str]:
                        f" {dead['error']} (requeue it on the pipeline view)")
     for failure in status["open_failures"]:
         reasons.append(f"open {failure['kind']} failure of {failure['stage']} on"
-                       f" {len(failure['turn_ids'])} turn(s): {failure['error']} (retry it)")
+                       f" {len(failure['turn_ids'])} turn(s): {failure['error']}"
+                       f" ({_retry_plan(failure)})")  # fmt: skip
     return reasons
+
+
+def _retry_plan(failure: dict[str, Any]) -> str:
+    """Whether an open record heals by itself, and when, or waits for its operator."""
+    if failure.get("retry_at") is not None:
+        when = utc_text(failure["retry_at"], "%Y-%m-%d %H:%M:%S UTC", "-")
+        return f"retried by itself at {when}, or retry it now"
+    if failure["kind"] == "stage":
+        return "the stage's next success resolves it, or retry it now"
+    return "retry it"
 
 
 @router.get("/memories/{memory_id}/sources")
