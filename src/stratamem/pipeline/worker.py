@@ -135,6 +135,7 @@ class Worker:
         self._idle_consumers = 0
         self._free = FreeSignal(backend, self.executors.types)
         self._healed_through = float("-inf")  # dead letters looked at up to this answer
+        self._heal_looked_at = float("-inf")
 
     # -- one delivery -----------------------------------------------------------------------
 
@@ -521,11 +522,15 @@ class Worker:
         """Requeue the dead letters (of the types this worker runs) whose error is the trouble
         of a service the executors call (an LLM endpoint down, timing out, 5xx, rate limited)
         that has answered since they failed (`ExecutorRegistry.healed`). Looked at only when a
-        service answered since the last look; returns how many were requeued."""
-        answered = self.executors.answered_at()
+        service answered since the last look, and at most every `scheduler_park_refresh_s` (the
+        dead letters are read as the scheduler reads them to park keys); returns how many were
+        requeued."""
+        answered, now = self.executors.answered_at(), self.clock.now()
         if answered is None or answered <= self._healed_through:
             return 0
-        self._healed_through = answered
+        if now - self._heal_looked_at < self.settings.scheduler_park_refresh_s:
+            return 0
+        self._healed_through, self._heal_looked_at = answered, now
         types, requeued = set(self.executors.types()), 0
         for dead in await self.backend.list_dead(limit=self.settings.scheduler_dead_scan):
             if dead.task.type not in types or not self.executors.healed(dead.error,
