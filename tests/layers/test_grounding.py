@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from stratamem.clock import ManualClock
 from stratamem.core import AsyncMemory
 from stratamem.domain import MemoryType, Scope
 from stratamem.store.failures.records import FailureKind, FailureQuery, FailureStatus
@@ -44,11 +45,12 @@ UNSUPPORTED = [
 
 
 async def test_faithful_memories_are_stored_and_unsupported_ones_refused_on_record(
-    llm_memory: AsyncMemory, scripted_llm: ScriptedLLM
+    llm_memory: AsyncMemory, scripted_llm: ScriptedLLM, clock: ManualClock
 ) -> None:
     install_layer_handlers(scripted_llm)
     scripted_llm.push_for("L1", Reply.json({"memories": [*FAITHFUL, *UNSUPPORTED]}))
     await llm_memory.capture("acme", "s1", TURNS)
+    clock.advance(3600)  # extracted an hour after it was said
     result = await llm_memory.flush("acme", "s1")
 
     assert result.l1[0].counts["refused_items"] == 3
@@ -63,6 +65,8 @@ async def test_faithful_memories_are_stored_and_unsupported_ones_refused_on_reco
     by_content = {json.loads(f.raws[0])["content"]: f for f in refused}
     assert sorted(by_content) == sorted(m["content"] for m in UNSUPPORTED)
     turns = llm_memory.store.list_turns(SCOPE, "s1")
+    nurse = memories["Priya works night shifts as a nurse."]
+    assert nurse.valid_from == turns[0].timestamp == START  # valid since said, not extracted
     example = by_content["Maria is vegetarian."]
     assert "cites only assistant turns" in example.error
     assert example.turn_ids == (turns[1].id,)

@@ -99,6 +99,7 @@ def to_new_memories(
                 priority=item.priority,
                 source_turn_ids=sources,
                 activity_start=_activity(item, [by_id[s] for s in sources]),
+                said_at=min(by_id[s].timestamp for s in sources),
             )
         )
     return memories

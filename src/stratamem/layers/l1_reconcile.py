@@ -235,12 +235,20 @@ def _record(
         source_turn_ids=sources,
         session=session,
         activity_start=activity,
-        valid_from=now,
+        valid_from=_valid_from(memory, olds, now),
         created_at=now,
         updated_at=now,
         mode=mode,
         metadata=metadata,
     )
+
+
+def _valid_from(memory: NewMemory, olds: Sequence[MemoryRecord], now: float) -> float:
+    """A new memory holds from when its turn was said (never later than now); a version that
+    replaces others from now, so the versions' validity never overlaps."""
+    if olds or memory.said_at is None:
+        return now
+    return min(memory.said_at, now)
 
 
 _L1 = (Layer.L1,)

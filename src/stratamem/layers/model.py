@@ -19,6 +19,9 @@ class NewMemory:
     priority: int
     source_turn_ids: tuple[str, ...]
     activity_start: float | None = None
+    said_at: float | None = None
+    """When its earliest cited turn was said: a new memory is valid from then, not from when it
+    was extracted."""
 
 
 class Action(StrEnum):
