@@ -21,6 +21,35 @@ from . import model
 from .conftest import Rig
 
 T, S = "acme", "sess-1"
+#: A tool call between two messages, not summarised yet: both messages are judged.
+WORK_BETWEEN = ToolPair("c0", "search", {"q": "rows"}, "2 hits", 0.0)
+
+
+async def test_messages_that_arrive_together_cost_one_judgment(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    """Four messages with nothing between them: the three older take the offline rule, the
+    newest is judged by the model (it used to be 1 + 2 + 3 + 4 calls, each judgment moving the
+    boundary under the others)."""
+    t0 = rig.clock.now()
+    texts = ["Build the CSV export", "with a header row", "and UTF-8", "then mail it to Ana"]
+    marks = [await rig.offload.user_message(T, S, text, timestamp=t0 + i)
+             for i, text in enumerate(texts)]  # fmt: skip
+    scripted_llm.on("offload-l15", lambda request: model.judgment("CSV export"))
+    outcomes = await asyncio.gather(*(run_l15(rig.offload.deps, T, S, m) for m in marks))
+    assert len(scripted_llm.calls("offload-l15")) <= 2  # the newest, again if the others moved
+    scope = Scope(T)
+    judged = {m.mark_id: m for m in rig.store.recent_marks(scope, S, t0 + 10, 10)}
+    assert all(m.judged for m in judged.values()) and len(judged) == 4
+    assert rig.store.boundary(scope, S).active_task == judged[marks[-1]].task_id
+    assert not any(o.skipped for o in outcomes)
+
+    later = [await rig.offload.user_message(T, S, text, timestamp=t0 + 20 + i)
+             for i, text in enumerate(["Now the PDF", "landscape"])]  # fmt: skip
+    before = len(scripted_llm.calls("offload-l15"))
+    for mark in later:  # one after the other: the older takes the rule, the newest one call
+        await run_l15(rig.offload.deps, T, S, mark)
+    assert len(scripted_llm.calls("offload-l15")) == before + 1
 
 
 async def test_concurrent_judgments_on_one_session_never_clobber(
@@ -28,6 +57,7 @@ async def test_concurrent_judgments_on_one_session_never_clobber(
 ) -> None:
     t0 = rig.clock.now()
     first = await rig.offload.user_message(T, S, "Build the CSV export", timestamp=t0)
+    await rig.offload.ingest(T, S, [WORK_BETWEEN])  # else only the newest would be judged
     second = await rig.offload.user_message(T, S, "Also fix the date parser", timestamp=t0 + 5)
     scripted_llm.push_for(
         "offload-l15",
@@ -70,6 +100,7 @@ async def test_a_stale_compare_and_set_is_refused(rig: Rig) -> None:
 
 async def test_judgment_gives_up_after_its_attempts(rig: Rig, scripted_llm: ScriptedLLM) -> None:
     mark = await rig.offload.user_message(T, S, "Start", timestamp=rig.clock.now())
+    await rig.offload.ingest(T, S, [WORK_BETWEEN])
     other = await rig.offload.user_message(T, S, "Other", timestamp=rig.clock.now() + 1)
     scope = Scope(T)
 
@@ -200,8 +231,10 @@ async def test_the_judgment_sees_the_active_diagram_and_the_others_stages(
 ) -> None:
     scope, t0 = Scope(T), rig.clock.now()
     first = await rig.offload.user_message(T, S, "Build the export", timestamp=t0)
+    scripted_llm.push_for("offload-l15", model.judgment("Export"))
+    await rig.run()
     second = await rig.offload.user_message(T, S, "Fix the parser", timestamp=t0 + 1)
-    scripted_llm.push_for("offload-l15", model.judgment("Export"), model.judgment("Parser"))
+    scripted_llm.push_for("offload-l15", model.judgment("Parser"))
     await rig.run()
     task_a = rig.store.get_mark(scope, S, first).task_id
     task_b = rig.store.get_mark(scope, S, second).task_id

@@ -2,7 +2,12 @@
 
 The LLM call holds no lock. The write is a compare-and-set on the boundary's version (one short
 write transaction): when another judgment wrote first, the message is judged again on the new
-state, a bounded number of times, then the task fails and the pipeline retries it.
+state (the model asked again only if the prompt it was shown changed), a bounded number of
+times, then the task fails and the pipeline retries it.
+
+Messages that arrive together cost one call, not N(N+1)/2: a message followed by a newer one
+with nothing between them (no entry, no tool pair waiting for its summary) takes the offline
+rule (the active task continues; the first message opens one), and the newest is judged.
 
 A reply is accepted when it finished normally, has exactly the four fields (`continues` and
 `new_task` written out, null when unused), names only a task shown and labels a new task with
@@ -32,6 +37,7 @@ from stratamem.stages.envelope import StrictReply
 from stratamem.stages.records import Origin, recordable
 from stratamem.store.evidence.receipts import Attempt, ReceiptDraft
 from stratamem.store.failures.records import Failure, FailureKind
+from stratamem.store.offload.port import OffloadStore
 from stratamem.store.offload.records import (
     Boundary,
     Decision,
@@ -79,6 +85,8 @@ class _View:
     diagrams: list[Diagram]
     recent: list[Mark]
     entries: list[Entry]
+    followed: bool = False
+    """A newer message follows with nothing between them: only the newest is judged."""
 
 
 async def run_l15(
@@ -88,11 +96,15 @@ async def run_l15(
     pipeline, the task's receipt is written with the judgment."""
     scope = Scope(tenant)
     origin = Origin(tenant, session, f"{STAGE}:{mark_id}", deps.clock.now())
+    judged: tuple[list[dict[str, str]] | None, Decision, list[Failure]] | None = None
     for attempt in range(1, deps.settings.cas_attempts + 1):
         view = await _look(deps, scope, session, mark_id)
         if view.mark.judged:
             return L15Outcome(mark_id, skipped=True, attempts=attempt)
-        decision, notes = await _judged(deps, view, origin)
+        shown = None if view.followed or deps.llm is None else _messages(view)
+        if judged is None or shown is None or judged[0] != shown:
+            judged = (shown, *await _judged(deps, view, origin))
+        _, decision, notes = judged
         now = deps.clock.now()
         receipt = None
         if run is not None:
@@ -124,21 +136,41 @@ async def _look(deps: StageDeps, scope: Scope, session: str, mark_id: str) -> _V
             if m.mark_id != mark_id
         ][-limit:]  # fmt: skip
         since = recent[0].timestamp if recent else float("-inf")
-        entries = [
-            e for e in store.list_entries(scope, session) if since <= e.timestamp < mark.timestamp
-        ][-2 * limit :]
-        return _View(
-            mark, store.boundary(scope, session), store.list_diagrams(scope, session),
-            recent, entries,
-        )  # fmt: skip
+        every = store.list_entries(scope, session)
+        entries = [e for e in every if since <= e.timestamp < mark.timestamp][-2 * limit :]
+        boundary = store.boundary(scope, session)
+        return _View(mark, boundary, store.list_diagrams(scope, session), recent, entries,
+                     _followed(store, scope, session, mark, boundary, every))  # fmt: skip
 
     return await asyncio.to_thread(read)
+
+
+def _followed(
+    store: OffloadStore,
+    scope: Scope,
+    session: str,
+    mark: Mark,
+    boundary: Boundary,
+    entries: Sequence[Entry],
+) -> bool:
+    """Whether a newer message follows `mark` with no work between them (no entry, and no tool
+    pair still waiting for its summary, whose time is not known yet)."""
+    newer = [m.timestamp for m in store.unjudged_marks(scope, session)
+             if m.timestamp > mark.timestamp]  # fmt: skip
+    if boundary.last_mark_ts is not None and boundary.last_mark_ts > mark.timestamp:
+        newer.append(boundary.last_mark_ts)
+    if not newer or store.pending_pairs(scope, session) > 0:
+        return False
+    until = min(newer)
+    return not any(mark.timestamp <= e.timestamp < until for e in entries)
 
 
 async def _judged(
     deps: StageDeps, view: _View, origin: Origin
 ) -> tuple[Decision, list[Failure]]:
     """The judgment, and the failure notes to keep once it is applied."""
+    if view.followed:  # the newest message of those that came together is judged
+        return offline_decision(view.mark, view.boundary), []
     detail = {"mark": view.mark.mark_id}
     try:
         return await judge(deps, view), []
