@@ -12,7 +12,8 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,7 @@ CASES: list[tuple[str, list[str], Check | None]] = [
     ("postgres.py", ["--tenant-rows", "500", "--total-rows", "1000", "--queries", "5",
                      "--captures", "10"], None),
 ]
+PARALLEL = 3
 NEEDS = {"redis": "redis", "pg_": "postgres", "postgres.py": "postgres"}
 
 
@@ -84,17 +86,35 @@ def _figures(stdout: str) -> Any:
     return None
 
 
-@pytest.mark.parametrize(("script", "args", "check"), _params())
-def test_bench_runs_at_a_tiny_size(script: str, args: list[str], check: Check | None) -> None:
+def _run(script: str, args: list[str]) -> subprocess.CompletedProcess[str]:
     # A short temporary directory: pgserver's socket path must fit a Unix socket's 107 bytes.
     with tempfile.TemporaryDirectory(prefix="smoke-", dir="/tmp") as tmp:
         env = {**os.environ, "TMPDIR": tmp, "PYTHONPATH": str(ROOT / "src")}
         if script == "pg_scale.py":
             args = [*args, "--cache", f"{tmp}/pg-scale", "--shared-buffers", "128MB"]
-        done = subprocess.run(
+        return subprocess.run(
             [sys.executable, str(ROOT / "bench" / script), *args],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
         )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[Any]]]:
+    """Every collected bench started at once, PARALLEL at a time: most of a tiny bench's time is
+    a process starting and waiting (for serve, an idle timeout, a drain), so running them side
+    by side keeps the suite's wall time down; each test then waits for its own."""
+    wanted = [item.callspec.id for item in request.session.items
+              if item.originalname == "test_bench_runs_at_a_tiny_size"]  # fmt: skip
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        yield {f"{script}:{args[1]}": pool.submit(_run, script, args) for script, args, _ in CASES
+               if f"{script}:{args[1]}" in wanted}  # fmt: skip
+
+
+@pytest.mark.parametrize(("script", "args", "check"), _params())
+def test_bench_runs_at_a_tiny_size(
+    script: str, args: list[str], check: Check | None, runs: dict[str, Future[Any]]
+) -> None:
+    done = runs[f"{script}:{args[1]}"].result()
     assert done.returncode == 0, f"{script} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     assert done.stdout.strip(), f"{script} printed no figures"
     figures = _figures(done.stdout)
