@@ -346,7 +346,7 @@ class PipelineOut(BaseModel):
 
 
 class RereadIn(Strict):
-    limit: int = Field(500, ge=1, le=2000, description="The most turns read again.")
+    limit: int = Field(500, strict=True, ge=1, le=2000, description="The most turns read again.")
 
 
 class RereadOut(BaseModel):

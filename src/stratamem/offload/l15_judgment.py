@@ -89,6 +89,11 @@ class _View:
     """A newer message follows with nothing between them: only the newest is judged."""
 
 
+CAS_LOOPS_PER_ATTEMPT = 4
+"""A conflict whose prompt did not change (another boundary's offline rule moved the version)
+commits the same judgment again without asking the model; such retries are bounded too."""
+
+
 async def run_l15(
     deps: StageDeps, tenant: str, session: str, mark_id: str, run: Attempt | None = None
 ) -> L15Outcome:
@@ -97,12 +102,17 @@ async def run_l15(
     scope = Scope(tenant)
     origin = Origin(tenant, session, f"{STAGE}:{mark_id}", deps.clock.now())
     judged: tuple[list[dict[str, str]] | None, Decision, list[Failure]] | None = None
-    for attempt in range(1, deps.settings.cas_attempts + 1):
+    asked = 0  # the model's judgments: only these count toward cas_attempts
+    for attempt in range(1, CAS_LOOPS_PER_ATTEMPT * deps.settings.cas_attempts + 1):
         view = await _look(deps, scope, session, mark_id)
         if view.mark.judged:
             return L15Outcome(mark_id, skipped=True, attempts=attempt)
         shown = None if view.followed or deps.llm is None else _messages(view)
         if judged is None or shown is None or judged[0] != shown:
+            if shown is not None:
+                if asked == deps.settings.cas_attempts:
+                    break
+                asked += 1
             judged = (shown, *await _judged(deps, view, origin))
         _, decision, notes = judged
         now = deps.clock.now()
@@ -121,7 +131,7 @@ async def run_l15(
         await arm_diagram_timer(deps, tenant, session)
         return L15Outcome(mark_id, False, decision, routed.task_id, routed.routed, attempt)
     raise JudgmentConflict(
-        f"boundary of session {session!r} moved during {deps.settings.cas_attempts} judgments"
+        f"boundary of session {session!r} moved during {asked} judgments"
         f" of {mark_id!r}"
     )
 
