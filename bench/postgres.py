@@ -135,8 +135,14 @@ def _writer(store: RecordStore, name: str, count: int) -> None:
 
 
 def _process(url: str, path: str, names: list[str], count: int, ready: Any, cpu: Any) -> None:
-    """One API process: one store, shared by its writer threads, opened before the clock."""
-    store = open_url(url, Path(path))
+    """One API process: one store, shared by its writer threads, opened before the clock. A
+    process that cannot open its store breaks the barrier, so the bench fails instead of
+    waiting for it for ever."""
+    try:
+        store = open_url(url, Path(path))
+    except BaseException:
+        ready.abort()
+        raise
     try:
         ready.wait()
         before = os.times()
@@ -171,9 +177,9 @@ def capture_figures(
     sampler = threading.Thread(target=sample_waits, args=(url, stop, waits))
     if server is not None:
         sampler.start()
-    ready.wait()
+    ready.wait(timeout=300)
     started, server_before = time.perf_counter(), server_cpu_s(server)
-    client = sum(cpu.get() for _ in procs)
+    client = sum(cpu.get(timeout=600) for _ in procs)
     wall = time.perf_counter() - started
     stop.set()
     for proc in procs:
