@@ -112,7 +112,7 @@ class Failures:
         unchanged = after.attempts == failure.attempts  # else the re-run's failure updated it
         if after.status is FailureStatus.OPEN and after.kind is FailureKind.STAGE and unchanged:
             after = await asyncio.to_thread(
-                self.layers.layers.note_retry, Scope(tenant), failure_id, self.layers.clock.now()
+                self.layers.layers.resolve_retry, Scope(tenant), failure_id, self.layers.clock.now()
             )
         return RetryOutcome(after, result)
 

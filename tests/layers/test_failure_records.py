@@ -20,7 +20,7 @@ from stratamem.store.failures.records import (
     FailureQuery,
     FailureStatus,
 )
-from stratamem.store.layers.port import L1Commit, L2Commit, RetryCommit
+from stratamem.store.layers.port import Extraction, L1Commit, L2Commit, RetryCommit
 from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.opening import RecordStore
 from stratamem.store.sqlite import SqliteStore
@@ -56,17 +56,22 @@ def memory(memory_id: str) -> MemoryRecord:
                         mode=Mode.LLM)  # fmt: skip
 
 
+def made(memory_id: str) -> Extraction:
+    """An extraction that made this memory."""
+    return Extraction([memory(memory_id)])
+
+
 def test_a_quarantine_is_written_with_the_cursor_move_or_not_at_all(
     stores: tuple[RecordStore, SqlLayerStore],
 ) -> None:
     _, layers = stores
     quarantine = record(FailureKind.QUARANTINE, turn_ids=("t1",))
     note = record(FailureKind.BATCH, turn_ids=("t0", "t1"))
-    stale = L1Commit("s1", "a", 5, 3, 50.0, quarantined=[quarantine], notes=[note])
+    failed = Extraction(quarantined=[quarantine], notes=[note])
     with pytest.raises(LayerConflict):  # the cursor moved: nothing is written
-        layers.commit_l1(ACME, stale)
+        layers.commit_l1(ACME, L1Commit("s1", "a", 5, 3, 50.0, failed))
     assert layers.list_failures(ACME) == []
-    layers.commit_l1(ACME, L1Commit("s1", "a", 0, 3, 50.0, quarantined=[quarantine], notes=[note]))
+    layers.commit_l1(ACME, L1Commit("s1", "a", 0, 3, 50.0, failed))
     assert layers.session_state(ACME, "s1").cursor_seq == 3
     assert [f.id for f in layers.list_failures(ACME)] == [note.id, quarantine.id]
     assert layers.get_failure(ACME, quarantine.id) == quarantine
@@ -148,17 +153,17 @@ def test_one_record_per_quarantined_turn_and_per_judged_message(
 def test_a_retry_resolves_a_quarantine_once(stores: tuple[RecordStore, SqlLayerStore]) -> None:
     store, layers = stores
     quarantine = record(FailureKind.QUARANTINE, turn_ids=("t1",))
-    layers.commit_l1(ACME, L1Commit("s1", "a", 0, 3, 50.0, quarantined=[quarantine]))
+    layers.commit_l1(ACME, L1Commit("s1", "a", 0, 3, 50.0, Extraction(quarantined=[quarantine])))
     failed = layers.note_retry(ACME, quarantine.id, 60.0, error="still bad", raws=("again",))
     assert (failed.status, failed.attempts) == (FailureStatus.OPEN, 2)
     assert failed.raws == ("raw", "again") and failed.error == "still bad"
-    layers.commit_retry(ACME, RetryCommit(quarantine.id, "retry-1", 70.0, [memory("m1")]))
+    layers.commit_retry(ACME, RetryCommit(quarantine.id, "retry-1", 70.0, made("m1")))
     done = layers.get_failure(ACME, quarantine.id)
     assert (done.status, done.attempts, done.resolved_at) == (FailureStatus.RESOLVED, 3, 70.0)
     assert [m.id for m in store.list_memories(ACME)] == ["m1"]
     assert SqlEvidenceStore(store).receipt(ACME, "retry-1") is not None
     with pytest.raises(LayerConflict):  # resolved already: the second retry writes nothing
-        layers.commit_retry(ACME, RetryCommit(quarantine.id, "retry-2", 80.0, [memory("m2")]))
+        layers.commit_retry(ACME, RetryCommit(quarantine.id, "retry-2", 80.0, made("m2")))
     assert [m.id for m in store.list_memories(ACME)] == ["m1"]
 
 

@@ -10,7 +10,7 @@ import pytest
 from stratamem.domain import MemoryRecord, MemoryType, Mode, Profile, Role, Scope, Turn
 from stratamem.errors import LayerConflict, NotFound, StaleFencingToken
 from stratamem.store.core.port import Fence
-from stratamem.store.layers.port import L1Commit, L3Commit, Supersede
+from stratamem.store.layers.port import Extraction, L1Commit, L3Commit, Supersede
 from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.opening import RecordStore
 from tests.stores import StoreFactory
@@ -31,13 +31,18 @@ def memory(memory_id: str, content: str = "fact", at: float = 10.0) -> MemoryRec
                         created_at=at, updated_at=at, mode=Mode.LLM)  # fmt: skip
 
 
+def made(*memory_ids: str) -> Extraction:
+    """An extraction that made these memories."""
+    return Extraction([memory(i) for i in memory_ids])
+
+
 def test_session_state_counts_turns_past_the_cursor(
     stores: tuple[RecordStore, SqlLayerStore],
 ) -> None:
     _, layers = stores
     state = layers.session_state(SCOPE, "s1")
     assert (state.cursor_seq, state.last_seq, state.pending_turns) == (0, 3, 3)
-    layers.commit_l1(SCOPE, L1Commit("s1", "task", 0, 2, 50.0, [memory("m1")]))
+    layers.commit_l1(SCOPE, L1Commit("s1", "task", 0, 2, 50.0, made("m1")))
     state = layers.session_state(SCOPE, "s1")
     assert (state.cursor_seq, state.pending_turns, state.l1_runs) == (2, 1, 1)
     assert state.last_l1_at == 50.0
@@ -48,14 +53,14 @@ def test_session_state_counts_turns_past_the_cursor(
 
 def test_a_refused_commit_writes_nothing(stores: tuple[RecordStore, SqlLayerStore]) -> None:
     store, layers = stores
-    layers.commit_l1(SCOPE, L1Commit("s1", "a", 0, 1, 50.0, [memory("m1")]), Fence("k", 5))
+    layers.commit_l1(SCOPE, L1Commit("s1", "a", 0, 1, 50.0, made("m1")), Fence("k", 5))
     cases = [
-        (L1Commit("s1", "b", 0, 2, 60.0, [memory("m2")]), None, LayerConflict),  # cursor moved
-        (L1Commit("s1", "c", 1, 2, 60.0, [memory("m3")], [Supersede("gone", "m3")]), None,
-         LayerConflict),
-        (L1Commit("s1", "d", 1, 2, 60.0, [memory("m1")]), None, LayerConflict),  # id exists
-        (L1Commit("s1", "a", 1, 2, 60.0, [memory("m4")]), None, LayerConflict),  # receipt
-        (L1Commit("s1", "e", 1, 2, 60.0, [memory("m5")]), Fence("k", 4), StaleFencingToken),
+        (L1Commit("s1", "b", 0, 2, 60.0, made("m2")), None, LayerConflict),  # cursor moved
+        (L1Commit("s1", "c", 1, 2, 60.0, Extraction([memory("m3")], [Supersede("gone", "m3")])),
+         None, LayerConflict),
+        (L1Commit("s1", "d", 1, 2, 60.0, made("m1")), None, LayerConflict),  # id exists
+        (L1Commit("s1", "a", 1, 2, 60.0, made("m4")), None, LayerConflict),  # receipt
+        (L1Commit("s1", "e", 1, 2, 60.0, made("m5")), Fence("k", 4), StaleFencingToken),
     ]
     for commit, fence, error in cases:
         with pytest.raises(error):
@@ -69,10 +74,10 @@ def test_merge_history_reaches_every_version(
 ) -> None:
     store, layers = stores
     pair = [memory("m1", "a"), memory("m2", "b")]
-    layers.commit_l1(SCOPE, L1Commit("s1", "a", 0, 1, 10.0, pair))
+    layers.commit_l1(SCOPE, L1Commit("s1", "a", 0, 1, 10.0, Extraction(pair)))
     merged = memory("m3", "a and b", at=20.0)
     links = [Supersede("m1", "m3"), Supersede("m2", "m3")]
-    layers.commit_l1(SCOPE, L1Commit("s1", "b", 1, 2, 20.0, [merged], links))
+    layers.commit_l1(SCOPE, L1Commit("s1", "b", 1, 2, 20.0, Extraction([merged], links)))
 
     assert [m.id for m in layers.memory_history(SCOPE, "m1")] == ["m1", "m2", "m3"]
     assert [m.id for m in layers.memory_history(SCOPE, "m3")] == ["m1", "m2", "m3"]

@@ -9,7 +9,7 @@ import pytest
 
 from stratamem.domain import Scene, Scope
 from stratamem.errors import LayerConflict
-from stratamem.store.layers.port import L1Commit, L2Commit
+from stratamem.store.layers.port import Extraction, L1Commit, L2Commit
 from stratamem.store.layers.store import SqlLayerStore
 from tests.store.helpers import memory, turn
 from tests.stores import StoreFactory
@@ -24,8 +24,8 @@ def test_a_commit_built_on_a_forgotten_source_is_refused(open_store: StoreFactor
     kept = replace(memory("m-kept", "likes tea"), source_turn_ids=("t2",))
     gone = replace(memory("m-gone", "lives in Lisbon"), source_turn_ids=("t1", "t-erased"))
     with pytest.raises(LayerConflict, match="t-erased"):
-        layers.commit_l1(ACME, L1Commit("s1", "task-1", 0, 2, 1.0, [kept, gone]))
-    layers.commit_l1(ACME, L1Commit("s1", "task-1", 0, 2, 1.0, [kept]))
+        layers.commit_l1(ACME, L1Commit("s1", "task-1", 0, 2, 1.0, Extraction([kept, gone])))
+    layers.commit_l1(ACME, L1Commit("s1", "task-1", 0, 2, 1.0, Extraction([kept])))
     scene = Scene(id="sc1", tenant="acme", title="Tea", summary="", body="- likes tea",
                   memory_ids=("m-kept", "m-erased"))  # fmt: skip
     with pytest.raises(LayerConflict, match="m-erased"):

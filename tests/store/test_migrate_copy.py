@@ -15,7 +15,7 @@ from stratamem.domain import Layer, MemoryRecord, MemoryType, Mode, Profile, Rol
 from stratamem.domain import Turn as T
 from stratamem.embed.hashing import HashingEmbedder
 from stratamem.store.core.port import NO_FILTERS, EmbeddingInfo
-from stratamem.store.layers.port import L1Commit, L2Commit, L3Commit, Supersede
+from stratamem.store.layers.port import Extraction, L1Commit, L2Commit, L3Commit, Supersede
 from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.offload.records import ClaimCommit, NewEntry, ToolPair
 from stratamem.store.offload.store import SqlOffloadStore
@@ -55,10 +55,11 @@ def _fill(store: RecordStore) -> str:
         store.add_turns(scope, [T(f"t{i}", scope.tenant, f"s{i % 2}", Role.USER, text, 100.0 + i,
                                   speaker="Ann") for i, text in enumerate(TEXTS)])  # fmt: skip
         first = [_memory(f"m{i}", scope.tenant, text, 10.0 + i) for i, text in enumerate(TEXTS)]
-        layers.commit_l1(scope, L1Commit("s1", f"{scope.tenant}-l1a", 0, 2, 200.0, first))
-        edit = _memory("m0b", scope.tenant, "We sold the boat.", 300.0)
-        layers.commit_l1(scope, L1Commit("s1", f"{scope.tenant}-l1b", 2, 3, 300.0, [edit],
-                                         [Supersede("m0", "m0b")]))  # fmt: skip
+        layers.commit_l1(scope, L1Commit("s1", f"{scope.tenant}-l1a", 0, 2, 200.0,
+                                         Extraction(first)))  # fmt: skip
+        edit = Extraction([_memory("m0b", scope.tenant, "We sold the boat.", 300.0)],
+                          [Supersede("m0", "m0b")])  # fmt: skip
+        layers.commit_l1(scope, L1Commit("s1", f"{scope.tenant}-l1b", 2, 3, 300.0, edit))
         scene = Scene("sc1", scope.tenant, "Boats", "about boats", "body", 2.0, 1, ("m0b",))
         layers.commit_l2(scope, L2Commit(f"{scope.tenant}-l2", "s1", 0, 6, 310.0, [scene]))
         profile = Profile(scope.tenant, "likes boats", 1, 320.0)

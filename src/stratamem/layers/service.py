@@ -56,6 +56,7 @@ from stratamem.store.evidence.receipts import Attempt
 from stratamem.store.failures.records import Failure, FailureKind, FailureStatus
 from stratamem.store.layers.ledger import Outcome, TurnOutcome
 from stratamem.store.layers.port import (
+    Extraction,
     L1Commit,
     L2Commit,
     L3Commit,
@@ -187,11 +188,10 @@ class LayerService:
                                       [*read.quarantined, *read.notes], task_id, now)  # fmt: skip
         counts = {**read.counts, **plan.counts, **ledger.counted(outcomes)}
         result = StageResult("L1", self.mode, changed=bool(plan.memories), counts=counts)
-        commit = L1Commit(
-            session, task_id, cursor, read.settled[-1].seq, now, plan.memories,
-            plan.supersedes, result.to_json(), self._scheduled(read.quarantined),
-            [*read.notes, *notes], run.attempt, outcomes,
-        )  # fmt: skip
+        extraction = Extraction(plan.memories, plan.supersedes, self._scheduled(read.quarantined),
+                                [*read.notes, *notes], outcomes)  # fmt: skip
+        commit = L1Commit(session, task_id, cursor, read.settled[-1].seq, now, extraction,
+                          result.to_json(), run.attempt)  # fmt: skip
         await asyncio.to_thread(self.layers.commit_l1, run.scope, commit, run.fence)
         await self._embed_new(len(plan.memories))
         return result
@@ -491,9 +491,10 @@ class LayerService:
                                       run.task_id, now)  # fmt: skip
         counts = {"turns": 1, "covered": 1, **plan.counts, **ledger.counted(outcomes)}
         result = StageResult("L1", self.mode, changed=bool(plan.memories), counts=counts)
-        commit = RetryCommit(failure.id, run.task_id, now, plan.memories, plan.supersedes,
-                             result.to_json(), [*notes, *records], run.attempt,
-                             outcomes)  # fmt: skip
+        extraction = Extraction(plan.memories, plan.supersedes, notes=[*notes, *records],
+                                outcomes=outcomes)  # fmt: skip
+        commit = RetryCommit(failure.id, run.task_id, now, extraction, result.to_json(),
+                             run.attempt)  # fmt: skip
         await asyncio.to_thread(self.layers.commit_retry, run.scope, commit, run.fence)
         await self._embed_new(len(plan.memories))
         return result
@@ -581,9 +582,10 @@ class LayerService:
                                       [*read.quarantined, *read.notes], run.task_id, now)
         counts = {**read.counts, **plan.counts, **ledger.counted(outcomes)}
         result = StageResult("L1", self.mode, changed=bool(plan.memories), counts=counts)
-        commit = RereadCommit(session, run.task_id, now, expected, outcomes, plan.memories,
-                              plan.supersedes, result.to_json(), self._scheduled(read.quarantined),
-                              [*read.notes, *notes], run.attempt)  # fmt: skip
+        extraction = Extraction(plan.memories, plan.supersedes, self._scheduled(read.quarantined),
+                                [*read.notes, *notes], outcomes)  # fmt: skip
+        commit = RereadCommit(session, run.task_id, now, expected, extraction, result.to_json(),
+                              run.attempt)  # fmt: skip
         await asyncio.to_thread(self.layers.commit_reread, run.scope, commit, run.fence)
         await self._embed_new(len(plan.memories))
         return result

@@ -141,33 +141,38 @@ def get_failure(conn: SqlConn, tenant: str, failure_id: str) -> Failure:
     return failure_from_row(row)
 
 
+def resolve_retry(conn: SqlConn, tenant: str, failure_id: str, now: float) -> Failure:
+    """Count a retry of an open failure that succeeded: resolved (the
+    `LayerStore.resolve_retry` contract)."""
+    _open_failure(conn, tenant, failure_id)
+    conn.execute(
+        "UPDATE failures SET status = 'resolved', resolved_at = ?, attempts = attempts + 1,"
+        " retry_at = NULL WHERE tenant = ? AND id = ?",
+        (now, tenant, failure_id),
+    )
+    return get_failure(conn, tenant, failure_id)
+
+
 def note_retry(
-    conn: SqlConn,
-    tenant: str,
-    failure_id: str,
-    now: float,
-    error: str | None,
-    raws: Sequence[str],
+    conn: SqlConn, tenant: str, failure_id: str, now: float, error: str, raws: Sequence[str]
 ) -> Failure:
-    """Count a retry of an open failure: resolved (`error` None) or still open (see the
+    """Count a retry of an open failure that failed again: still open (the
     `LayerStore.note_retry` contract)."""
+    current = _open_failure(conn, tenant, failure_id)
+    kept = json.dumps(list(_bounded([*current.raws, *raws])), ensure_ascii=False)
+    conn.execute(
+        "UPDATE failures SET error = ?, raws = ?, attempts = attempts + 1, last_seen_at = ?"
+        " WHERE tenant = ? AND id = ?",
+        (error, kept, now, tenant, failure_id),
+    )
+    return get_failure(conn, tenant, failure_id)
+
+
+def _open_failure(conn: SqlConn, tenant: str, failure_id: str) -> Failure:
     current = get_failure(conn, tenant, failure_id)
     if current.status is not FailureStatus.OPEN:
         raise LayerConflict(f"failure {failure_id!r} is {current.status.value}, not open")
-    if error is None:
-        conn.execute(
-            "UPDATE failures SET status = 'resolved', resolved_at = ?, attempts = attempts + 1,"
-            " retry_at = NULL WHERE tenant = ? AND id = ?",
-            (now, tenant, failure_id),
-        )
-    else:
-        kept = json.dumps(list(_bounded([*current.raws, *raws])), ensure_ascii=False)
-        conn.execute(
-            "UPDATE failures SET error = ?, raws = ?, attempts = attempts + 1, last_seen_at = ?"
-            " WHERE tenant = ? AND id = ?",
-            (error, kept, now, tenant, failure_id),
-        )
-    return get_failure(conn, tenant, failure_id)
+    return current
 
 
 def schedule_retry(

@@ -60,23 +60,36 @@ class Supersede:
 
 
 @dataclass(frozen=True, slots=True)
+class Extraction:
+    """What an accepted L1 extraction writes, whichever run made it (`L1Commit`, `RetryCommit`,
+    `RereadCommit`): the new memories and the versions they replace, `quarantined` (turns no
+    accepted extraction covers: open failures of kind `quarantine`), `notes` (what the run
+    dropped or split: noted failures) and `outcomes`, the turn ledger's entry of every turn the
+    run settled."""
+
+    memories: Sequence[MemoryRecord] = ()
+    supersedes: Sequence[Supersede] = ()
+    quarantined: Sequence[Failure] = ()
+    notes: Sequence[Failure] = ()
+    outcomes: Sequence[TurnOutcome] = ()
+
+
+NOTHING_EXTRACTED = Extraction()
+
+
+@dataclass(frozen=True, slots=True)
 class L1Commit:
-    """`quarantined`: turns up to `new_cursor` no accepted extraction covers (open failures of
-    kind `quarantine`); `notes`: what the run dropped or split (noted failures)."""
+    """An L1 run: its extraction, and the session's cursor moved from `expected_cursor` to
+    `new_cursor`."""
 
     session: str
     task_id: str
     expected_cursor: int
     new_cursor: int
     now: float
-    memories: Sequence[MemoryRecord] = ()
-    supersedes: Sequence[Supersede] = ()
+    extraction: Extraction = NOTHING_EXTRACTED
     result: dict[str, Any] = field(default_factory=dict)
-    quarantined: Sequence[Failure] = ()
-    notes: Sequence[Failure] = ()
     attempt: Attempt | None = None
-    outcomes: Sequence[TurnOutcome] = ()
-    """The turn ledger's entry of every turn the run settled."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,29 +126,22 @@ class RetryCommit:
     failure_id: str
     task_id: str
     now: float
-    memories: Sequence[MemoryRecord] = ()
-    supersedes: Sequence[Supersede] = ()
+    extraction: Extraction = NOTHING_EXTRACTED
     result: dict[str, Any] = field(default_factory=dict)
-    notes: Sequence[Failure] = ()
     attempt: Attempt | None = None
-    outcomes: Sequence[TurnOutcome] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class RereadCommit:
     """Turns read again (they had `expected`, e.g. nothing to remember): what the new
-    extraction gave, with their new outcomes; no cursor moves."""
+    extraction gave, with their new outcomes (`extraction.outcomes`); no cursor moves."""
 
     session: str
     task_id: str
     now: float
     expected: Outcome
-    outcomes: Sequence[TurnOutcome]
-    memories: Sequence[MemoryRecord] = ()
-    supersedes: Sequence[Supersede] = ()
+    extraction: Extraction
     result: dict[str, Any] = field(default_factory=dict)
-    quarantined: Sequence[Failure] = ()
-    notes: Sequence[Failure] = ()
     attempt: Attempt | None = None
 
 
@@ -247,14 +253,13 @@ class LayerStore(Protocol):
         """Set when an open record is retried by itself next (None: never, it waits for an
         operator) and how many automatic retries it had; a record not open is left alone."""
 
+    def resolve_retry(self, scope: Scope, failure_id: str, now: float) -> Failure:
+        """Count a retry of an open failure that succeeded: the record is resolved. Returns it
+        as updated (`NotFound`; `LayerConflict` when it is not open)."""
+
     def note_retry(
-        self,
-        scope: Scope,
-        failure_id: str,
-        now: float,
-        *,
-        error: str | None = None,
-        raws: Sequence[str] = (),
+        self, scope: Scope, failure_id: str, now: float, error: str, raws: Sequence[str]
     ) -> Failure:
-        """Count a retry of an open failure: resolved when `error` is None, else still open with
-        the new error and `raws` added. Returns the record as updated (`NotFound`)."""
+        """Count a retry of an open failure that failed again: still open, with the new `error`
+        and `raws` added. Returns the record as updated (`NotFound`; `LayerConflict` when it is
+        not open)."""

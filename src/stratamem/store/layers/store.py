@@ -26,6 +26,7 @@ from stratamem.store.failures.records import Failure, FailureQuery
 from stratamem.store.layers import ledger
 from stratamem.store.layers.ledger import Outcome, TurnOutcome
 from stratamem.store.layers.port import (
+    Extraction,
     L1Commit,
     L2Commit,
     L3Commit,
@@ -102,8 +103,7 @@ class SqlLayerStore:
         tenant = scope.tenant
         with self._store.writing(fence, key=scope.tenant) as conn:
             _check_cursor(conn, tenant, commit.session, commit.expected_cursor)
-            _insert_memories(conn, tenant, commit.memories)
-            _supersede(conn, tenant, commit.supersedes, commit.now)
+            _write_extraction(conn, tenant, commit.extraction, commit.now)
             conn.execute(
                 "INSERT INTO layer_sessions (tenant, session, cursor_seq, l1_runs, last_l1_at)"
                 " VALUES (?, ?, ?, 1, ?) ON CONFLICT (tenant, session) DO UPDATE SET"
@@ -111,29 +111,22 @@ class SqlLayerStore:
                 " last_l1_at = excluded.last_l1_at",
                 (tenant, commit.session, commit.new_cursor, commit.now),
             )
-            _bump_tenant(conn, tenant, len(commit.memories))
-            failure_rows.insert_failures(conn, [*commit.quarantined, *commit.notes])
             for stage in ("L1", "L1-reconcile"):  # reconciliation is part of the L1 run
                 failure_rows.resolve_open(conn, tenant, stage, commit.session, commit.now)
-            ledger.write_outcomes(conn, tenant, commit.outcomes)
             _write_receipt(conn, tenant, commit, "L1")
 
     def commit_retry(self, scope: Scope, commit: RetryCommit, fence: Fence | None = None) -> None:
         tenant = scope.tenant
         with self._store.writing(fence, key=scope.tenant) as conn:
-            failure_rows.note_retry(conn, tenant, commit.failure_id, commit.now, None, ())
-            _insert_memories(conn, tenant, commit.memories)
-            _supersede(conn, tenant, commit.supersedes, commit.now)
-            _bump_tenant(conn, tenant, len(commit.memories))
-            failure_rows.insert_failures(conn, commit.notes)
-            ledger.write_outcomes(conn, tenant, commit.outcomes)
+            failure_rows.resolve_retry(conn, tenant, commit.failure_id, commit.now)
+            _write_extraction(conn, tenant, commit.extraction, commit.now)
             _write_receipt(conn, tenant, commit, "L1")
 
     def commit_reread(
         self, scope: Scope, commit: RereadCommit, fence: Fence | None = None
     ) -> None:
         tenant = scope.tenant
-        ids = [o.turn_id for o in commit.outcomes]
+        ids = [o.turn_id for o in commit.extraction.outcomes]
         with self._store.writing(fence, key=scope.tenant) as conn:
             had = ledger.read_outcomes(conn, tenant, commit.session, ids)
             moved = sorted(i for i in ids if i not in had or had[i].outcome != commit.expected)
@@ -142,11 +135,7 @@ class SqlLayerStore:
                     f"turns {moved[:5]} of session {commit.session!r} are no longer"
                     f" {commit.expected.value}"
                 )
-            _insert_memories(conn, tenant, commit.memories)
-            _supersede(conn, tenant, commit.supersedes, commit.now)
-            _bump_tenant(conn, tenant, len(commit.memories))
-            failure_rows.insert_failures(conn, [*commit.quarantined, *commit.notes])
-            ledger.write_outcomes(conn, tenant, commit.outcomes)
+            _write_extraction(conn, tenant, commit.extraction, commit.now)
             _write_receipt(conn, tenant, commit, "L1")
 
     # -- the turn ledger ---------------------------------------------------------------------
@@ -303,14 +292,12 @@ class SqlLayerStore:
         with self._store.writing() as conn:
             failure_rows.schedule_retry(conn, scope.tenant, failure_id, retry_at, auto_retries)
 
+    def resolve_retry(self, scope: Scope, failure_id: str, now: float) -> Failure:
+        with self._store.writing() as conn:
+            return failure_rows.resolve_retry(conn, scope.tenant, failure_id, now)
+
     def note_retry(
-        self,
-        scope: Scope,
-        failure_id: str,
-        now: float,
-        *,
-        error: str | None = None,
-        raws: Sequence[str] = (),
+        self, scope: Scope, failure_id: str, now: float, error: str, raws: Sequence[str]
     ) -> Failure:
         with self._store.writing() as conn:
             return failure_rows.note_retry(conn, scope.tenant, failure_id, now, error, raws)
@@ -326,6 +313,16 @@ def _check_cursor(conn: SqlConn, tenant: str, session: str, expected: int) -> No
         raise LayerConflict(
             f"session {session!r}: the cursor is at {cursor}, not {expected} as this task read"
         )
+
+
+def _write_extraction(conn: SqlConn, tenant: str, extraction: Extraction, now: float) -> None:
+    """What every L1 commit writes: memories, the versions they replace, failure records and
+    the turns' outcomes."""
+    _insert_memories(conn, tenant, extraction.memories)
+    _supersede(conn, tenant, extraction.supersedes, now)
+    _bump_tenant(conn, tenant, len(extraction.memories))
+    failure_rows.insert_failures(conn, [*extraction.quarantined, *extraction.notes])
+    ledger.write_outcomes(conn, tenant, extraction.outcomes)
 
 
 def _insert_memories(
