@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from stratamem import backfill, manual
 from stratamem.capture import CaptureResult, build_turns
@@ -369,6 +369,7 @@ class AsyncMemory:
         )
 
     # -- memories, stated and read directly -------------------------------------------------
+    @overload
     async def add_memory(
         self,
         tenant: str,
@@ -378,15 +379,11 @@ class AsyncMemory:
         session: str | None = None,
         priority: int = 50,
         metadata: Mapping[str, Any] | None = None,
-    ) -> MemoryRecord:
-        """Remember what the caller states directly (mode `manual`); stating it again (with the
-        same metadata) returns the memory already known."""
-        record, _ = await self.remember(
-            tenant, content, type=type, session=session, priority=priority, metadata=metadata
-        )
-        return record
+        tell_new: Literal[False] = False,
+    ) -> MemoryRecord: ...
 
-    async def remember(
+    @overload
+    async def add_memory(
         self,
         tenant: str,
         content: str,
@@ -395,8 +392,23 @@ class AsyncMemory:
         session: str | None = None,
         priority: int = 50,
         metadata: Mapping[str, Any] | None = None,
-    ) -> tuple[MemoryRecord, bool]:
-        """`add_memory`, and whether the memory was new."""
+        tell_new: Literal[True],
+    ) -> tuple[MemoryRecord, bool]: ...
+
+    async def add_memory(
+        self,
+        tenant: str,
+        content: str,
+        *,
+        type: MemoryType | str = MemoryType.PERSONA,
+        session: str | None = None,
+        priority: int = 50,
+        metadata: Mapping[str, Any] | None = None,
+        tell_new: bool = False,
+    ) -> MemoryRecord | tuple[MemoryRecord, bool]:
+        """Remember what the caller states directly (mode `manual`); stating it again (with the
+        same metadata) returns the memory already known. With `tell_new`, also whether the
+        memory was new (the edges answer 201 or 200 by it)."""
         record, created = await asyncio.to_thread(
             manual.add_memory, self.store, Scope(tenant), content,
             memory_type=memory_type(type), now=self.clock.now(),
@@ -405,7 +417,7 @@ class AsyncMemory:
         )  # fmt: skip
         if created:
             self.start_background()
-        return record, created
+        return (record, created) if tell_new else record
 
     async def list_memories(
         self,

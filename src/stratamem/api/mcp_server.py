@@ -204,7 +204,9 @@ def _add_memory(memory: AsyncMemory, tenant_of: TenantOf) -> Callable[..., Any]:
         (instruction) the user stated."""
         with tool_errors():
             tenant = await tenant_of(ctx)
-            record, created = await memory.remember(tenant, content, type=MemoryType(type))
+            record, created = await memory.add_memory(
+                tenant, content, type=MemoryType(type), tell_new=True
+            )
             return {"id": record.id, "type": record.type.value, "created": created}
 
     add_memory_tool.__name__ = "add_memory"

@@ -61,9 +61,9 @@ async def create_memory(
     body: MemoryIn, tenant: TenantDep, memory: MemoryDep, response: Response
 ) -> dict[str, Any]:
     """Remember something the caller states directly (mode `manual`); 200 if it was known."""
-    record, created = await memory.remember(
+    record, created = await memory.add_memory(
         tenant, body.content, type=body.type, session=body.session, priority=body.priority,
-        metadata=body.metadata,
+        metadata=body.metadata, tell_new=True,
     )  # fmt: skip
     if not created:
         response.status_code = 200
