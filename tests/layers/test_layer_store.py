@@ -4,13 +4,14 @@ checked, old versions stay reachable."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
-from stratamem.domain import MemoryRecord, MemoryType, Mode, Profile, Role, Scope, Turn
+from stratamem.domain import MemoryRecord, MemoryType, Mode, Profile, Role, Scene, Scope, Turn
 from stratamem.errors import LayerConflict, NotFound, StaleFencingToken
 from stratamem.store.core.port import Fence
-from stratamem.store.layers.port import Extraction, L1Commit, L3Commit, Supersede
+from stratamem.store.layers.port import Extraction, L1Commit, L2Commit, L3Commit, Supersede
 from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.opening import RecordStore
 from tests.stores import StoreFactory
@@ -98,3 +99,20 @@ def test_profile_versions(stores: tuple[RecordStore, SqlLayerStore]) -> None:
     assert [p.version for p in layers.profile_history(SCOPE)] == [1, 2]
     with pytest.raises(LayerConflict):
         layers.commit_l3(SCOPE, L3Commit("c", 3.0, Profile("acme", "again", 2, 3.0, Mode.LLM)))
+
+
+def test_the_newest_scene_time_is_when_its_newest_version_was_written(
+    stores: tuple[RecordStore, SqlLayerStore],
+) -> None:
+    """Not when the scene was first created: L3's "scenes changed since my read" (and its
+    backlog source) missed every update of an existing scene, and an L3 ran on the count of
+    memories alone right after the L2 that updated it (`bench/layers_cost.py`)."""
+    _, layers = stores
+    layers.commit_l1(SCOPE, L1Commit("s1", "a", 0, 1, 10.0, made("m1")))
+    first = Scene("sc1", "acme", "Life", "s", "body one", version=1, memory_ids=("m1",),
+                  created_at=20.0, updated_at=20.0, mode=Mode.LLM)  # fmt: skip
+    layers.commit_l2(SCOPE, L2Commit("l2-a", None, 0, 1, 20.0, [first]))
+    assert layers.newest_scene_at(SCOPE) == 20.0
+    again = replace(first, body="body two", version=2, updated_at=90.0)
+    layers.commit_l2(SCOPE, L2Commit("l2-b", None, 1, 1, 90.0, [again]))
+    assert layers.newest_scene_at(SCOPE) == 90.0

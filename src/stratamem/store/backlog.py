@@ -153,7 +153,7 @@ _TENANTS_OWING_L3 = """
 SELECT tenant, mark, changed_at, last_run_at FROM (
     SELECT lt.tenant AS tenant, COALESCE(lt.last_l3_at, 0) AS mark, lt.last_l3_at AS last_run_at,
            lt.memories_since_l3 AS since,
-           (SELECT MAX(v.created_at) FROM scene_versions v WHERE v.tenant = lt.tenant)
+           (SELECT MAX(v.updated_at) FROM scene_versions v WHERE v.tenant = lt.tenant)
                AS changed_at
     FROM layer_tenants lt WHERE lt.tenant > ?
 )

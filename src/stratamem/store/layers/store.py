@@ -189,7 +189,7 @@ class SqlLayerStore:
     def newest_scene_at(self, scope: Scope) -> float | None:
         with self._store.reading() as conn:
             row = conn.execute(
-                "SELECT max(created_at) FROM scene_versions WHERE tenant = ?", (scope.tenant,)
+                "SELECT max(updated_at) FROM scene_versions WHERE tenant = ?", (scope.tenant,)
             ).fetchone()
         return None if row[0] is None else float(row[0])
 
