@@ -84,6 +84,29 @@ async def test_reconcile_asks_only_about_memories_with_a_near_neighbour(
     assert len(llm_memory.store.list_memories(SCOPE)) == 4
 
 
+async def test_a_restatement_sees_the_memory_it_restates_among_its_neighbours(
+    llm_memory: AsyncMemory, scripted_llm: ScriptedLLM
+) -> None:
+    """The neighbours are the nearest by vector above the threshold, not the fused top k: a
+    memory sharing only the name and filler words, found by all three retrievers, outranked
+    the restated one (0.9 and more) found by two, and the restatement was stored as novel."""
+    install_layer_handlers(scripted_llm)
+    facts = ["I'm a nurse at the children's hospital", "I'm allergic to peanuts",
+             "I visited Porto last Friday", "I started learning the cello last month",
+             "I switched to night shifts last week", "I ran a half marathon yesterday"]
+    said = [{"role": "user", "speaker": "Maria", "text": f"{fact}. By the way, round {n}."}
+            for n, fact in enumerate(facts, start=1)]  # fmt: skip
+    await llm_memory.capture("acme", "s1", said)
+    await llm_memory.flush("acme", "s1")
+    again = said[0] | {"text": f"{facts[0]}. By the way, round 13."}
+    await llm_memory.capture("acme", "s2", [again])
+    await llm_memory.flush("acme", "s2")
+    [call] = scripted_llm.calls("L1-reconcile")
+    shown = call.messages[-1]["content"]
+    assert "EXISTING [E1] (persona, undated) Maria: I'm a nurse at the children's hospital." \
+        " By the way, round 1." in shown
+
+
 async def test_update_keeps_the_old_version_for_history_and_as_of(
     llm_memory: AsyncMemory,
     scripted_llm: ScriptedLLM,

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from stratamem.domain import Layer, MemoryRecord, Mode, Scope
+from stratamem.domain import Hit, Layer, MemoryRecord, Mode, Scope
 from stratamem.embed.base import Embedder
 from stratamem.layers.model import Action, NewMemory, Reconciled, stable_id
 from stratamem.layers.scheduling import NOVEL
@@ -22,7 +22,7 @@ from stratamem.layers.schemas import Decision, DecisionChecker, Reconciliation, 
 from stratamem.layers.views import Aliases, clip, memory_line
 from stratamem.llm.prompts import Prompt
 from stratamem.retrieval.config import RetrievalConfig
-from stratamem.retrieval.search import SearchRequest, hybrid_search
+from stratamem.retrieval.search import MAX_K, SearchRequest, hybrid_search
 from stratamem.stages.checked import Items, check_items, require_some
 from stratamem.store.core.port import Filters, Store
 from stratamem.store.layers.port import Supersede
@@ -33,6 +33,8 @@ _SHOWN_CHARS = 400
 _RRF_K = 60
 #: The fused hit's score key of the memories' vector search (a cosine: unit vectors).
 _VECTOR = f"{Layer.L1.value}:vector"
+#: Fused hits read per neighbour wanted, among which the most similar by vector are kept.
+_POOL_FACTOR = 4
 
 
 async def find_neighbours(
@@ -57,13 +59,25 @@ async def find_neighbours(
     found: list[list[MemoryRecord]] = []
     for i, memory in enumerate(memories):
         vector: np.ndarray | None = None if vectors is None else vectors[i]
-        request = SearchRequest(query=clip(memory.content, 2000), k=k, layers=_L1, filters=_NOW)
+        pool = k if vector is None else min(k * _POOL_FACTOR, MAX_K)
+        request = SearchRequest(clip(memory.content, 2000), k=pool, layers=_L1, filters=_NOW)
         hits = await hybrid_search(store, scope, request, vector, config)
         if vector is not None:
-            hits = [h for h in hits if h.retriever_scores.get(_VECTOR, -2.0) >= min_similarity]
+            hits = nearest(hits, k, min_similarity)
         ids = [h.id for h in hits]
         found.append(await asyncio.to_thread(_load, store, scope, ids))
     return found
+
+
+def nearest(hits: Sequence[Hit], k: int, min_similarity: float) -> list[Hit]:
+    """The `k` hits most similar by vector among those at least `min_similarity` from the
+    query. The fused order is the wrong one here: a memory that shares only the user's name
+    and a filler word with the new one, found by all three retrievers, outranked its exact
+    restatement found by two (`bench/layers_cost.py`: "I'm a nurse …, round 13" did not see
+    "I'm a nurse …, round 1" at 0.94, was stored as novel and asked L2 for a run)."""
+    scored = [(h.retriever_scores.get(_VECTOR, -2.0), n, h) for n, h in enumerate(hits)]
+    kept = sorted((s for s in scored if s[0] >= min_similarity), key=lambda s: (-s[0], s[1]))
+    return [h for _, _, h in kept[:k]]
 
 
 @dataclass(frozen=True, slots=True)
