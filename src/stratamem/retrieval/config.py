@@ -15,10 +15,13 @@ from typing import Any
 
 from stratamem.errors import InvalidInput
 from stratamem.retrieval.feedback import FEEDBACK_HITS, FEEDBACK_TERMS
+from stratamem.retrieval.sessions import SESSION_DEPTH, SESSION_WEIGHT
 from stratamem.retrieval.speakers import OTHER_SPEAKER_FACTOR
 from stratamem.store.core.port import TurnFieldWeights
 
 _FIELDS = TurnFieldWeights()
+#: The lists a fused score sums, each with its weight (`RetrievalConfig.weight`).
+RETRIEVERS = ("bm25", "vector", "feedback", "session")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,11 @@ class RetrievalConfig:
     """Score factor of turns by others when the query names one speaker (1: no preference)."""
     phrases: bool = True
     """Adjacent query words are also searched as phrases."""
+    session_weight: float = SESSION_WEIGHT
+    """Weight of the per-session list: the best hit of each session, sessions ranked by their
+    hits' summed scores (`sessions.py`; 0: off)."""
+    session_depth: int = SESSION_DEPTH
+    """Hits whose sessions are summed."""
     text_weight: float = _FIELDS.text
     speaker_field_weight: float = _FIELDS.speaker
     context_weight: float = _FIELDS.context
@@ -55,8 +63,10 @@ class RetrievalConfig:
         """Refuse, once, a configuration no search could run with."""
         if self.candidates < 1 or self.rrf_k < 1:
             raise InvalidInput("candidates and rrf_k must be at least 1")
-        if self.feedback_hits < 0 or self.feedback_terms < 0:
-            raise InvalidInput("feedback_hits and feedback_terms must not be negative")
+        if self.feedback_hits < 0 or self.feedback_terms < 0 or self.session_depth < 0:
+            raise InvalidInput(
+                "feedback_hits, feedback_terms and session_depth must not be negative"
+            )
         numbers = [getattr(self, f.name) for f in fields(self) if isinstance(f.default, float)]
         if any(value < 0 for value in numbers):
             raise InvalidInput("retrieval weights and factors must not be negative")
@@ -72,11 +82,12 @@ class RetrievalConfig:
         )
 
     def weight(self, retriever: str) -> float:
-        """The fusion weight of a retriever's list ("bm25", "vector", "feedback")."""
+        """The fusion weight of a retriever's list ("bm25", "vector", "feedback", "session")."""
         weights = {
             "bm25": self.bm25_weight,
             "vector": self.vector_weight,
             "feedback": self.feedback_weight,
+            "session": self.session_weight,
         }
         return weights.get(retriever, 1.0)
 

@@ -18,6 +18,7 @@ from stratamem.errors import InvalidInput
 from stratamem.retrieval.config import RetrievalConfig
 from stratamem.retrieval.feedback import feedback_terms
 from stratamem.retrieval.fusion import Fused, reciprocal_rank_fusion
+from stratamem.retrieval.sessions import session_ranked
 from stratamem.retrieval.speakers import prefer_named_speaker
 from stratamem.store.core.port import Candidate, Filters, Store
 
@@ -57,7 +58,8 @@ async def hybrid_search(
     config: RetrievalConfig,
 ) -> list[Hit]:
     """Run every retriever of every asked layer, fuse, then once more with the feedback words
-    of the best hits (`feedback.py`), and load the top `k` hits."""
+    of the best hits (`feedback.py`), lift the best hit of the sessions the hits point at
+    (`sessions.py`), and load the top `k` hits."""
     request.validate()
     return await asyncio.to_thread(_search, store, scope, request, query_vector, config)
 
@@ -73,19 +75,21 @@ def _search(
     lists = candidate_lists(store, scope, request, query_vector, limit, config)
     loaded: dict[tuple[Layer, str], Hit] = {}
     pool = request.k * POOL_FACTOR
-    if not config.feedback:
-        return _fused_hits(store, scope, request, lists, config, pool, loaded)
-    first = _fused_hits(store, scope, request, lists, config, FEEDBACK_POOL, loaded)
-    terms = feedback_terms(request.query, first, config.feedback_hits, config.feedback_terms)
-    if not terms:
-        return _fused_hits(store, scope, request, lists, config, pool, loaded)
-    feedback = " ".join(terms)
-    for layer in request.layers:
-        lists[(layer, "feedback")] = store.search_text(
-            scope, layer, feedback, request.filters, limit,
-            max_share=config.feedback_max_share, phrases=False, fields=config.turn_fields,
+    if config.feedback:
+        first = _fused_hits(store, scope, request, lists, config, FEEDBACK_POOL, loaded)
+        terms = feedback_terms(
+            request.query, first[: request.k], config.feedback_hits, config.feedback_terms
         )
-    return _fused_hits(store, scope, request, lists, config, pool, loaded)
+        if terms:
+            for layer in request.layers:
+                lists[(layer, "feedback")] = store.search_text(
+                    scope, layer, " ".join(terms), request.filters, limit,
+                    max_share=config.feedback_max_share, phrases=False,
+                    fields=config.turn_fields,
+                )  # fmt: skip
+    hits = _fused_hits(store, scope, request, lists, config, pool, loaded)
+    ranked = session_ranked(hits, config.session_weight, config.rrf_k, config.session_depth)
+    return ranked[: request.k]
 
 
 def _fused_hits(
@@ -97,7 +101,8 @@ def _fused_hits(
     pool: int,
     loaded: dict[tuple[Layer, str], Hit],
 ) -> list[Hit]:
-    """Fuse, load the best `pool` (reusing `loaded`), and prefer the speaker the query names."""
+    """Fuse, load the best `pool` (reusing `loaded`), prefer the speaker the query names, and
+    drop repeats: every distinct hit of the pool, best first."""
     weights = {key: config.weight(key[1]) for key in lists}
     fused = reciprocal_rank_fusion(lists, k=config.rrf_k, weights=weights)[:pool]
     _load_missing(store, scope, fused, loaded)
@@ -107,7 +112,7 @@ def _fused_hits(
         if (f.layer, f.id) in loaded  # else deleted between search and load
     ]
     preferred = prefer_named_speaker(request.query, hits, config.speaker_factor)
-    return without_repeats(preferred)[: request.k]
+    return without_repeats(preferred)
 
 
 def without_repeats(hits: Sequence[Hit]) -> list[Hit]:

@@ -15,6 +15,7 @@ from stratamem.api.services import Services
 from stratamem.api.views import dead_letter_json, failure_json, task_json, turn_json
 from stratamem.domain import Hit, Scope, check_ident
 from stratamem.llm.client import LLMClient
+from stratamem.retrieval.config import RETRIEVERS
 from stratamem.store.failures.records import FailureQuery, FailureStatus
 from stratamem.store.layers.port import SessionState
 from stratamem.timestamps import utc_text
@@ -164,8 +165,7 @@ async def recall_explain(body: RecallIn, tenant: TenantDep, memory: MemoryDep) -
         include_turns=body.include_turns,
     )  # fmt: skip
     config = memory.retrieval
-    fusion = {"rrf_k": config.rrf_k, "weights": {
-        name: config.weight(name) for name in ("bm25", "vector", "feedback")}}  # fmt: skip
+    fusion = {"rrf_k": config.rrf_k, "weights": {name: config.weight(name) for name in RETRIEVERS}}
     return {**result.to_json(), "hits": [explained(h) for h in result.hits], "fusion": fusion}
 
 
