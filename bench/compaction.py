@@ -25,7 +25,7 @@ from typing import Any
 
 from stratamem.clock import ManualClock
 from stratamem.offload import InProcessRunner, Offload, ToolPair
-from stratamem.offload.compaction import Compaction
+from stratamem.offload.results import Compaction
 from stratamem.offload.tokens import context_tokens, message_tokens
 from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.sqlite import SqliteStore

@@ -4,6 +4,9 @@ of their imports"): read from the source, function-level imports included."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ import pytest
 PACKAGE = Path(__file__).parent.parent / "src" / "stratamem"
 
 _EDGES = ("stratamem.api", "stratamem.cli", "stratamem.proxy", "stratamem.runtime")
-_LIBRARY = ("stratamem.core", "stratamem.sync", *_EDGES)
+_LIBRARY = ("stratamem.core", "stratamem.sync", "stratamem.facade", *_EDGES)
 _STAGES = ("stratamem.layers", "stratamem.offload", "stratamem.pipeline", *_LIBRARY)
 
 #: A part, and the parts above it that none of its modules may import.
@@ -51,3 +54,17 @@ def test_no_part_imports_a_part_above_it(part: str) -> None:
         if above:
             wrong[str(path.relative_to(PACKAGE))] = sorted(above)
     assert wrong == {}
+
+
+#: What the REST client must not load: the embedded system (its store, layers, pipeline, the
+#: embedder's numpy).
+_NOT_FOR_THE_CLIENT = ("stratamem.core", "stratamem.sync", "stratamem.layers.service",
+                       "stratamem.pipeline", "stratamem.retrieval", "stratamem.embed", "numpy")
+
+
+def test_the_client_does_not_load_the_embedded_system() -> None:
+    code = "import sys, stratamem.client; print(' '.join(sys.modules))"
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    loaded = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, check=True).stdout.split()  # fmt: skip
+    assert [m for m in loaded if m.startswith(_NOT_FOR_THE_CLIENT)] == []

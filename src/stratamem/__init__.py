@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from stratamem.capture import CaptureResult
     from stratamem.config import Settings
-    from stratamem.core import AsyncMemory, Recall
+    from stratamem.core import AsyncMemory
     from stratamem.domain import (
         Hit,
         Layer,
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         Message,
         Mode,
         Profile,
+        Recall,
         Role,
         Scene,
         Scope,
@@ -38,8 +39,8 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-_DOMAIN = ("Hit", "Layer", "MemoryRecord", "MemoryType", "Message", "Mode", "Profile", "Role",
-           "Scene", "Scope", "Turn")  # fmt: skip
+_DOMAIN = ("Hit", "Layer", "MemoryRecord", "MemoryType", "Message", "Mode", "Profile", "Recall",
+           "Role", "Scene", "Scope", "Turn")  # fmt: skip
 _ERRORS = ("ConfigError", "EmbeddingMismatch", "InvalidIdentifier", "InvalidInput", "NotFound",
            "StaleFencingToken", "StratamemError")  # fmt: skip
 
@@ -48,7 +49,6 @@ _HOME = {
     "CaptureResult": "capture",
     "Settings": "config",
     "AsyncMemory": "core",
-    "Recall": "core",
     **dict.fromkeys(_DOMAIN, "domain"),
     **dict.fromkeys(_ERRORS, "errors"),
     "Memory": "sync",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, overload
 
 from stratamem import backfill, manual
@@ -18,6 +17,7 @@ from stratamem.domain import (
     MemoryType,
     Message,
     Profile,
+    Recall,
     Scene,
     Scope,
     Turn,
@@ -31,7 +31,8 @@ from stratamem.errors import ConfigError, InvalidInput
 from stratamem.inputs import nfc
 from stratamem.layers import forgetting, ledger
 from stratamem.layers.executors import LayerExecutors
-from stratamem.layers.service import FlushResult, LayerService
+from stratamem.layers.model import FlushResult
+from stratamem.layers.service import LayerService
 from stratamem.layers.settings import LayerSettings
 from stratamem.layers.stable import stable_parts
 from stratamem.llm import LLM, LLMClient, LLMSettings
@@ -74,24 +75,6 @@ MAX_SEQ = 2**63 - 1
 def retrieval_config(settings: Settings) -> RetrievalConfig:
     """How search ranks under `settings`: their fusion constant and candidates, else defaults."""
     return RetrievalConfig(candidates=settings.candidates_per_retriever, rrf_k=settings.rrf_k)
-
-
-@dataclass(frozen=True, slots=True)
-class Recall:
-    """What to put before a model call: the hits, a per-turn block and a stable block."""
-
-    hits: list[Hit]
-    context: str
-    stable: str
-    stats: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "context": self.context,
-            "stable": self.stable,
-            "hits": [h.to_json() for h in self.hits],
-            "stats": self.stats,
-        }
 
 
 class AsyncMemory:

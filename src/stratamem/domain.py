@@ -183,3 +183,21 @@ class Hit:
             "source_turn_ids": list(self.source_turn_ids),
             "ranks": dict(self.ranks),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Recall:
+    """What to put before a model call: the hits, a per-turn block and a stable block."""
+
+    hits: list[Hit]
+    context: str
+    stable: str
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "context": self.context,
+            "stable": self.stable,
+            "hits": [h.to_json() for h in self.hits],
+            "stats": self.stats,
+        }

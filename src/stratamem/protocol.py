@@ -3,7 +3,7 @@
 `AsyncMemory` (the embedded store, in this process) and `stratamem.client.AsyncClient` (a
 `stratamem serve` over HTTP) implement it with the same names, arguments and records, so code
 written against one runs against the other by changing the constructor. `stratamem.Memory` and
-`stratamem.client.Client` are the same synchronous facade over either (`stratamem.sync`).
+`stratamem.client.Client` are the same synchronous facade over either (`stratamem.facade`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from stratamem.capture import CaptureResult
-from stratamem.core import Recall
 from stratamem.domain import (
     Hit,
     Layer,
@@ -20,12 +19,15 @@ from stratamem.domain import (
     MemoryType,
     Message,
     Profile,
+    Recall,
     Scene,
     Turn,
 )
-from stratamem.layers.service import FlushResult
-from stratamem.offload import Compaction, DiagramsView, Entry, IngestResult, ReadBack, ToolPair
+from stratamem.layers.model import FlushResult
+from stratamem.offload.readback import ReadBack
+from stratamem.offload.results import Compaction, DiagramsView, IngestResult
 from stratamem.store.lineage.port import Lineage
+from stratamem.store.offload.records import Entry, ToolPair
 
 
 class MemoryAPI(Protocol):

@@ -24,7 +24,6 @@ from stratamem.capture import CaptureResult
 from stratamem.client import records
 from stratamem.client.errors import error_from
 from stratamem.clock import Clock, SystemClock
-from stratamem.core import Recall
 from stratamem.domain import (
     Hit,
     Layer,
@@ -32,15 +31,18 @@ from stratamem.domain import (
     MemoryType,
     Message,
     Profile,
+    Recall,
     Scene,
     Turn,
     check_ident,
 )
 from stratamem.errors import ConfigError, Forbidden, Unreachable
 from stratamem.httpretry import RetryPolicy, Sleep, send_with_retry
-from stratamem.layers.service import FlushResult
-from stratamem.offload import Compaction, DiagramsView, Entry, IngestResult, ReadBack, ToolPair
+from stratamem.layers.model import FlushResult
+from stratamem.offload.readback import ReadBack
+from stratamem.offload.results import Compaction, DiagramsView, IngestResult
 from stratamem.store.lineage.port import Lineage
+from stratamem.store.offload.records import Entry, ToolPair
 
 DEFAULT_URL = "http://127.0.0.1:8420"
 #: What the service answers when it asks to be called again later.

@@ -7,10 +7,10 @@ from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from stratamem.core import Recall
-from stratamem.domain import Hit, MemoryRecord, Profile, Scene
+from stratamem.domain import Hit, MemoryRecord, Profile, Recall, Scene
 from stratamem.errors import StratamemError
-from stratamem.offload import Diagram, DiagramsView
+from stratamem.offload.results import DiagramsView
+from stratamem.store.offload.records import Diagram
 
 T = TypeVar("T")
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}

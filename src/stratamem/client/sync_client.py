@@ -1,11 +1,11 @@
-"""`Client`: the synchronous facade (`stratamem.sync.SyncFacade`) over `AsyncClient`."""
+"""`Client`: the synchronous facade (`stratamem.facade.SyncFacade`) over `AsyncClient`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from stratamem.client.async_client import AsyncClient
-from stratamem.sync import SyncFacade
+from stratamem.facade import SyncFacade
 
 
 class Client(SyncFacade):

@@ -41,8 +41,8 @@ from langgraph.store.base import (
 
 from stratamem.domain import Layer, MemoryRecord, MemoryType, memory_type
 from stratamem.errors import InvalidInput, NotFound
+from stratamem.facade import SyncFacade
 from stratamem.protocol import MemoryAPI
-from stratamem.sync import SyncFacade
 
 #: Memories listed per page while looking for a key.
 SCAN_PAGE = 500

@@ -30,7 +30,7 @@ from agents.memory import SessionABC, SessionSettings
 from stratamem.core import MAX_PAGE
 from stratamem.domain import Turn
 from stratamem.errors import Unavailable
-from stratamem.sync import SyncFacade
+from stratamem.facade import SyncFacade
 
 #: The metadata key of the item a turn was captured from.
 ITEM_KEY = "openai_agents_item"

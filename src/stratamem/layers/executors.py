@@ -20,8 +20,8 @@ from stratamem.errors import FenceResynced, ReceiptConflict
 from stratamem.layers import scheduling
 from stratamem.layers.backlog import layer_sources
 from stratamem.layers.cascade import cascade
-from stratamem.layers.model import StageResult
-from stratamem.layers.service import FlushResult, LayerService, Run, StageBody
+from stratamem.layers.model import FlushResult, StageResult
+from stratamem.layers.service import LayerService, Run, StageBody
 from stratamem.llm.client import LLMClient
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry

@@ -78,3 +78,17 @@ def stable_id(prefix: str, *parts: object) -> str:
     """A deterministic id: the same task re-run after a crash names its records the same."""
     digest = hashlib.blake2b("\x1f".join(str(p) for p in parts).encode(), digest_size=12)
     return f"{prefix}_{digest.hexdigest()}"
+
+
+@dataclass(frozen=True, slots=True)
+class FlushResult:
+    l1: list[StageResult] = field(default_factory=list)
+    l2: StageResult | None = None
+    l3: StageResult | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "l1": [r.to_json() for r in self.l1],
+            "l2": None if self.l2 is None else self.l2.to_json(),
+            "l3": None if self.l3 is None else self.l3.to_json(),
+        }

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -43,7 +43,7 @@ from stratamem.layers import (
     scheduling,
 )
 from stratamem.layers.l1_read import L1Read, ReadRun
-from stratamem.layers.model import Action, NewMemory, Reconciled, StageResult
+from stratamem.layers.model import Action, FlushResult, NewMemory, Reconciled, StageResult
 from stratamem.layers.schemas import ProfileDoc, Reconciliation, SceneOps, Shown, check_profile
 from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLM, LLMOutputInvalid
@@ -105,20 +105,6 @@ StageBody = Callable[[Run], Awaitable[list[StageResult]]]
 #: How a flush runs a stage ("L1", "L2", "L3") of a session (None: L3's tenant): builds the
 #: stage's `Run` (task id, fence, attempt) and runs the body under what the stage must hold.
 StageTurn = Callable[[str, str | None, StageBody], Awaitable[list[StageResult]]]
-
-
-@dataclass(frozen=True, slots=True)
-class FlushResult:
-    l1: list[StageResult] = field(default_factory=list)
-    l2: StageResult | None = None
-    l3: StageResult | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "l1": [r.to_json() for r in self.l1],
-            "l2": None if self.l2 is None else self.l2.to_json(),
-            "l3": None if self.l3 is None else self.l3.to_json(),
-        }
 
 
 class LayerService:

@@ -21,51 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from stratamem.errors import InvalidInput
 from stratamem.offload.offline import shorten
+from stratamem.offload.results import ChatMessage, Compaction, Level
 from stratamem.offload.settings import OffloadSettings
 from stratamem.offload.tokens import context_tokens, message_tokens, text_tokens
 from stratamem.store.offload.records import Diagram, Entry
-
-ChatMessage = dict[str, Any]
-
-
-class Level(StrEnum):
-    NONE = "none"
-    MILD = "mild"
-    AGGRESSIVE = "aggressive"
-    EMERGENCY = "emergency"
-
-
-@dataclass(frozen=True, slots=True)
-class Compaction:
-    messages: list[ChatMessage]
-    level: Level
-    budget_tokens: int
-    tokens_before: int
-    tokens_after: int
-    replaced: tuple[str, ...] = ()
-    dropped_messages: int = 0
-    diagrams: tuple[str, ...] = ()
-    unreferenced: tuple[str, ...] = ()
-    """Call ids of results kept although their unit was to be dropped: they have no entry."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "level": self.level.value,
-            "budget_tokens": self.budget_tokens,
-            "tokens_before": self.tokens_before,
-            "tokens_after": self.tokens_after,
-            "fits_budget": self.tokens_after <= self.budget_tokens,
-            "replaced": list(self.replaced),
-            "dropped_messages": self.dropped_messages,
-            "diagrams": list(self.diagrams),
-            "unreferenced": list(self.unreferenced),
-            "messages": self.messages,
-        }
 
 
 def level_for(tokens: int, budget_tokens: int, settings: OffloadSettings) -> Level:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from stratamem.clock import Clock, IdFactory, SystemClock, UuidFactory
@@ -14,9 +13,10 @@ from stratamem.inputs import check_json
 from stratamem.llm.base import LLM
 from stratamem.offload import ingest as intake
 from stratamem.offload import l1_summaries, l2_diagram, l15_judgment, unreferenced
-from stratamem.offload.compaction import Compaction, compact
+from stratamem.offload.compaction import compact
 from stratamem.offload.offline import NEEDS_LLM
 from stratamem.offload.readback import ReadBack, read_slice
+from stratamem.offload.results import Compaction, DiagramsView, IngestResult
 from stratamem.offload.schedule import Scheduler, Stage, StageTask
 from stratamem.offload.settings import OffloadSettings
 from stratamem.offload.stage import StageDeps
@@ -26,15 +26,6 @@ from stratamem.store.offload.port import OffloadStore
 from stratamem.store.offload.records import Diagram, Entry, ToolPair
 
 StageOutcome = l1_summaries.L1Outcome | l15_judgment.L15Outcome | l2_diagram.L2Outcome
-
-
-@dataclass(frozen=True, slots=True)
-class DiagramsView:
-    diagrams: list[Diagram]
-    note: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"diagrams": [d.to_json() for d in self.diagrams], "note": self.note}
 
 
 class Offload:
@@ -66,7 +57,7 @@ class Offload:
     # -- ingest ------------------------------------------------------------------------------
     async def ingest(
         self, tenant: str, session: str, pairs: Sequence[ToolPair | Mapping[str, Any]]
-    ) -> intake.IngestResult:
+    ) -> IngestResult:
         """Append tool pairs (records or their JSON form); every pair is validated first."""
         now = self.deps.clock.now()
         records = [p if isinstance(p, ToolPair) else ToolPair.from_json(p, now) for p in pairs]

@@ -9,28 +9,13 @@ from dataclasses import dataclass
 from stratamem.domain import Scope, check_ident
 from stratamem.errors import InvalidInput
 from stratamem.inputs import check_text
+from stratamem.offload.results import IngestResult
 from stratamem.offload.schedule import Stage, StageTask, l1_timer_key
 from stratamem.offload.stage import StageDeps, arm_diagram_timer, derived_id
 from stratamem.store.offload.records import Mark, ToolPair
 from stratamem.timestamps import check_timestamp
 
 MAX_MARK_CHARS = 20_000
-
-
-@dataclass(frozen=True, slots=True)
-class IngestResult:
-    stored: tuple[str, ...]
-    duplicates: tuple[str, ...]
-    pending: int
-    enqueued: bool
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "stored": list(self.stored),
-            "duplicates": list(self.duplicates),
-            "pending": self.pending,
-            "enqueued": self.enqueued,
-        }
 
 
 async def ingest_pairs(

@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stratamem.capture import strip_injected
-from stratamem.core import Recall
-from stratamem.domain import Hit, Layer
+from stratamem.domain import Hit, Layer, Recall
 from stratamem.offload import Compaction, Level
 from stratamem.offload.compaction import level_for
 from stratamem.offload.tokens import context_tokens

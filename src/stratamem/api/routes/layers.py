@@ -28,7 +28,7 @@ from stratamem.core import MAX_PAGE, AsyncMemory
 from stratamem.domain import MemoryType, Scope, check_ident
 from stratamem.layers.executors import flush_in_turn
 from stratamem.layers.ledger import totals
-from stratamem.layers.service import FlushResult
+from stratamem.layers.model import FlushResult
 from stratamem.pipeline.task import Task, TaskType
 
 router = APIRouter(prefix="/v1", tags=["layers"], responses=ERRORS)
