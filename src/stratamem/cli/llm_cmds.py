@@ -9,8 +9,8 @@ import click
 
 from stratamem.cli.common import print_json
 from stratamem.errors import ConfigError
+from stratamem.layers.llm_check import CheckReport, check_endpoint, render
 from stratamem.llm import LLMClient, LLMSettings
-from stratamem.llmcheck import CheckReport, check_endpoint, render
 
 UNUSABLE_EXIT = 1
 
