@@ -11,7 +11,9 @@ of any kind; L3 after an L2 that changed scenes when 16 memories came since the 
 a flush at session end. Baselines measured in the same run: one flush at the end only, and the
 offline mode.
 
-    .venv/bin/python bench/layers_cost.py [--turns 100]
+    .venv/bin/python bench/layers_cost.py [--turns 100] [--gap-s 30]
+
+`--gap-s 60`: turns a minute apart, so an L1 (eight turns) writes memories eight minutes apart.
 """
 
 from __future__ import annotations
@@ -46,10 +48,10 @@ FACTS = [
 QUERIES = ["what food does she like", "marathon training", "family news", "how to answer her"]
 
 
-def conversation(turns: int) -> list[dict[str, Any]]:
+def conversation(turns: int, gap_s: float = GAP_S) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i in range(turns):
-        stamp = START + i * GAP_S
+        stamp = START + i * gap_s
         if i % 2 == 0:
             fact = FACTS[(i // 2) % len(FACTS)]
             text = f"{fact}. By the way, round {i // 2 + 1}."
@@ -107,12 +109,12 @@ async def recall_cost(memory: AsyncMemory) -> dict[str, float]:
     return {"context_chars": context / len(QUERIES), "stable_chars": stable / len(QUERIES)}
 
 
-async def measure(turns: int, mode: str) -> dict[str, Any]:
+async def measure(turns: int, mode: str, gap_s: float = GAP_S) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, ScriptedLLM() as server:
         install_layer_handlers(server)
         clock = ManualClock(START)
         memory = await open_memory(Path(tmp), clock, None if mode == "offline" else server)
-        data = conversation(turns)
+        data = conversation(turns, gap_s)
         if mode == "flush-only":
             await memory.capture("bench", "s1", data)
             clock.set(data[-1]["timestamp"])
@@ -137,11 +139,13 @@ def totals(usage: dict[str, dict[str, int]]) -> dict[str, int]:
     return {k: sum(stage[k] for stage in usage.values()) for k in keys}
 
 
-async def main(turns: int) -> None:
-    runs = [await measure(turns, mode) for mode in ("scheduled", "flush-only", "offline")]
+async def main(turns: int, gap_s: float) -> None:
+    modes = ("scheduled", "flush-only", "offline")
+    runs = [await measure(turns, mode, gap_s) for mode in modes]
     scheduled_total, flush_total = totals(runs[0]["usage"]), totals(runs[1]["usage"])
     report = {
         "turns": turns,
+        "gap_s": gap_s,
         "runs": runs,
         "ratios": {
             "calls_scheduled_vs_flush_only": round(
@@ -161,4 +165,6 @@ async def main(turns: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=100)
-    asyncio.run(main(parser.parse_args().turns))
+    parser.add_argument("--gap-s", type=float, default=GAP_S, help="Seconds between turns.")
+    args = parser.parse_args()
+    asyncio.run(main(args.turns, args.gap_s))

@@ -65,6 +65,17 @@ def test_l2_runs_on_what_changed_never_on_the_clock_alone() -> None:
     assert worth(scheduling.L2Inputs(0, 0, stale=True), NOW, settings)  # a scene to rewrite
 
 
+def test_a_tenant_still_talking_is_not_quiet() -> None:
+    """Few changes wait for the quiet of the tenant, not of its memories: with turns a minute
+    apart an L1 (eight turns) writes memories eight minutes apart, and each L1 cost an L2."""
+    settings = LayerSettings(l2_min_novel=8, l2_min_changed=24, catch_up_quiet_s=300)
+    worth = scheduling.l2_worth_running
+    talking = scheduling.L2Inputs(3, 3, newest_at=NOW - 400, last_turn_at=NOW - 60)
+    assert not worth(talking, NOW, settings)
+    assert worth(talking, NOW + 240, settings)  # then quiet for 300 s
+    assert scheduling.L2Inputs(1, 1, newest_at=NOW - 9, last_turn_at=NOW - 99).active_at == NOW - 9
+
+
 def test_l2_inputs_count_as_novel_what_l1_did_not_mark_restated() -> None:
     def memory(i: int, **metadata: object) -> MemoryRecord:
         return MemoryRecord(id=f"m{i}", tenant="t", type=MemoryType.PERSONA, content="x y",

@@ -160,9 +160,11 @@ class L2Source(_TenantSource):
         return self.backlog.tenants_owing_l2(after, limit)
 
     def _earliest(self, row: TenantOwed) -> float:
-        """Once the tenant is quiet (changes too few for a session's L2 wait for it,
-        `scheduling.l2_worth_running`), and `l2_min_interval_s` after its last L2."""
-        quiet = (row.changed_at or 0.0) + self.settings.catch_up_quiet_s
+        """Once the tenant is quiet, no memory written and no turn said (changes too few for a
+        session's L2 wait for it, `scheduling.l2_worth_running`), and `l2_min_interval_s`
+        after its last L2."""
+        active = max(row.changed_at or 0.0, row.last_turn_at or 0.0)
+        quiet = active + self.settings.catch_up_quiet_s
         if row.last_run_at is None:
             return quiet
         return max(quiet, row.last_run_at + self.settings.l2_min_interval_s)

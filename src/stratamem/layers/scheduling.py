@@ -89,23 +89,40 @@ class L2Inputs:
     novel: int
     newest_at: float | None = None
     stale: bool = False
+    last_turn_at: float | None = None
+    """When the tenant's newest turn was said: a tenant still talking is not quiet, however
+    long ago its last memory was written."""
 
     @classmethod
-    def of(cls, memories: Sequence[MemoryRecord], stale: bool = False) -> L2Inputs:
+    def of(
+        cls,
+        memories: Sequence[MemoryRecord],
+        stale: bool = False,
+        last_turn_at: float | None = None,
+    ) -> L2Inputs:
         novel = sum(1 for m in memories if m.metadata.get(NOVEL, True) is not False)
         newest = max((m.created_at for m in memories), default=None)
-        return cls(len(memories), novel, newest, stale)
+        return cls(len(memories), novel, newest, stale, last_turn_at)
+
+    @property
+    def active_at(self) -> float | None:
+        """The tenant's newest change or turn."""
+        times = [t for t in (self.newest_at, self.last_turn_at) if t is not None]
+        return max(times, default=None)
 
 
 def l2_worth_running(inputs: L2Inputs, now: float, settings: LayerSettings) -> bool:
     """Whether an L2 should consolidate now (a flush's always does): a scene to write again,
     `l2_min_novel` novel memories or `l2_min_changed` of any kind, or fewer once the tenant
-    wrote none for `catch_up_quiet_s`. Nothing changed: never, however long ago the last."""
+    wrote none and said nothing for `catch_up_quiet_s` (a session whose turns come a minute
+    apart writes memories every L1, eight turns, apart: its memories alone looked quiet after
+    each L1 and every L1 cost an L2). Nothing changed: never, however long ago the last."""
     if inputs.stale:
         return True
     if inputs.novel >= settings.l2_min_novel or inputs.changed >= settings.l2_min_changed:
         return True
-    quiet = inputs.newest_at is not None and now - inputs.newest_at >= settings.catch_up_quiet_s
+    active = inputs.active_at
+    quiet = active is not None and now - active >= settings.catch_up_quiet_s
     return inputs.changed > 0 and quiet
 
 

@@ -289,7 +289,9 @@ class LayerService:
             self.layers.changed_memories, scope, tenant.l2_mark, self.settings.l2_max_memories
         )
         stale = await asyncio.to_thread(self.layers.stale, scope)
-        inputs = scheduling.L2Inputs.of(changed, any(ref.kind == SCENE for ref in stale))
+        last_turn_at = await asyncio.to_thread(self.layers.last_turn_at, scope)
+        inputs = scheduling.L2Inputs.of(changed, any(ref.kind == SCENE for ref in stale),
+                                        last_turn_at)  # fmt: skip
         return scheduling.l2_worth_running(inputs, self.clock.now(), self.settings)
 
     async def l3_worth_running(self, scope: Scope) -> bool:

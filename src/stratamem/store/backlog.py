@@ -8,7 +8,7 @@ triggers) and `layer_flush_requests`."""
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from stratamem.domain import Scope
@@ -31,6 +31,9 @@ class TenantOwed:
     mark: float
     changed_at: float | None
     last_run_at: float | None = None
+    last_turn_at: float | None = None
+    """L2: when the tenant's newest turn was said (its quiet counts from the later of this
+    and `changed_at`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +58,7 @@ class BacklogStore(Protocol):
     def tenants_owing_l2(self, after: str | None, limit: int) -> list[TenantOwed]:
         """Tenants with memory rows written after their L2 mark; key tenant. `mark` is the L2
         mark, `changed_at` the `created_at` of the newest such memory, `last_run_at` the time
-        of the last L2."""
+        of the last L2, `last_turn_at` the newest turn's."""
 
     def tenants_owing_l3(
         self, after: str | None, every_memories: int, limit: int
@@ -142,7 +145,9 @@ ORDER BY h.tenant, h.session LIMIT ?
 _TENANTS_OWING_L2 = """
 SELECT lt.tenant AS tenant, lt.l2_mark AS mark, lt.last_l2_at AS last_run_at,
        (SELECT MAX(m.created_at) FROM memories m WHERE m.tenant = lt.tenant
-        AND m.rid > lt.l2_mark) AS changed_at
+        AND m.rid > lt.l2_mark) AS changed_at,
+       (SELECT MAX(h.last_turn_at) FROM session_heads h WHERE h.tenant = lt.tenant)
+           AS last_turn_at
 FROM layer_tenants lt
 WHERE lt.tenant > ? AND EXISTS (
     SELECT 1 FROM memories m WHERE m.tenant = lt.tenant AND m.rid > lt.l2_mark)
@@ -171,7 +176,7 @@ def sessions_owing_l1(
 
 def tenants_owing_l2(conn: SqlConn, after: str | None, limit: int) -> list[TenantOwed]:
     rows = conn.execute(_TENANTS_OWING_L2, (after or "", limit)).fetchall()
-    return [_tenant_owed(r) for r in rows]
+    return [replace(_tenant_owed(r), last_turn_at=r["last_turn_at"]) for r in rows]
 
 
 def tenants_owing_l3(

@@ -162,6 +162,9 @@ class LayerStore(Protocol):
 
     def tenant_state(self, scope: Scope) -> TenantState: ...
 
+    def last_turn_at(self, scope: Scope) -> float | None:
+        """When the tenant's newest turn was said, over its sessions (None: no turn)."""
+
     # -- L1 ----------------------------------------------------------------------------------
     def commit_l1(self, scope: Scope, commit: L1Commit, fence: Fence | None = None) -> None:
         """Insert memories, supersede old versions, move the cursor, record the quarantined

@@ -91,6 +91,13 @@ class SqlLayerStore:
             ).fetchone()
         return int(row[0])
 
+    def last_turn_at(self, scope: Scope) -> float | None:
+        with self._store.reading() as conn:
+            row = conn.execute(
+                "SELECT MAX(last_turn_at) FROM session_heads WHERE tenant = ?", (scope.tenant,)
+            ).fetchone()
+        return None if row[0] is None else float(row[0])
+
     def tenant_state(self, scope: Scope) -> TenantState:
         with self._store.reading() as conn:
             row = conn.execute(
