@@ -68,3 +68,40 @@ def test_the_client_does_not_load_the_embedded_system() -> None:
     loaded = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                             text=True, check=True).stdout.split()  # fmt: skip
     assert [m for m in loaded if m.startswith(_NOT_FOR_THE_CLIENT)] == []
+
+
+#: The only ways a CLI command may end with a code of its own: click's usage errors (exit 2,
+#: the code of `InvalidInput`) and `stratamem llm check`'s verdict on the endpoint.
+_OWN_EXITS = {"cli/llm_cmds.py": {"sys.exit"}}
+
+
+def _exits(path: Path) -> set[str]:
+    """The exits and error catches a module writes itself: `sys.exit`, `ctx.exit`, raising a
+    click exception other than `UsageError`, catching `StratamemError` or `Exception`."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name = ast.unparse(node.func)
+            if name in {"sys.exit", "ctx.exit"}:
+                found.add(name)
+        elif isinstance(node, ast.Raise) and node.exc is not None:
+            raised = ast.unparse(node.exc)
+            if raised.startswith("click.") and not raised.startswith("click.UsageError("):
+                found.add(raised.split("(")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.type is not None:
+            caught = ast.unparse(node.type)
+            if caught in {"StratamemError", "Exception", "BaseException"}:
+                found.add(f"except {caught}")
+    return found
+
+
+def test_every_cli_command_maps_errors_through_the_exit_code_table() -> None:
+    """Library errors leave every command uncaught, for the root group (`cli.exits`) to map:
+    no module but `cli/exits.py` exits or catches them by itself."""
+    own = {}
+    for path in sorted((PACKAGE / "cli").rglob("*.py")):
+        name = str(path.relative_to(PACKAGE))
+        extra = _exits(path) - _OWN_EXITS.get(name, set())
+        if extra and name != "cli/exits.py":
+            own[name] = sorted(extra)
+    assert own == {}

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from stratamem.cli.common import open_memory, print_json
+from stratamem.errors import InvalidInput
 from stratamem.files import create_private
 
 
@@ -77,7 +78,7 @@ def import_export(ctx: click.Context, path: Path, tenant: str | None) -> None:
         try:
             lines.append(json.loads(raw))
         except json.JSONDecodeError as exc:
-            raise click.UsageError(f"{path}:{number}: not JSON: {exc}") from exc
+            raise InvalidInput(f"{path}:{number}: not JSON: {exc}") from exc
     with open_memory(ctx) as memory:
         counts = memory.import_export(lines, tenant)
         memory.embed_pending()
