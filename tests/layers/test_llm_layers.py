@@ -107,6 +107,31 @@ async def test_a_restatement_sees_the_memory_it_restates_among_its_neighbours(
         " By the way, round 1." in shown
 
 
+async def test_an_exact_repeat_is_skipped_without_asking_the_model(
+    llm_memory: AsyncMemory, scripted_llm: ScriptedLLM
+) -> None:
+    """Its only possible answer is skip: the offline rule says it, and the turn's ledger names
+    the memory it repeats; a new memory beside it is still asked about."""
+    install_layer_handlers(scripted_llm)
+    await llm_memory.capture("acme", "s1", TURNS[:1])
+    await llm_memory.flush("acme", "s1")
+    [first] = llm_memory.store.list_memories(SCOPE)
+    await llm_memory.capture("acme", "s2", TURNS[:1])
+    await llm_memory.flush("acme", "s2")
+    assert scripted_llm.calls("L1-reconcile") == []
+    assert [m.id for m in llm_memory.store.list_memories(SCOPE)] == [first.id]
+    assert llm_memory.layers is not None
+    [turn] = llm_memory.store.list_turns(SCOPE, "s2")
+    ledger = llm_memory.layers.turn_outcomes(SCOPE, "s2", [turn.id])
+    assert ledger[turn.id].memory_ids == (first.id,)
+
+    near = TURNS[0] | {"text": "I'm a nurse and I live in Lisbon!"}
+    await llm_memory.capture("acme", "s3", [TURNS[0], near])
+    await llm_memory.flush("acme", "s3")
+    [call] = scripted_llm.calls("L1-reconcile")
+    assert "[N1]" in call.messages[-1]["content"] and "[N2]" not in call.messages[-1]["content"]
+
+
 async def test_update_keeps_the_old_version_for_history_and_as_of(
     llm_memory: AsyncMemory,
     scripted_llm: ScriptedLLM,

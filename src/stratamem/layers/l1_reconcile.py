@@ -143,19 +143,31 @@ def decisions_from(
     return out
 
 
-def needs_model(neighbours: Sequence[Sequence[MemoryRecord]]) -> bool:
-    """Whether any new memory has a neighbour (else every one is simply stored)."""
-    return any(neighbours)
+def to_ask(
+    memories: Sequence[NewMemory], neighbours: Sequence[Sequence[MemoryRecord]]
+) -> list[int]:
+    """The new memories the model is asked about: those with a neighbour, but not an exact
+    repeat of one (its answer could only be skip: the offline rule says it without a call)."""
+    return [i for i, (memory, group) in enumerate(zip(memories, neighbours, strict=True))
+            if group and repeated(memory, group) is None]  # fmt: skip
+
+
+def repeated(memory: NewMemory, group: Sequence[MemoryRecord]) -> MemoryRecord | None:
+    """The existing memory of `group` whose text is the new one's (case and spacing aside)."""
+    key = _norm(memory.content)
+    return next((m for m in group if _norm(m.content) == key), None)
 
 
 def offline_decisions(
     memories: Sequence[NewMemory], neighbours: Sequence[Sequence[MemoryRecord]]
 ) -> list[Reconciled]:
-    """Deterministic: skip a memory whose text an existing one already has, store the rest."""
+    """Deterministic: skip a memory whose text an existing one already has (naming it: the
+    turn's ledger lists it as the turn's memory), store the rest."""
     out: list[Reconciled] = []
     for index, (memory, group) in enumerate(zip(memories, neighbours, strict=True)):
-        same = any(_norm(m.content) == _norm(memory.content) for m in group)
-        out.append(Reconciled(index, Action.SKIP if same else Action.STORE))
+        same = repeated(memory, group)
+        out.append(Reconciled(index, Action.STORE) if same is None
+                   else Reconciled(index, Action.SKIP, (same.id,)))  # fmt: skip
     return out
 
 

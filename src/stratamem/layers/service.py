@@ -43,7 +43,7 @@ from stratamem.layers import (
     scheduling,
 )
 from stratamem.layers.l1_read import L1Read, ReadRun
-from stratamem.layers.model import Action, FlushResult, NewMemory, Reconciled, StageResult
+from stratamem.layers.model import FlushResult, NewMemory, Reconciled, StageResult
 from stratamem.layers.schemas import ProfileDoc, Reconciliation, SceneOps, Shown, check_profile
 from stratamem.layers.settings import LayerSettings
 from stratamem.llm import LLM, LLMOutputInvalid
@@ -222,10 +222,12 @@ class LayerService:
     ) -> tuple[list[Reconciled], list[Failure]]:
         """The model's decisions; when its reply is unusable (after the repair round), the
         offline rule decides (store, or skip an exact repeat) and a `fallback` is noted. The
-        model sees only the new memories that have a neighbour: the others are stored."""
-        if self.llm is None or not l1_reconcile.needs_model(neighbours):
-            return l1_reconcile.offline_decisions(proposed, neighbours), []
-        asked = [i for i, group in enumerate(neighbours) if group]
+        model sees only the new memories that have a neighbour and repeat none: the offline
+        rule decides the others."""
+        offline = l1_reconcile.offline_decisions(proposed, neighbours)
+        asked = l1_reconcile.to_ask(proposed, neighbours)
+        if self.llm is None or not asked:
+            return offline, []
         shown, near = [proposed[i] for i in asked], [neighbours[i] for i in asked]
         stage, origin = l1_reconcile.STAGE, run.origin(self.clock.now())
         messages, view = l1_reconcile.reconcile_messages(load_prompt("l1_reconcile"), shown,
@@ -236,10 +238,10 @@ class LayerService:
                                       lambda r: l1_reconcile.read_reply(r, view, min_words))
         except LLMOutputInvalid as exc:
             fallback = origin.failed(stage, exc, FailureKind.FALLBACK)
-            return l1_reconcile.offline_decisions(proposed, neighbours), [fallback]
+            return offline, [fallback]
         decided = l1_reconcile.decisions_from(answer.value.kept, view, len(shown))
         by_index = {asked[d.index]: replace(d, index=asked[d.index]) for d in decided}
-        decisions = [by_index.get(i, Reconciled(i, Action.STORE)) for i in range(len(proposed))]
+        decisions = [by_index.get(i, offline[i]) for i in range(len(proposed))]
         return decisions, origin.dropped(stage, answer.value.dropped)
 
     async def _embed_new(self, count: int) -> None:
