@@ -5,6 +5,12 @@
 # `make setup-st` adds torch (CPU), sentence-transformers and mem0: the `st` embedder, the mem0
 # baseline, bench/embedders.py and the tests that compare against sentence-transformers.
 
+# Python caches compiled modules (and pytest its assertion-rewritten tests) in __pycache__
+# (git-ignored): an environment that turns that off makes every run, and every process a test
+# starts (serve, workers, the CLI), compile the package and its dependencies again — about half
+# of collecting the suite, and a second of CPU per process started.
+unexport PYTHONDONTWRITEBYTECODE
+
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stratamem-installed
