@@ -17,7 +17,7 @@ from stratamem.layers.cascade import cascade
 from stratamem.llm import LLMCircuitOpen, LLMRateLimited
 from stratamem.pipeline.backend import retry_timer_key
 from stratamem.pipeline.errors import RetryLater
-from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
+from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry, WhenBusy
 from stratamem.pipeline.fencing import ensure_fences, fence_check
 from stratamem.pipeline.locking import holding
 from stratamem.pipeline.settings import LockScope, PipelineSettings
@@ -284,8 +284,11 @@ async def test_lock_freed_while_waiting_is_taken(harness: Harness) -> None:
     assert await harness.backend.fence_token(key) == 2
 
 
-async def test_offload_l2_conflict_is_skipped_at_once(harness: Harness) -> None:
+async def test_a_type_registered_to_skip_when_busy_is_skipped_at_once(harness: Harness) -> None:
+    """The part that owns a type says what its task does with a busy lock (offload's diagram
+    task: skip, the run holding the lock maps every entry); the worker names no type."""
     worker, sleeper = make_worker(harness, ok)
+    worker.executors.register(TaskType.OFFLOAD_L2, ok, WhenBusy.SKIP)
     task = Task(TaskType.OFFLOAD_L2, "t", "s")
     key = lock_key_for(task, LockScope.SESSION)
     assert key is not None

@@ -5,7 +5,8 @@
     register_executors(registry, offload)
     Worker(backend, registry, settings, clock=clock)
 
-offload-l1 and offload-l15 run without a lock; offload-l2 runs under the session's diagram lock
+offload-l1 and offload-l15 run without a lock; offload-l2 runs under the session's diagram lock (a
+task that finds it busy is skipped at once, `WhenBusy.SKIP`: the run holding it maps every entry)
 and writes its diagrams under the lock's fencing token.
 """
 
@@ -21,7 +22,7 @@ from stratamem.offload.backlog import offload_sources
 from stratamem.offload.facade import Offload, mark_of
 from stratamem.offload.schedule import Stage, StageTask
 from stratamem.pipeline.backend import PipelineBackend
-from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
+from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry, WhenBusy
 from stratamem.pipeline.task import Task, TaskType
 from stratamem.store.evidence.receipts import Receipt
 
@@ -107,4 +108,4 @@ def register_executors(registry: ExecutorRegistry, offload: Offload) -> None:
         registry.receipts = executors.receipt
     registry.register(TaskType.OFFLOAD_L1, executors.l1)
     registry.register(TaskType.OFFLOAD_L15, executors.l15)
-    registry.register(TaskType.OFFLOAD_L2, executors.l2)
+    registry.register(TaskType.OFFLOAD_L2, executors.l2, WhenBusy.SKIP)  # one run maps all

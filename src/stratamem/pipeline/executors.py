@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Protocol
 
 from stratamem.clock import Clock
@@ -48,6 +49,17 @@ from stratamem.pipeline.task import Task, TaskType
 from stratamem.store.core.port import Fence
 from stratamem.store.evidence.executions import ExecutionStart
 from stratamem.store.evidence.receipts import Attempt, Receipt
+
+
+class WhenBusy(StrEnum):
+    """What the worker does with a task whose lock is held elsewhere (set per task type by the
+    part that registers its executor, `ExecutorRegistry.register`)."""
+
+    WAIT = "wait"
+    """Wait for the lock (with backoff, up to `lock_wait_s`), then drop the task: its work stays
+    owed in the store, where the backlog scheduler finds it again."""
+    SKIP = "skip"
+    """Skip it at once: the run that holds the lock covers its work."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +135,7 @@ class ExecutorRegistry:
 
     def __init__(self, executors: Iterable[tuple[TaskType, Executor]] = ()) -> None:
         self._executors: dict[TaskType, Executor] = {}
+        self._when_busy: dict[TaskType, WhenBusy] = {}
         self._usage_sources: list[UsageSource] = []
         #: Reads completion receipts from the store the executors write to (set by whoever
         #: registers them); the worker's reclaim path acknowledges finished work with it.
@@ -204,8 +217,16 @@ class ExecutorRegistry:
                     into[name] = into.get(name, 0) + value
         return total
 
-    def register(self, task_type: TaskType | str, executor: Executor) -> None:
+    def register(
+        self, task_type: TaskType | str, executor: Executor, when_busy: WhenBusy = WhenBusy.WAIT
+    ) -> None:
+        """`executor` runs the tasks of `task_type`; `when_busy` says what a task whose lock is
+        held elsewhere waits for (the part that owns the type knows)."""
         self._executors[TaskType(task_type)] = executor
+        self._when_busy[TaskType(task_type)] = when_busy
+
+    def when_busy(self, task_type: TaskType) -> WhenBusy:
+        return self._when_busy.get(task_type, WhenBusy.WAIT)
 
     def get(self, task_type: TaskType) -> Executor:
         try:

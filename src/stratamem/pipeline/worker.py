@@ -6,8 +6,9 @@ One delivery goes through `Worker.handle`:
    delivery is acknowledged without running the task again (`Outcome.RECOVERED`);
 1. take the task's lock (see `timers.lock_key_for`); on conflict wait locally with backoff
    (200 ms, times 3, capped at 5 s) until one lock TTL has passed, then drop and ack the task
-   (offload-l2 is skipped at once); its work is still owed in the store, where the backlog
-   scheduler finds it again (`pipeline.scheduler`);
+   (a type its part registered `WhenBusy.SKIP`, as offload's diagram task, is skipped at once);
+   its work is still owed in the store, where the backlog scheduler finds it again
+   (`pipeline.scheduler`);
 2. check the delivery is still ours (`extend`: a start recorded for a reclaimed delivery would
    fence its new owner's execution), record the execution's start in the execution log, when the
    registry has one (`stratamem.store.evidence.executions`: it records the lock's token as a
@@ -61,13 +62,19 @@ from stratamem.errors import (
 )
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.errors import DeadLetterNotFound, RetryLater, UnknownTaskType
-from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
+from stratamem.pipeline.executors import (
+    ExecResult,
+    ExecutionContext,
+    Executor,
+    ExecutorRegistry,
+    WhenBusy,
+)
 from stratamem.pipeline.fencing import behind_the_store, resync_reason
 from stratamem.pipeline.metrics import RunningTask, WorkerMetrics
 from stratamem.pipeline.reconcile import matches
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import RUNNING, STOPPED, WORKERS_SCOPE, expired
-from stratamem.pipeline.task import Delivery, LockGrant, Task, TaskType
+from stratamem.pipeline.task import Delivery, LockGrant, Task
 from stratamem.pipeline.timers import TimerPump, clear_session_timers, lock_key_for
 from stratamem.pipeline.wakeup import FreeSignal
 from stratamem.store.evidence.executions import ExecutionStart
@@ -237,7 +244,7 @@ class Worker:
         while True:
             now = self.clock.now()
             grant = await self.backend.acquire_lock(key, owner, ttl_ms=ttl_ms, now=now)
-            if grant is not None or delivery.task.type is TaskType.OFFLOAD_L2 or now >= deadline:
+            if grant is not None or self._skips(delivery) or now >= deadline:
                 return grant
             await self._sleep(min(backoff, deadline - now))
             backoff = min(
@@ -245,10 +252,14 @@ class Worker:
             )
             await self.backend.extend(delivery, now=self.clock.now())
 
+    def _skips(self, delivery: Delivery) -> bool:
+        """Whether a busy lock skips the task at once (`WhenBusy.SKIP`) instead of waiting."""
+        return self.executors.when_busy(delivery.task.type) is WhenBusy.SKIP
+
     async def _on_conflict(self, delivery: Delivery) -> Outcome:
         self.metrics.lock_conflicts += 1
         await self.backend.ack(delivery)
-        if delivery.task.type is TaskType.OFFLOAD_L2:
+        if self._skips(delivery):
             self.metrics.skipped += 1
             return Outcome.SKIPPED
         self.metrics.dropped += 1
