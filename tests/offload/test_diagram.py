@@ -15,7 +15,7 @@ from stratamem.offload.backlog import ORPHANS, offload_sources
 from stratamem.offload.l1_summaries import run_l1
 from stratamem.offload.l2_diagram import ORPHAN_NODE, diagram_timer_key, run_l2
 from stratamem.offload.mermaid import Edit, InvalidDiagram, apply_edits, validate
-from stratamem.offload.schedule import l2_timer_key
+from stratamem.offload.schedule import Stage, StageTask, l2_timer_key
 from stratamem.pipeline.scheduler import BacklogScheduler
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
@@ -238,6 +238,25 @@ async def test_a_bad_diagram_is_retried_on_its_own_timer_while_the_others_go_on(
     await rig.run()
     assert rig.store.unmapped_entries(Scope(T), S) == []
     assert rig.runner.timers() == {}
+
+
+async def test_a_flush_asks_for_a_bad_diagram_once_not_until_its_task_budget(
+    rig: Rig, scripted_llm: ScriptedLLM
+) -> None:
+    """A flushed run (`stratamem offload … --inline`, scripts) counts every timer as due: a
+    diagram that stays unusable re-armed its retry timer and the run fired it again at once,
+    10,000 times (the run's task budget), each an LLM call. Now a timer fires once per run;
+    its retry waits for its time or the next run."""
+    scripted_llm.on("offload-l2", _bad_for("Fix the parser"))
+    parser = await session_with_entries(rig, scripted_llm, 1)
+    await rig.offload.deps.scheduler.arm(
+        diagram_timer_key(T, S, parser), StageTask(Stage.L2, T, S), rig.clock.now() + 60
+    )
+    report = await rig.runner.run(rig.offload, flush=True)
+    assert len(report.done) <= 3 and len(scripted_llm.calls("offload-l2")) <= 4
+    assert diagram_timer_key(T, S, parser) in rig.runner.timers()  # still owed, on its timer
+    await rig.runner.run(rig.offload, flush=True)
+    assert len(scripted_llm.calls("offload-l2")) <= 8
 
 
 async def test_a_parked_session_still_gets_the_orphan_fallback(

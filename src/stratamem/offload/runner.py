@@ -46,21 +46,24 @@ class InProcessRunner:
     def ready(self) -> list[StageTask]:
         return list(self._ready)
 
-    def _fire_due(self, flush: bool) -> None:
+    def _fire_due(self, flush: bool, fired: set[str]) -> None:
         now = self._clock.now()
         for key, (due, task) in sorted(self._timers.items(), key=lambda kv: kv[1][0]):
-            if flush or due <= now:
+            if due <= now or (flush and key not in fired):
                 del self._timers[key]
+                fired.add(key)
                 self._ready.append(task)
 
     async def run(
         self, offload: Offload, *, flush: bool = False, max_tasks: int = 10_000
     ) -> RunReport:
         """Run ready tasks and due timers until none is left (or `max_tasks` ran); with
-        `flush`, every timer counts as due (a script that will not wait for them)."""
-        report = RunReport()
+        `flush`, every timer counts as due once (a script that will not wait for them): a timer
+        that fired in this run and was armed again (a retry after a failure, due later) waits
+        for its time or the next run, as it would in the pipeline, instead of spinning."""
+        report, fired = RunReport(), set[str]()
         for _ in range(max_tasks):
-            self._fire_due(flush)
+            self._fire_due(flush, fired)
             if not self._ready:
                 break
             task = self._ready.popleft()
