@@ -14,6 +14,9 @@ unexport PYTHONDONTWRITEBYTECODE
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stratamem-installed
+# make test's pytest processes (pytest-xdist; a file's tests stay in one process, so a module's
+# fixtures start once): most tests wait on sockets, processes and databases, not the CPU.
+TEST_WORKERS ?= 2
 ST_STAMP := $(VENV)/.stratamem-st-installed
 
 .PHONY: run test test-llm setup setup-st clean image-check schema ui
@@ -24,7 +27,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 setup: $(STAMP)
 
