@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, PipelineBackend, retry_timer_key
-from stratamem.pipeline.errors import DeadLetterNotFound, UnknownTaskType
+from stratamem.pipeline.errors import DeadLetterNotFound, DeliveryLost, UnknownTaskType
 from stratamem.pipeline.task import DeadLetter, Task, TaskType
 from stratamem.store.evidence.receipts import Attempt
 
@@ -483,3 +483,52 @@ async def test_a_stamp_follows_its_delivery_to_the_next_owner_and_ends_with_it(
     assert await b.stamp(old, stamp, now=now + 62) is False  # no longer the old owner's
     assert await b.ack(new) is True
     assert await b.in_flight(limit=10, now=now + 62) == []
+
+
+# -- starting a delivery in one step ----------------------------------------------------------
+
+
+async def test_acquire_for_extends_takes_the_lock_and_stamps_with_the_grants_token(
+    harness: Harness,
+) -> None:
+    b, now = harness.backend, harness.clock.now()
+    await b.enqueue(l1(), now=now)
+    [d] = await b.consume("c1", count=1, block_ms=0, now=now)
+    before = await b.acquire_lock("other", "w0", ttl_ms=30_000, now=now)
+    assert before is not None
+    stamp = Attempt(d.task.id, 0, d.deliveries, None, "w-a", now + 50)
+    grant = await b.acquire_for(d, "k", "w1", ttl_ms=30_000, now=now + 50, stamp=stamp)
+    assert grant is not None and (grant.key, grant.owner) == ("k", "w1")
+    assert await b.acquire_lock("k", "w2", ttl_ms=30_000, now=now + 50) is None
+    [seen] = await b.in_flight(limit=10, now=now + 51)
+    assert seen.delivery.stamp == Attempt(d.task.id, 0, d.deliveries, grant.token, "w-a", now + 50)
+    got = await b.reclaim("c2", min_idle_ms=30_000, count=10, max_deliveries=5, now=now + 60)
+    assert got == []  # extended at now + 50
+    assert await b.release_and_ack(d, grant) is True
+    assert await b.acquire_lock("k", "w2", ttl_ms=30_000, now=now + 60) is not None
+
+
+async def test_acquire_for_a_held_lock_extends_the_delivery_and_grants_nothing(
+    harness: Harness,
+) -> None:
+    b, now = harness.backend, harness.clock.now()
+    await b.enqueue(l1(), now=now)
+    [d] = await b.consume("c1", count=1, block_ms=0, now=now)
+    assert await b.acquire_lock("k", "w0", ttl_ms=90_000, now=now) is not None
+    stamp = Attempt(d.task.id, 0, d.deliveries, None, "w-a", now + 50)
+    assert await b.acquire_for(d, "k", "w1", ttl_ms=30_000, now=now + 50, stamp=stamp) is None
+    [seen] = await b.in_flight(limit=10, now=now + 51)
+    assert seen.delivery.stamp is None
+    assert await b.reclaim("c2", min_idle_ms=30_000, count=10, max_deliveries=5,
+                           now=now + 60) == []  # fmt: skip
+
+
+async def test_acquire_for_a_reclaimed_delivery_takes_nothing(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    await b.enqueue(l1(), now=now)
+    [old] = await b.consume("c1", count=1, block_ms=0, now=now)
+    [new] = await b.reclaim("c2", min_idle_ms=0, count=1, max_deliveries=5, now=now + 61)
+    with pytest.raises(DeliveryLost):
+        await b.acquire_for(old, "k", "w1", ttl_ms=30_000, now=now + 62)
+    grant = await b.acquire_for(new, "k", "w2", ttl_ms=30_000, now=now + 62)
+    assert grant is not None and grant.owner == "w2"

@@ -128,6 +128,22 @@ class PipelineBackend(Protocol):
         one): fenced writes carry it (`Fence.owner`), so should the counter go backwards and
         grant a token twice, the store accepts that token from one of the two holders only."""
 
+    async def acquire_for(
+        self,
+        delivery: Delivery,
+        key: str,
+        owner: str,
+        *,
+        ttl_ms: int,
+        now: float,
+        stamp: Attempt | None = None,
+    ) -> LockGrant | None:
+        """What a worker does to start a delivery, in one round trip: `extend(delivery)`, then
+        `acquire_lock(key, owner)`, then, when granted and `stamp` is given,
+        `stamp(delivery, stamp)` with the grant's token in it. `DeliveryLost` (nothing taken)
+        when the delivery is no longer pending for its consumer; None when the lock is held
+        (the delivery extended all the same: its worker waits for the lock)."""
+
     async def renew_lock(self, key: str, owner: str, *, ttl_ms: int, now: float) -> bool:
         """Extend the lock to `now + ttl_ms` if `owner` still holds it (and it has not expired).
         False otherwise: the caller has lost the lock and must stop writing."""

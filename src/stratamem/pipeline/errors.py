@@ -18,6 +18,10 @@ class DeadLetterNotFound(PipelineError, NotFound):
     """The named dead-letter record does not exist (already requeued or purged)."""
 
 
+class DeliveryLost(PipelineError):
+    """The delivery is no longer pending for its consumer (reclaimed, or acknowledged)."""
+
+
 class RetryLater(PipelineError):
     """Raised by an executor to be retried after `delay_s` instead of the default backoff
     (e.g. an LLM endpoint answered 429 with Retry-After). Counts as one attempt."""

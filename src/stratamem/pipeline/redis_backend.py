@@ -46,7 +46,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError, WatchError
 
 from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, Types, new_dead_id, retry_timer_key
-from stratamem.pipeline.errors import BackendUnavailable, DeadLetterNotFound
+from stratamem.pipeline.errors import BackendUnavailable, DeadLetterNotFound, DeliveryLost
 from stratamem.pipeline.task import (
     DeadLetter,
     Delivery,
@@ -155,6 +155,26 @@ return 1
 """
 )
 
+# KEYS[3], KEYS[4]: the lock, its fence counter; ARGV[6..8]: the lock's owner, its TTL (ms), the
+# execution stamp (JSON with `"token": 0,` for the grant's token to go in; '' for none). The
+# delivery is extended first, even when the lock is held (its worker waits for the lock).
+# Returns the grant's token, 0 when the lock is held (false: the delivery is not ours).
+OWNED_ACQUIRE_LUA = (
+    OWNED
+    + """
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[2], 'JUSTID')
+if not redis.call('SET', KEYS[3], ARGV[6], 'NX', 'PX', ARGV[7]) then
+  return 0
+end
+local token = redis.call('INCR', KEYS[4])
+if ARGV[8] ~= '' then
+  local stamp = string.gsub(ARGV[8], '"token": 0,', '"token": ' .. token .. ',', 1)
+  redis.call('HSET', KEYS[2], ARGV[5], stamp)
+end
+return token
+"""
+)
+
 # KEYS[3], KEYS[4]: timers, timer data; ARGV[6..8]: timer key, due time, task.
 OWNED_RETRY_LUA = (
     OWNED
@@ -179,6 +199,24 @@ redis.call('ZADD', KEYS[5], seq, ARGV[6])
 return ARGV[6]
 """
 )
+
+# KEYS: the streams of the wanted types, in order; ARGV: group, consumer, count. Reads, without
+# waiting, up to `count` new entries, the first streams' first: {key index, entries} per stream
+# that had some.
+READ_NOW_LUA = """
+local left, out = tonumber(ARGV[3]), {}
+for i, key in ipairs(KEYS) do
+  if left <= 0 then break end
+  local got = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', left,
+                         'STREAMS', key, '>')
+  if got then
+    local entries = got[1][2]
+    left = left - #entries
+    table.insert(out, {i, entries})
+  end
+end
+return out
+"""
 
 # ARGV[3]: the prefix of the per-type task streams (the type is read from the task itself).
 POP_DUE_LUA = """
@@ -273,9 +311,11 @@ class RedisBackend:
         self._release = self._redis.register_script(RELEASE_LUA)
         self._set_if_earlier = self._redis.register_script(SET_IF_EARLIER_LUA)
         self._pop_due = self._redis.register_script(POP_DUE_LUA)
+        self._read_now = self._redis.register_script(READ_NOW_LUA)
         self._owned_ack = self._redis.register_script(OWNED_ACK_LUA)
         self._owned_extend = self._redis.register_script(OWNED_EXTEND_LUA)
         self._owned_stamp = self._redis.register_script(OWNED_STAMP_LUA)
+        self._owned_acquire = self._redis.register_script(OWNED_ACQUIRE_LUA)
         self._owned_retry = self._redis.register_script(OWNED_RETRY_LUA)
         self._owned_dead = self._redis.register_script(OWNED_DEAD_LUA)
         self._release_and_ack = self._redis.register_script(RELEASE_AND_ACK_LUA)
@@ -333,9 +373,10 @@ class RedisBackend:
         await self._ensure_groups(wanted)
         out = self._take_extra(consumer, count)
         try:
-            for task_type in wanted:  # oldest first within each type, without waiting
-                if len(out) < count:
-                    out += await self._read(consumer, [task_type], count - len(out), None)
+            if len(wanted) == 1 and block_ms and not out:  # a ready entry answers at once
+                return await self._read(consumer, wanted, count, block_ms)
+            if len(out) < count and wanted:  # oldest first within each type, without waiting
+                out += await self._read_ready(consumer, wanted, count - len(out))
             if out or not block_ms or not wanted:
                 return out
             got = await self._read(consumer, wanted, 1, block_ms)
@@ -351,6 +392,20 @@ class RedisBackend:
         out: list[Delivery] = []
         while extra and len(out) < count:
             out.append(extra.popleft())
+        return out
+
+    async def _read_ready(
+        self, consumer: str, types: Sequence[TaskType], count: int
+    ) -> list[Delivery]:
+        """Up to `count` ready entries of `types`, the first types' first, in one round trip."""
+        keys = [self.keys.tasks(t) for t in types]
+        reply: Any = await self._read_now(keys=keys, args=[GROUP, consumer, count])
+        out: list[Delivery] = []
+        for _index, entries in reply or []:
+            for eid, flat in entries:
+                if flat:
+                    raw = dict(zip(flat[0::2], flat[1::2], strict=True))
+                    out.append(self._delivery(eid, raw, consumer, 1))
         return out
 
     async def _read(
@@ -524,6 +579,25 @@ class RedisBackend:
         keys = [self.keys.lock(key), self.keys.fence(key)]
         token = int(await self._acquire(keys=keys, args=[owner, ttl_ms]))
         return LockGrant(key=key, owner=owner, token=token) if token else None
+
+    @_translated
+    async def acquire_for(
+        self,
+        delivery: Delivery,
+        key: str,
+        owner: str,
+        *,
+        ttl_ms: int,
+        now: float,
+        stamp: Attempt | None = None,
+    ) -> LockGrant | None:
+        keys, args = self._owned_args(delivery)
+        keys += [self.keys.lock(key), self.keys.fence(key)]
+        body = "" if stamp is None else json.dumps(replace(stamp, token=0).to_json())
+        token = await self._owned_acquire(keys=keys, args=[*args, owner, ttl_ms, body])
+        if token is None:
+            raise DeliveryLost(f"delivery {delivery.receipt} is no longer {delivery.consumer}'s")
+        return LockGrant(key=key, owner=owner, token=int(token)) if int(token) else None
 
     @_translated
     async def renew_lock(self, key: str, owner: str, *, ttl_ms: int, now: float) -> bool:

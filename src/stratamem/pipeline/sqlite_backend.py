@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from stratamem.pipeline.backend import Types
-from stratamem.pipeline.errors import BackendUnavailable
+from stratamem.pipeline.errors import BackendUnavailable, DeliveryLost
 from stratamem.pipeline.sqlite_core import BUSY_TIMEOUT_MS, SqliteCore, is_busy, translated
 from stratamem.pipeline.task import (
     DeadLetter,
@@ -204,6 +204,22 @@ class SqliteBackend:
         self, key: str, owner: str, *, ttl_ms: int, now: float
     ) -> LockGrant | None:
         return await self._call(self._core.acquire_lock, key, owner, ttl_ms, now)
+
+    async def acquire_for(
+        self,
+        delivery: Delivery,
+        key: str,
+        owner: str,
+        *,
+        ttl_ms: int,
+        now: float,
+        stamp: Attempt | None = None,
+    ) -> LockGrant | None:
+        grant = await self._call(self._core.acquire_for, delivery.receipt, (key, owner),
+                                 ttl_ms, now, stamp)  # fmt: skip
+        if grant is False:
+            raise DeliveryLost(f"delivery {delivery.receipt} is no longer {delivery.consumer}'s")
+        return grant
 
     async def renew_lock(self, key: str, owner: str, *, ttl_ms: int, now: float) -> bool:
         return await self._call(self._core.renew_lock, key, owner, ttl_ms, now)

@@ -11,8 +11,9 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from stratamem.errors import InvalidInput
 from stratamem.files import create_private
@@ -327,20 +328,28 @@ class SqliteCore:
     # locks
     def acquire_lock(self, key: str, owner: str, ttl_ms: int, now: float) -> LockGrant | None:
         with self.write() as c:
-            row = c.execute("SELECT expires_at FROM locks WHERE key = ?", (key,)).fetchone()
-            if row is not None and row[0] > now:
-                return None
-            c.execute(
-                "INSERT INTO locks (key, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (key)"
-                " DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at",
-                (key, owner, now + ttl_ms / 1000),
+            return _acquire(c, key, owner, ttl_ms, now)
+
+    def acquire_for(
+        self, receipt: str, lock: tuple[str, str], ttl_ms: int, now: float, stamp: Attempt | None
+    ) -> LockGrant | Literal[False] | None:
+        """`extend`, `acquire_lock` and `stamp` (with the grant's token) in one transaction;
+        False when the delivery is no longer its consumer's."""
+        seq, token = _parse_receipt(receipt)
+        with self.write() as c:
+            cur = c.execute(
+                "UPDATE tasks SET leased_at = ? WHERE seq = ? AND lease_token = ?",
+                (now, seq, token),
             )
-            (token,) = c.execute(
-                "INSERT INTO lock_fences (key, token) VALUES (?, 1) ON CONFLICT (key)"
-                " DO UPDATE SET token = token + 1 RETURNING token",
-                (key,),
-            ).fetchone()
-        return LockGrant(key=key, owner=owner, token=int(token))
+            if cur.rowcount != 1:
+                return False
+            grant = _acquire(c, *lock, ttl_ms, now)
+            if grant is not None and stamp is not None:
+                c.execute(
+                    "UPDATE tasks SET stamp = ? WHERE seq = ?",
+                    (json.dumps(replace(stamp, token=grant.token).to_json()), seq),
+                )
+        return grant
 
     def renew_lock(self, key: str, owner: str, ttl_ms: int, now: float) -> bool:
         with self.write() as c:
@@ -583,3 +592,22 @@ def _dead_seq(c: sqlite3.Connection, dead_id: str, tenant: str | None) -> int:
     if row is None:
         raise DeadLetterNotFound(f"no dead letter {dead_id!r} to page after")
     return int(row[0])
+
+
+def _acquire(
+    c: sqlite3.Connection, key: str, owner: str, ttl_ms: int, now: float
+) -> LockGrant | None:
+    row = c.execute("SELECT expires_at FROM locks WHERE key = ?", (key,)).fetchone()
+    if row is not None and row[0] > now:
+        return None
+    c.execute(
+        "INSERT INTO locks (key, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (key)"
+        " DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at",
+        (key, owner, now + ttl_ms / 1000),
+    )
+    (token,) = c.execute(
+        "INSERT INTO lock_fences (key, token) VALUES (?, 1) ON CONFLICT (key)"
+        " DO UPDATE SET token = token + 1 RETURNING token",
+        (key,),
+    ).fetchone()
+    return LockGrant(key=key, owner=owner, token=int(token))

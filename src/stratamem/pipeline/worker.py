@@ -4,19 +4,21 @@ One delivery goes through `Worker.handle`:
 0. a redelivery of a task whose previous execution started (`Delivery.stamp`) is looked up
    first: when that execution's authentic receipt is in the store, its result cascades and the
    delivery is acknowledged without running the task again (`Outcome.RECOVERED`);
-1. take the task's lock (see `timers.lock_key_for`); on conflict wait locally with backoff
+1. take the task's lock (see `timers.lock_key_for`) while checking the delivery is still ours
+   and extending it (`PipelineBackend.acquire_for`, one round trip, which also stamps the
+   delivery when the registry keeps no execution log); on conflict wait locally with backoff
    (200 ms, times 3, capped at 5 s) until one lock TTL has passed, then drop and ack the task
    (a type its part registered `WhenBusy.SKIP`, as offload's diagram task, is skipped at once);
    its work is still owed in the store, where the backlog scheduler finds it again
    (`pipeline.scheduler`);
-2. check the delivery is still ours (`extend`: a start recorded for a reclaimed delivery would
-   fence its new owner's execution), record the execution's start in the execution log, when the
-   registry has one (`stratamem.store.evidence.executions`: it records the lock's token as a
-   fence, fences the open executions of the task and lock, and refuses a start under a stale
-   token), stamp the delivery with it (`Attempt`: attempt, delivery count, fencing token,
-   worker, start time; `PipelineBackend.stamp`, which also checks the delivery is still ours),
-   then run the executor while a keeper heartbeats the delivery and then renews the lock every
-   quarter of the TTL; if either fails or errors, the executor is cancelled at once, the lock
+2. check the delivery is still ours (`extend`, for a lockless task; a start recorded for a
+   reclaimed delivery would fence its new owner's execution), record the execution's start in the
+   execution log, when the registry has one (`stratamem.store.evidence.executions`: it records the
+   lock's token as a fence, fences the open executions of the task and lock, and refuses a start
+   under a stale token), stamp the delivery with it (`Attempt`: attempt, delivery count, fencing
+   token, worker, start time; `PipelineBackend.stamp`, which also checks the delivery is still
+   ours), then run the executor while a keeper heartbeats the delivery and then renews the lock
+   every quarter of the TTL; if either fails or errors, the executor is cancelled at once, the lock
    released and the task neither acknowledged nor cascaded (another worker will take it over);
    when the store refuses the start or a fenced write because it holds a token above the
    backend's counter (the backend lost its state: a Redis restart), or holds the grant's very
@@ -48,6 +50,7 @@ import logging
 import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from enum import StrEnum
 
 from stratamem.cancelling import cancel_and_wait
@@ -61,7 +64,12 @@ from stratamem.errors import (
     Throttled,
 )
 from stratamem.pipeline.backend import PipelineBackend
-from stratamem.pipeline.errors import DeadLetterNotFound, RetryLater, UnknownTaskType
+from stratamem.pipeline.errors import (
+    DeadLetterNotFound,
+    DeliveryLost,
+    RetryLater,
+    UnknownTaskType,
+)
 from stratamem.pipeline.executors import (
     ExecResult,
     ExecutionContext,
@@ -153,19 +161,18 @@ class Worker:
         if delivery.stamp is not None and await self._finished_before(delivery):
             return Outcome.RECOVERED
         lock_key = lock_key_for(task, self.settings.lock_scope)
-        grant = None
-        if lock_key is not None:
-            grant = await self._acquire(delivery, lock_key)
-            if grant is None:
-                return await self._on_conflict(delivery)
+        taken = await self._take_lock(delivery, lock_key)
+        if isinstance(taken, Outcome):
+            return taken
+        grant, stamped = taken
         try:
-            attempt = await self._start(delivery, lock_key, grant)
+            attempt = stamped or await self._start(delivery, lock_key, grant)
         except StaleFencingToken as exc:
             return await self._refused(delivery, grant, exc)
         except Exception as exc:  # noqa: BLE001 - the store's error: the task fails, as an executor's
             await self._release(grant)
             return await self._fail(delivery, exc)
-        if attempt is None or not await self._stamped(delivery, attempt):
+        if attempt is None or (stamped is None and not await self._stamped(delivery, attempt)):
             return await self._on_stale(delivery, grant, "it was reclaimed before it started")
         now = attempt.started_at
         executed = self.metrics.executed
@@ -178,20 +185,36 @@ class Worker:
         finally:
             self.metrics.running.pop(task.id, None)
 
+    async def _take_lock(
+        self, delivery: Delivery, lock_key: str | None
+    ) -> Outcome | tuple[LockGrant | None, Attempt | None]:
+        """The task's lock and the stamp taken with it (`_acquire`; nothing for a lockless
+        task), or the outcome of a delivery that cannot start: its lock stayed busy, or it is
+        no longer ours."""
+        if lock_key is None:
+            return None, None
+        try:
+            grant, stamped = await self._acquire(delivery, lock_key)
+        except DeliveryLost:
+            return await self._on_stale(delivery, None, "it was reclaimed before it started")
+        if grant is None:
+            return await self._on_conflict(delivery)
+        return grant, stamped
+
     async def _start(
         self, delivery: Delivery, lock_key: str | None, grant: LockGrant | None
     ) -> Attempt | None:
         """This execution, recorded in the execution log if there is one (which sets its start
         time, and refuses it when a newer token of its lock started). None when the delivery
         is no longer ours: that is checked first, as recording the start fences the open
-        executions of the task, which would include its new owner's."""
-        if not await self.backend.extend(delivery, now=self.clock.now()):
-            return None
+        executions of the task, which would include its new owner's (a grant was taken with
+        that check, `acquire_for`; without a log, the stamp checks it)."""
         task, token = delivery.task, None if grant is None else grant.token
         executions = self.executors.executions
         if executions is None:
-            return Attempt(task.id, task.attempt, delivery.deliveries, token, self.name,
-                           self.clock.now())  # fmt: skip
+            return self._attempt(delivery, token)
+        if grant is None and not await self.backend.extend(delivery, now=self.clock.now()):
+            return None
         start = ExecutionStart(task.id, task.type.value, task.session, lock_key, task.attempt,
                                delivery.deliveries, token, self.name,
                                None if grant is None else grant.owner)  # fmt: skip
@@ -236,21 +259,35 @@ class Worker:
                      task.id)  # fmt: skip
         return True
 
-    async def _acquire(self, delivery: Delivery, key: str) -> LockGrant | None:
+    def _attempt(self, delivery: Delivery, token: int | None) -> Attempt:
+        task = delivery.task
+        return Attempt(task.id, task.attempt, delivery.deliveries, token, self.name,
+                       self.clock.now())  # fmt: skip
+
+    async def _acquire(
+        self, delivery: Delivery, key: str
+    ) -> tuple[LockGrant | None, Attempt | None]:
+        """The lock (None: it stayed busy), taken while checking and extending the delivery
+        (`DeliveryLost`); without an execution log the delivery is stamped in the same step,
+        and that stamp is returned (with the grant's token)."""
         owner = f"{self.name}:{delivery.task.id}:{uuid.uuid4().hex[:8]}"
         ttl_ms = self.settings.lock_ttl_ms
         deadline = self.clock.now() + self.settings.lock_wait_s
         backoff = self.settings.lock_backoff_initial_s
+        early = self.executors.executions is None
         while True:
             now = self.clock.now()
-            grant = await self.backend.acquire_lock(key, owner, ttl_ms=ttl_ms, now=now)
-            if grant is not None or self._skips(delivery) or now >= deadline:
-                return grant
+            stamp = self._attempt(delivery, None) if early else None
+            grant = await self.backend.acquire_for(delivery, key, owner, ttl_ms=ttl_ms, now=now,
+                                                   stamp=stamp)  # fmt: skip
+            if grant is not None:
+                return grant, None if stamp is None else replace(stamp, token=grant.token)
+            if self._skips(delivery) or now >= deadline:
+                return None, None
             await self._sleep(min(backoff, deadline - now))
             backoff = min(
                 backoff * self.settings.lock_backoff_factor, self.settings.lock_backoff_cap_s
             )
-            await self.backend.extend(delivery, now=self.clock.now())
 
     def _skips(self, delivery: Delivery) -> bool:
         """Whether a busy lock skips the task at once (`WhenBusy.SKIP`) instead of waiting."""
