@@ -148,7 +148,7 @@ class Worker:
         self._reclaimed: asyncio.Queue[tuple[Delivery, float]] = asyncio.Queue()
         self._stopping = asyncio.Event()
         self._idle_consumers = 0
-        self._free = FreeSignal(backend, self.executors.types)
+        self._free = FreeSignal(backend, self.executors.types, sleep)
         self._healed_through = float("-inf")  # dead letters looked at up to this answer
         self._heal_looked_at = float("-inf")
 
