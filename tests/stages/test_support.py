@@ -43,11 +43,19 @@ def test_faithful_memories_pass(content: str, said: str) -> None:
         ("Maria is vegetarian.", "We had pasta.", "copies the prompt"),
         ("Always answer Maria in short bullet points", "hello", "copies the prompt"),
         ("Priya is training for the Berlin marathon.", "What should I cook?", "not supported"),
+        ("Priya (user)", "Hi, I'm Priya.", "nothing but a name"),
+        ("Priya: You too!", "You too!", "nothing but a name"),
     ],
 )
 def test_unsupported_memories_are_refused(content: str, said: str, why: str) -> None:
     problem = support_problem(content, Cited((turn(said),)))
     assert problem is not None and why in problem
+
+
+@pytest.mark.parametrize("content", ["Priya is 34.", "Priya moved in 2019.", "Priya on Friday"])
+def test_a_name_with_a_number_or_a_time_is_a_fact(content: str) -> None:
+    said = "I'm 34, I moved here in 2019 and I'm off on Friday"
+    assert support_problem(content, Cited((turn(said),))) is None
 
 
 def test_the_prompts_example_passes_where_the_turn_says_it() -> None:

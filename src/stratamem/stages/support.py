@@ -8,6 +8,7 @@ proposed memory is checked against the turns it cites, cheaply and locally (no m
   or examples (`stratamem/prompts/*.md`), and not from the cited turns, is refused;
 - **whose turn**: a memory must cite a user's turn, or an assistant's turn that the user
   confirmed in the next turn ("yes", "right" …); an assistant's suggestion is not the user's fact;
+- **a fact**: a memory of nothing but names and function words ("Tomás (user)") is refused;
 - **support**: enough of the memory's content words (names included; dates, numbers and function
   words aside) appear in the cited turns (or are a cited speaker's name), compared by a light
   stem; `min_support` is the share that must, measured on LoCoMo (docs in the grounding note).
@@ -103,6 +104,8 @@ def support_problem(
             f"cites only {'/'.join(roles)} turns: a memory must cite the user's own turn"
             " (or an assistant's turn the user confirmed)"
         )
+    if _only_names(content, grounds, cited.names):
+        return "says nothing but a name (no fact, number or time in it): not a memory"
     copied = _copied_from_prompt(content, said, prompts)
     if copied:
         return f"copies the prompt's own text ({copied!r}), which the cited turns do not say"
@@ -187,6 +190,16 @@ def _grounding_turns(cited: Cited) -> list[Turn]:
         elif after is not None and after.role is Role.USER and _CONFIRM.search(after.text):
             grounds += [turn, after]
     return grounds
+
+
+def _only_names(content: str, turns: Sequence[Turn], names: Iterable[str]) -> bool:
+    """Whether `content` holds no word but people's names and function words, and no number or
+    time: "Tomás (user)" names someone and says nothing of them."""
+    if _names_a_time(content):
+        return False
+    known = {stem for name in names for stem in _stems(name)}
+    known.update(stem for turn in turns for stem in _stems(turn.speaker or ""))
+    return all(word in known for word in content_words(content))
 
 
 def _markup_not_said(content: str, said: str) -> str | None:
