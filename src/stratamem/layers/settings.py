@@ -101,7 +101,8 @@ class LayerSettings(BaseSettings):
         300.0,
         ge=0,
         description="Changes too few for L2 or L3 to run on (`l2_min_novel`, `l3_min_memories`)"
-        " are consolidated once the tenant wrote none for this long.",
+        " are consolidated once the tenant wrote none and said nothing for this long (L2: no"
+        " memory and no turn; L3: no scene).",
     )
     max_profile_chars: int = Field(1200, ge=100, description="Longest profile document.")
 
