@@ -532,3 +532,21 @@ async def test_acquire_for_a_reclaimed_delivery_takes_nothing(harness: Harness) 
         await b.acquire_for(old, "k", "w1", ttl_ms=30_000, now=now + 62)
     grant = await b.acquire_for(new, "k", "w2", ttl_ms=30_000, now=now + 62)
     assert grant is not None and grant.owner == "w2"
+
+
+async def test_release_ack_and_consume_hands_the_consumer_its_next_task(harness: Harness) -> None:
+    b, now = harness.backend, harness.clock.now()
+    await b.enqueue(l1("s1"), now=now)
+    await b.enqueue(l1("s2"), now=now + 1)
+    [d] = await b.consume("c1", count=1, block_ms=0, now=now)
+    grant = await b.acquire_lock("k", "w1", ttl_ms=30_000, now=now)
+    acked, got = await b.release_ack_and_consume(d, grant, consumer="c1", now=now)
+    assert acked and [(n.task.session, n.consumer) for n in got] == [("s2", "c1")]
+    assert await b.acquire_lock("k", "w2", ttl_ms=30_000, now=now) is not None  # released
+    assert await b.consume("c2", count=1, block_ms=0, now=now) == []  # s2 is c1's
+    assert await b.ack(d) is False
+    again, none = await b.release_ack_and_consume(d, None, consumer="c1", now=now)
+    assert (again, none) == (False, [])  # no longer pending: nothing acked, nothing ready
+    last, after = await b.release_ack_and_consume(got[0], None, consumer="c1", now=now)
+    assert (last, after) == (True, [])
+    assert (await b.depth()).in_flight == 0

@@ -71,6 +71,14 @@ class PipelineBackend(Protocol):
         """`release_lock(grant.key, grant.owner)` (when `grant` is given), then `ack(delivery)`,
         in one round trip. Returns what `ack` would."""
 
+    async def release_ack_and_consume(
+        self, delivery: Delivery, grant: LockGrant | None, *, consumer: str, now: float,
+        types: Types = None,
+    ) -> tuple[bool, list[Delivery]]:
+        """`release_and_ack(delivery, grant)`, then `consume(consumer, count=1, block_ms=0,
+        types=types)`, in one round trip: what `release_and_ack` returns, and the next ready
+        task handed to `consumer` (pending for it, as `consume` hands it), if any."""
+
     async def extend(self, delivery: Delivery, *, now: float) -> bool:
         """Heartbeat: reset the idle time of a pending delivery so `reclaim` leaves it alone.
 

@@ -137,6 +137,32 @@ if KEYS[3] ~= '' and redis.call('GET', KEYS[3]) == ARGV[6] then
 end
 """ + OWNED_ACK_LUA
 
+# KEYS[4..]: the streams to read the next entry from, in order; ARGV[7], ARGV[8]: its reader,
+# how many. Returns {acked, {key index, entries} per stream that had some}.
+RELEASE_ACK_AND_READ_LUA = """
+if KEYS[3] ~= '' and redis.call('GET', KEYS[3]) == ARGV[6] then
+  redis.call('DEL', KEYS[3])
+end
+local acked = 0
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if #p == 1 and p[1][2] == ARGV[3] and tonumber(p[1][4]) == tonumber(ARGV[4]) then
+""" + DONE + """
+  acked = 1
+end
+local left, out = tonumber(ARGV[8]), {}
+for i = 4, #KEYS do
+  if left <= 0 then break end
+  local got = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[7], 'COUNT', left,
+                         'STREAMS', KEYS[i], '>')
+  if got then
+    local entries = got[1][2]
+    left = left - #entries
+    table.insert(out, {i, entries})
+  end
+end
+return {acked, out}
+"""
+
 OWNED_EXTEND_LUA = (
     OWNED
     + """
@@ -319,6 +345,7 @@ class RedisBackend:
         self._owned_retry = self._redis.register_script(OWNED_RETRY_LUA)
         self._owned_dead = self._redis.register_script(OWNED_DEAD_LUA)
         self._release_and_ack = self._redis.register_script(RELEASE_AND_ACK_LUA)
+        self._release_ack_and_read = self._redis.register_script(RELEASE_ACK_AND_READ_LUA)
         self._groups: set[TaskType] = set()
         # Entries one blocking read over several streams returned beyond `count`: they are
         # pending for their consumer already, and handed to it first at its next `consume`.
@@ -400,13 +427,7 @@ class RedisBackend:
         """Up to `count` ready entries of `types`, the first types' first, in one round trip."""
         keys = [self.keys.tasks(t) for t in types]
         reply: Any = await self._read_now(keys=keys, args=[GROUP, consumer, count])
-        out: list[Delivery] = []
-        for _index, entries in reply or []:
-            for eid, flat in entries:
-                if flat:
-                    raw = dict(zip(flat[0::2], flat[1::2], strict=True))
-                    out.append(self._delivery(eid, raw, consumer, 1))
-        return out
+        return _entries(self, reply, consumer)
 
     async def _read(
         self, consumer: str, types: Sequence[TaskType], count: int, block_ms: int | None
@@ -436,6 +457,21 @@ class RedisBackend:
         lock = "" if grant is None else self.keys.lock(grant.key)
         owner = "" if grant is None else grant.owner
         return bool(await self._release_and_ack(keys=[*keys, lock], args=[*args, owner]) == 1)
+
+    @_translated
+    async def release_ack_and_consume(
+        self, delivery: Delivery, grant: LockGrant | None, *, consumer: str, now: float,
+        types: Types = None,
+    ) -> tuple[bool, list[Delivery]]:
+        wanted = _types(types)
+        await self._ensure_groups(wanted)
+        keys, args = self._owned_args(delivery)
+        lock = "" if grant is None else self.keys.lock(grant.key)
+        owner = "" if grant is None else grant.owner
+        keys += [lock, *(self.keys.tasks(t) for t in wanted)]
+        acked, reply = await self._release_ack_and_read(keys=keys,
+                                                        args=[*args, owner, consumer, 1])
+        return int(acked) == 1, _entries(self, reply, consumer)
 
     @_translated
     async def extend(self, delivery: Delivery, *, now: float) -> bool:
@@ -801,6 +837,17 @@ def _client(url: str, timeout_s: float) -> aioredis.Redis:
         url, decode_responses=False, socket_timeout=timeout_s,
         socket_connect_timeout=COMMAND_TIMEOUT_S, retry=retry,
     )  # fmt: skip
+
+
+def _entries(backend: RedisBackend, reply: Any, consumer: str) -> list[Delivery]:
+    """The deliveries of a script's reads: {key index, entries} per stream read."""
+    out: list[Delivery] = []
+    for _index, entries in reply or []:
+        for eid, flat in entries:
+            if flat:
+                raw = dict(zip(flat[0::2], flat[1::2], strict=True))
+                out.append(backend._delivery(eid, raw, consumer, 1))
+    return out
 
 
 def _stamp_field(task_type: TaskType, entry_id: str) -> str:

@@ -167,6 +167,13 @@ class SqliteBackend:
     async def release_and_ack(self, delivery: Delivery, grant: LockGrant | None) -> bool:
         return await self._call(self._core.release_and_ack, delivery.receipt, grant)
 
+    async def release_ack_and_consume(
+        self, delivery: Delivery, grant: LockGrant | None, *, consumer: str, now: float,
+        types: Types = None,
+    ) -> tuple[bool, list[Delivery]]:
+        acked = await self.release_and_ack(delivery, grant)
+        return acked, await self.consume(consumer, count=1, block_ms=0, now=now, types=types)
+
     async def extend(self, delivery: Delivery, *, now: float) -> bool:
         return await self._call(self._core.extend, delivery.receipt, now)
 

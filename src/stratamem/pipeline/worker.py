@@ -25,13 +25,14 @@ One delivery goes through `Worker.handle`:
    token from another owner (the counter granted it twice), the counter is raised to it and the
    task is put back at once without spending an attempt (`pipeline.fencing.behind_the_store`);
 3. record the execution's end in the log (before the lock is released); on success: the
-   registry's cascade (`ExecutorRegistry.cascade`: the layers' L1 -> L2 -> L3)
-   (still under the lock), release, enqueue what the executor asked for
-   after release, ack; on failure: release, then retry with backoff 5 s · 3^attempt up to the
-   retry limit, then a dead letter with the error and the session's timers cleared. A failure
+   registry's cascade (`ExecutorRegistry.cascade`: the layers' L1 -> L2 -> L3) (still under the
+   lock), release, enqueue what the executor asked for after release, ack (with nothing to
+   enqueue, release and ack take the consumer's next ready task in the same round trip,
+   `release_ack_and_consume`); on failure: release, then retry with backoff 5 s · 3^attempt up to
+   the retry limit, then a dead letter with the error and the session's timers cleared. A failure
    that is `Postponed` (a service known down, e.g. an LLM endpoint's open circuit breaker) puts
-   the task back after the wait it names without spending an attempt. Retry, dead letter and
-   ack are owner-checked: when the delivery was reclaimed meanwhile they change nothing and the
+   the task back after the wait it names without spending an attempt. Retry, dead letter and ack
+   are owner-checked: when the delivery was reclaimed meanwhile they change nothing and the
    outcome is `ABORTED`.
 
 The worker consumes and reclaims only the task types its registry runs (routing). Its consumers
@@ -149,6 +150,8 @@ class Worker:
         self._stopping = asyncio.Event()
         self._idle_consumers = 0
         self._free = FreeSignal(backend, self.executors.types, sleep)
+        # a consumer's next delivery, taken with the ack of its last (`release_ack_and_consume`)
+        self._next_for: dict[str, list[Delivery]] = {}
         self._healed_through = float("-inf")  # dead letters looked at up to this answer
         self._heal_looked_at = float("-inf")
 
@@ -425,6 +428,11 @@ class Worker:
             for follow_up in ctx.after_release:
                 await self.backend.enqueue(follow_up, now=now)
             await self.backend.ack(delivery)
+        elif delivery.consumer in self._next_for and not self._stopping.is_set():
+            _, got = await self.backend.release_ack_and_consume(
+                delivery, grant, consumer=delivery.consumer, now=now, types=self.executors.types()
+            )
+            self._next_for[delivery.consumer] = got
         else:
             await self.backend.release_and_ack(delivery, grant)
         if res.skipped:
@@ -594,7 +602,10 @@ class Worker:
         return requeued
 
     async def _consume_loop(self, consumer: str) -> None:
-        while not self._stopping.is_set():
+        """Take and handle deliveries until the worker stops (the delivery its last ack took is
+        handled first, even then: it is pending for this consumer)."""
+        self._next_for[consumer] = []
+        while not self._stopping.is_set() or self._next_for[consumer]:
             try:
                 self._idle_consumers += 1
                 try:
@@ -612,9 +623,12 @@ class Worker:
 
     async def _next(self, consumer: str) -> list[tuple[Delivery, float]]:
         """The next deliveries with their lease time (the `now` the backend leased them at)."""
+        now = self.clock.now()
+        taken, self._next_for[consumer] = self._next_for[consumer], []
+        if taken:
+            return [(delivery, now) for delivery in taken]
         if not self._reclaimed.empty():
             return [self._reclaimed.get_nowait()]
-        now = self.clock.now()
         got = await self.backend.consume(
             consumer, count=1, block_ms=self.settings.consume_block_ms, now=now,
             types=self.executors.types(),
