@@ -17,7 +17,9 @@ diagram), had windows that overlapped; every commit lies inside its execution's 
 grow in the order executions started; only killed workers left an execution open. The LLM calls of
 each stage, counted on the scripted endpoint, are at most the executions of its task type
 (every task, retry and redelivery that started, a killed worker's included); offload-l2,
-which asks once per task diagram of its session, at most that many times its executions.
+which asks once per task diagram of its session, at most that many times its executions;
+offload-l15, which asks again when a conflict changed what it was shown, at most
+`cas_attempts` times its executions.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from stratamem.clock import SystemClock
 from stratamem.config import Settings
 from stratamem.core import AsyncMemory
 from stratamem.domain import Scope
-from stratamem.offload import Offload, ToolPair
+from stratamem.offload import Offload, OffloadSettings, ToolPair
 from stratamem.offload.executors import PipelineScheduler
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.redis_backend import RedisBackend
@@ -304,6 +306,9 @@ def test_nothing_owed_is_lost_under_chaos(cluster: Cluster, scripted_llm: Script
     diagrams = {session: len(cluster.offload_store.list_diagrams(Scope(tenant), session))
                 for tenant, session in SESSIONS}  # fmt: skip
     paid_for["offload-l2"] = sum(diagrams[r.session or ""] for r in runs if r.type == "offload-l2")
+    # an L1.5 judgment whose boundary moved under it while what it was shown changed (a tool
+    # result arrived) asks again within its execution, at most cas_attempts times
+    paid_for["offload-l15"] *= OffloadSettings().cas_attempts
     for stage in ("L1", "L2", "L3", "offload-l1", "offload-l15", "offload-l2"):
         assert 0 < len(scripted_llm.calls(stage)) <= paid_for[stage], (stage, paid_for)
 
