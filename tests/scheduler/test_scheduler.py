@@ -192,3 +192,27 @@ async def test_a_pass_that_spends_its_whole_budget_is_followed_sooner(rig: Rig) 
             await rig.drain()
     assert waits == [FOLLOW_UP_SHARE, 1.0, 1.0, 1.0]  # 4 of 4; none twice (queue full); 2 of 4
     assert next_pass_in_s(None, scheduler.settings) == interval  # not the active scheduler
+
+
+async def test_an_idle_scheduler_rewrites_its_snapshot_once_a_renewal_not_every_pass(
+    rig: Rig,
+) -> None:
+    """Nothing owed: the snapshot says the same pass after pass, so it is written again only
+    when a lease renewal's time (a third of the lease) has passed; an idle serve wrote every
+    kind's part every second. A change is written at the next pass."""
+    loop = SchedulerLoop(rig.scheduler(scheduler_lease_ms=15_000), rig.clock, "idle")
+    await loop.tick()
+    first = await read_snapshot(rig.backend)
+    assert first is not None
+    for _ in range(4):  # 4 s: within the 5 s refresh
+        rig.clock.advance(1)
+        await loop.tick()
+    assert (await read_snapshot(rig.backend) or {})["updated_at"] == first["updated_at"]
+    rig.clock.advance(1.5)
+    await loop.tick()
+    assert (await read_snapshot(rig.backend) or {})["updated_at"] == rig.clock.now()
+    rig.add("s1")  # owed work: the counters change, the part is written at once
+    rig.clock.advance(1)
+    await loop.tick()
+    changed = await read_snapshot(rig.backend) or {}
+    assert changed["updated_at"] == rig.clock.now() and changed["submitted"] == 1

@@ -421,6 +421,7 @@ class SchedulerLoop:
         self._held: dict[str, float] = {}  # lease -> when it was last taken or renewed
         self._tried: dict[str, float] = {}  # lease not held -> when it was last asked for
         self._published: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
+        self._parts: dict[str, tuple[str, float]] = {}  # lease -> (part written, when)
         self.last_held: set[str] = set()
         """The leases held at the last `tick` (kept after `release`)."""
 
@@ -566,18 +567,29 @@ class SchedulerLoop:
         if held == last_held and now - last_at < self.settings.scheduler_interval_s:
             return
         self._published = (now, held)
-        base = {"owner": self.owner, "updated_at": now}
         snapshot = self.scheduler.snapshot()
         for name in sorted(held):
             if name == RETENTION and self.pruner is not None:
-                part = {**base, **self.pruner.counters.as_dict()}
+                part: dict[str, Any] = {"owner": self.owner, **self.pruner.counters.as_dict()}
             else:
-                part = {**base, **{k: snapshot[k] for k in SNAPSHOT_COUNTERS},
+                part = {"owner": self.owner, **{k: snapshot[k] for k in SNAPSHOT_COUNTERS},
                         "backlog": snapshot["backlog"].get(name)}  # fmt: skip
-            with contextlib.suppress(*PASS_ERRORS):
-                await self.scheduler.backend.state_set(
-                    SCHEDULER_SCOPE, SNAPSHOT_PREFIX + name, json.dumps(part)
-                )
+            await self._publish_part(name, part, now)
+
+    async def _publish_part(self, name: str, part: dict[str, Any], now: float) -> None:
+        """Write one lease's part, unless it says what it said when last written (the passes
+        run aside) within a lease renewal's time: an idle deployment wrote every part every
+        interval (10 parts a second on SQLite, most of an idle serve's writes)."""
+        body = json.dumps({k: v for k, v in part.items() if k != "passes"}, sort_keys=True)
+        last = self._parts.get(name)
+        refresh_s = RENEW_SHARE * self.settings.scheduler_lease_ms / 1000
+        if last is not None and last[0] == body and now - last[1] < refresh_s:
+            return
+        with contextlib.suppress(*PASS_ERRORS):
+            await self.scheduler.backend.state_set(
+                SCHEDULER_SCOPE, SNAPSHOT_PREFIX + name, json.dumps({**part, "updated_at": now})
+            )
+            self._parts[name] = (body, now)
 
 
 async def read_snapshot(backend: PipelineBackend) -> dict[str, Any] | None:
