@@ -18,15 +18,18 @@ from stratamem.api import ServerSettings, Services, create_app
 from stratamem.clock import ManualClock
 from stratamem.core import AsyncMemory
 from stratamem.pipeline.errors import BackendUnavailable
-from stratamem.pipeline.redis_backend import RedisBackend
+from stratamem.pipeline.redis_backend import COMMAND_TIMEOUT_S, RedisBackend
 from stratamem.pipeline.task import Task, TaskType
 
 from .conftest import ADMIN_KEY, core_settings, new_caller
 
 pytestmark = pytest.mark.redis
 REDIS = ("127.0.0.1", 6379)
-#: The bound the routes must answer within (the backend's command timeout is 1.5 s).
-ANSWER_WITHIN_S = 2.0
+#: The bound the routes must answer within: the backend's command timeout (1.5 s) and room for
+#: the route's own work on a loaded machine (CI runs two test processes on two cores; at 2 s
+#: the route once took longer, and the cancelled request answered 503 shutting_down). What is
+#: proven is a bound of one command's timeout, against the 15-25 s of the library's retries.
+ANSWER_WITHIN_S = COMMAND_TIMEOUT_S + 2.5
 
 
 class StallingProxy:
@@ -95,7 +98,7 @@ async def test_a_stalled_redis_fails_a_command_within_the_bound(proxy: StallingP
         await backend.close()
 
 
-async def test_routes_that_need_a_stalled_redis_answer_503_within_two_seconds(
+async def test_routes_that_need_a_stalled_redis_answer_503_within_a_commands_bound(
     proxy: StallingProxy, tmp_path: Path
 ) -> None:
     memory = AsyncMemory.open(core_settings(tmp_path), clock=ManualClock(), llm=None)
