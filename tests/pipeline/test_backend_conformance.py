@@ -204,6 +204,23 @@ async def test_expired_lock_is_taken_over_with_a_greater_token(harness: Harness)
     assert await b.renew_lock("k", "w2", ttl_ms=30_000, now=later) is True
 
 
+async def test_locks_renewed_together_say_which_were_still_held(harness: Harness) -> None:
+    """`renew_locks`, one write for a scheduler's leases: each key as `renew_lock` would."""
+    b, now = harness.backend, harness.clock.now()
+    day_ms = 86_400_000  # outlives the lapse (SQLite's harness lapses locks by its clock)
+    for key, owner in (("mine", "w1"), ("lapsed", "w1"), ("theirs", "w2")):
+        ttl_ms = 30_000 if key == "lapsed" else day_ms
+        assert await b.acquire_lock(key, owner, ttl_ms=ttl_ms, now=now) is not None
+    await harness.lapse_lock("lapsed")
+    later = harness.clock.now()
+    keys = ["mine", "lapsed", "theirs", "never"]
+    assert await b.renew_locks(keys, "w1", ttl_ms=30_000, now=later) == {"mine"}
+    assert await b.renew_locks([], "w1", ttl_ms=30_000, now=later) == set()
+    assert await b.acquire_lock("lapsed", "w2", ttl_ms=30_000, now=later) is not None
+    assert await b.renew_lock("mine", "w1", ttl_ms=30_000, now=later) is True
+    assert await b.renew_lock("theirs", "w2", ttl_ms=30_000, now=later) is True
+
+
 async def test_fence_tokens_are_per_key(harness: Harness) -> None:
     b, now = harness.backend, harness.clock.now()
     a = await b.acquire_lock("a", "w", ttl_ms=1000, now=now)

@@ -31,7 +31,7 @@ moved to the dead letters (a poison task that kills its worker every time).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Protocol
 
 from stratamem.pipeline.task import (
@@ -155,6 +155,12 @@ class PipelineBackend(Protocol):
     async def renew_lock(self, key: str, owner: str, *, ttl_ms: int, now: float) -> bool:
         """Extend the lock to `now + ttl_ms` if `owner` still holds it (and it has not expired).
         False otherwise: the caller has lost the lock and must stop writing."""
+
+    async def renew_locks(
+        self, keys: Sequence[str], owner: str, *, ttl_ms: int, now: float
+    ) -> set[str]:
+        """`renew_lock` of each of `keys` for `owner`, in one write (one transaction on SQLite,
+        one round trip on Redis): the keys renewed; the others were lost."""
 
     async def release_lock(self, key: str, owner: str) -> bool:
         """Release the lock if `owner` holds it; False if it was not held by `owner`."""

@@ -640,6 +640,16 @@ class RedisBackend:
         return int(await self._renew(keys=[self.keys.lock(key)], args=[owner, ttl_ms])) == 1
 
     @_translated
+    async def renew_locks(
+        self, keys: Sequence[str], owner: str, *, ttl_ms: int, now: float
+    ) -> set[str]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                await self._renew(keys=[self.keys.lock(key)], args=[owner, ttl_ms], client=pipe)
+            replies = await pipe.execute()
+        return {key for key, reply in zip(keys, replies, strict=True) if int(reply) == 1}
+
+    @_translated
     async def release_lock(self, key: str, owner: str) -> bool:
         return int(await self._release(keys=[self.keys.lock(key)], args=[owner])) == 1
 

@@ -522,23 +522,33 @@ class SchedulerLoop:
 
     async def _hold_leases(self) -> None:
         now = self.clock.now()
+        await self._renew_due(now)
         for name in self.leases():
-            await self._hold(name, now)
+            if name not in self._held:
+                await self._hold(name, now)
 
-    async def _hold(self, name: str, now: float) -> None:
-        """Renew the lease `name` when due, or ask for it (at most once an interval)."""
-        backend, key = self.scheduler.backend, lease_key(name)
+    async def _renew_due(self, now: float) -> None:
+        """Renew, in one write, the held leases a renewal is due for (a third of the TTL since
+        the last); a lease not renewed was lost, and its kinds forget their state."""
         ttl_ms = self.settings.scheduler_lease_ms
-        renewed = self._held.get(name)
-        if renewed is not None:
-            if now - renewed < RENEW_SHARE * ttl_ms / 1000:
-                return
-            if await backend.renew_lock(key, self.owner, ttl_ms=ttl_ms, now=now):
+        due = [name for name, at in self._held.items() if now - at >= RENEW_SHARE * ttl_ms / 1000]
+        if not due:
+            return
+        renewed = await self.scheduler.backend.renew_locks(
+            [lease_key(name) for name in due], self.owner, ttl_ms=ttl_ms, now=now
+        )
+        for name in due:
+            if lease_key(name) in renewed:
                 self._held[name] = now
-                return
+                continue
             log.warning("backlog scheduler %s lost its lease of %s", self.owner, name)
             del self._held[name]
             self.scheduler.reset([name])
+
+    async def _hold(self, name: str, now: float) -> None:
+        """Ask for the lease `name` (at most once an interval)."""
+        backend, key = self.scheduler.backend, lease_key(name)
+        ttl_ms = self.settings.scheduler_lease_ms
         if now - self._tried.get(name, float("-inf")) < self.settings.scheduler_interval_s:
             return
         self._tried[name] = now

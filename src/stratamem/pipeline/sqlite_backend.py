@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import sqlite3
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
@@ -230,6 +230,11 @@ class SqliteBackend:
 
     async def renew_lock(self, key: str, owner: str, *, ttl_ms: int, now: float) -> bool:
         return await self._call(self._core.renew_lock, key, owner, ttl_ms, now)
+
+    async def renew_locks(
+        self, keys: Sequence[str], owner: str, *, ttl_ms: int, now: float
+    ) -> set[str]:
+        return await self._call(self._core.renew_locks, list(keys), owner, ttl_ms, now)
 
     async def release_lock(self, key: str, owner: str) -> bool:
         return await self._call(self._core.release_lock, key, owner)

@@ -359,6 +359,19 @@ class SqliteCore:
             )
         return cur.rowcount == 1
 
+    def renew_locks(self, keys: Sequence[str], owner: str, ttl_ms: int, now: float) -> set[str]:
+        renewed = set[str]()
+        with self.write() as c:
+            for key in keys:
+                cur = c.execute(
+                    "UPDATE locks SET expires_at = ? WHERE key = ? AND owner = ?"
+                    " AND expires_at > ?",
+                    (now + ttl_ms / 1000, key, owner, now),
+                )
+                if cur.rowcount == 1:
+                    renewed.add(key)
+        return renewed
+
     def release_lock(self, key: str, owner: str) -> bool:
         with self.write() as c:
             cur = c.execute("DELETE FROM locks WHERE key = ? AND owner = ?", (key, owner))
