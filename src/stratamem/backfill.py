@@ -17,15 +17,19 @@ RETRY_DELAY_S = 5.0
 
 
 async def embed_pending(
-    store: Store, embedder: Embedder, batch_size: int, max_records: int | None = None
+    store: Store,
+    embedder: Embedder,
+    batch_size: int,
+    max_records: int | None = None,
+    tenant: str | None = None,
 ) -> int:
-    """Embed records that have no vector yet, L1 first, each as its pieces (a turn: one vector
-    per sentence); return how many records were embedded."""
+    """Embed records that have no vector yet (every tenant's, or only `tenant`'s), L1 first,
+    each as its pieces (a turn: one vector per sentence); return how many were embedded."""
     done = 0
     for layer in (Layer.L1, Layer.L0):
         while max_records is None or done < max_records:
             limit = batch_size if max_records is None else min(batch_size, max_records - done)
-            pending = await asyncio.to_thread(store.pending_embeddings, layer, limit)
+            pending = await asyncio.to_thread(store.pending_embeddings, layer, limit, tenant)
             if not pending:
                 break
             counts = [len(p.texts) for p in pending]

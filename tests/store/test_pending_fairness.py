@@ -34,6 +34,20 @@ def test_each_tenant_gets_its_share_of_a_batch(tmp_path: Path) -> None:
         store.close()
 
 
+def test_one_tenants_pending_records_alone(tmp_path: Path) -> None:
+    """What an L1 embeds right after its commit: its own tenant's new records, not a share of
+    every tenant's backlog (the new memory was seldom in it)."""
+    store = SqliteStore(tmp_path / "s.db")
+    try:
+        add(store, "importer", 50)
+        add(store, "small", 2)
+        batch = store.pending_embeddings(Layer.L0, 1, tenant="small")
+        assert [(p.tenant, p.text) for p in batch] == [("small", "small message 0")]
+        assert store.pending_embeddings(Layer.L0, 10, tenant="nobody") == []
+    finally:
+        store.close()
+
+
 def test_fair_share_is_round_robin_and_bounded() -> None:
     assert fair_share([[1, 2, 3, 4], [10], [20, 21]], 5) == [1, 10, 20, 2, 21]
     assert fair_share([[1, 2], []], 10) == [1, 2]

@@ -179,7 +179,7 @@ class LayerService:
         commit = L1Commit(session, task_id, cursor, read.settled[-1].seq, now, extraction,
                           result.to_json(), run.attempt)  # fmt: skip
         await asyncio.to_thread(self.layers.commit_l1, run.scope, commit, run.fence)
-        await self._embed_new(len(plan.memories))
+        await self._embed_new(run.scope, len(plan.memories))
         return result
 
     async def _background(self, scope: Scope, session: str, cursor: int) -> list[Turn]:
@@ -244,12 +244,17 @@ class LayerService:
         decisions = [by_index.get(i, offline[i]) for i in range(len(proposed))]
         return decisions, origin.dropped(stage, answer.value.dropped)
 
-    async def _embed_new(self, count: int) -> None:
-        """Embed the new memories now, so the next reconciliation finds them by vector too."""
+    async def _embed_new(self, scope: Scope, count: int) -> None:
+        """Embed the tenant's new memories now, so its next reconciliation finds them by vector
+        too (every tenant's pending memories were shared out instead: with many tenants owing
+        vectors, the new memory was seldom among the `count` embedded, and finding which
+        tenants owed any scanned the whole table on every L1)."""
         if self.embedder is None or count == 0:
             return
         try:
-            await backfill.embed_pending(self.store, self.embedder, self._embed_batch, count)
+            await backfill.embed_pending(
+                self.store, self.embedder, self._embed_batch, count, tenant=scope.tenant
+            )
         except EmbeddingError as exc:  # committed already; the background catch-up retries
             log.warning("embedding new memories failed, left to the catch-up: %s", exc)
 
@@ -486,7 +491,7 @@ class LayerService:
         commit = RetryCommit(failure.id, run.task_id, now, extraction, result.to_json(),
                              run.attempt)  # fmt: skip
         await asyncio.to_thread(self.layers.commit_retry, run.scope, commit, run.fence)
-        await self._embed_new(len(plan.memories))
+        await self._embed_new(run.scope, len(plan.memories))
         return result
 
     def _scheduled(self, quarantined: Sequence[Failure]) -> list[Failure]:
@@ -577,7 +582,7 @@ class LayerService:
         commit = RereadCommit(session, run.task_id, now, expected, extraction, result.to_json(),
                               run.attempt)  # fmt: skip
         await asyncio.to_thread(self.layers.commit_reread, run.scope, commit, run.fence)
-        await self._embed_new(len(plan.memories))
+        await self._embed_new(run.scope, len(plan.memories))
         return result
 
     # -- shared ------------------------------------------------------------------------------

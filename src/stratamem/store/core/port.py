@@ -117,10 +117,13 @@ class Store(Protocol):
     def reset_embeddings(self, info: EmbeddingInfo | None) -> int:
         """Drop every stored vector and record `info` instead; return how many were dropped."""
 
-    def pending_embeddings(self, layer: Layer, limit: int) -> list[PendingText]:
-        """Records of `layer` (any tenant) that still need a vector, shared fairly: each tenant
-        with such records gets an equal part of `limit` (what one leaves goes to the others),
-        its oldest first; so one tenant's big import cannot hold back another's few."""
+    def pending_embeddings(
+        self, layer: Layer, limit: int, tenant: str | None = None
+    ) -> list[PendingText]:
+        """Records of `layer` (any tenant, or only `tenant`'s) that still need a vector, shared
+        fairly: each tenant with such records gets an equal part of `limit` (what one leaves
+        goes to the others), its oldest first; so one tenant's big import cannot hold back
+        another's few."""
 
     def count_pending_embeddings(self, scope: Scope) -> int:
         """How many of the tenant's records (turns and memories) still need a vector."""

@@ -209,11 +209,13 @@ class SqlCoreStore(ABC):
             self._caches.clear()
         return dropped
 
-    def pending_embeddings(self, layer: Layer, limit: int) -> list[PendingText]:
+    def pending_embeddings(
+        self, layer: Layer, limit: int, tenant: str | None = None
+    ) -> list[PendingText]:
         table = TABLES[layer]
         text_col = "text, speaker" if layer is Layer.L0 else "content AS text, NULL AS speaker"
         with self.reading() as conn:
-            tenants = conn.execute(
+            tenants = [(tenant,)] if tenant is not None else conn.execute(
                 f"SELECT DISTINCT tenant FROM {table} WHERE embedding IS NULL"
             ).fetchall()
             queues = [
