@@ -1,6 +1,7 @@
-"""A new SQLite store opened by several processes at once (serve and its workers starting
-together on an empty data directory): every one of them opens it, none fails with "database is
-locked" (switching a new file to WAL takes a lock SQLite does not wait for by itself)."""
+"""A new SQLite store and pipeline file opened by several processes at once (serve and its
+workers starting together on an empty data directory): every one of them opens them, none fails
+with "database is locked" (switching a new file to WAL takes a lock SQLite does not wait for by
+itself)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import multiprocessing
 from pathlib import Path
 from typing import Any
 
+from stratamem.pipeline.sqlite_core import connect
 from stratamem.store.opening import open_url
 
 PROCESSES = 5
@@ -18,6 +20,7 @@ def _open(path: str, start: Any, failed: Any) -> None:
     start.wait(timeout=60)
     try:
         open_url(f"sqlite:{path}", Path(path)).close()
+        connect(Path(path).with_suffix(".pipeline")).close()
     except Exception as exc:  # noqa: BLE001 - reported to the test through the queue
         failed.put(repr(exc))
 

@@ -32,7 +32,7 @@ from stratamem.embed.base import (
     vector_source,
 )
 from stratamem.errors import ConfigError, EmbeddingError
-from stratamem.files import create_private
+from stratamem.files import create_private, enter_wal
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS vectors (
@@ -44,6 +44,9 @@ CREATE TABLE IF NOT EXISTS vectors (
 """
 #: Keys looked up per SQL statement (SQLite's default limit of host parameters is 32766).
 _CHUNK = 500
+CACHE_BUSY_TIMEOUT_S = 5.0
+"""How long opening the cache waits for another process to switch a new file to WAL (the
+busy timeout `sqlite3.connect` gives its connections)."""
 
 
 def text_key(text: str) -> bytes:
@@ -69,7 +72,7 @@ class CachedEmbedder:
         try:
             create_private(path)
             self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            enter_wal(self._conn, CACHE_BUSY_TIMEOUT_S)
             self._conn.execute(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise ConfigError(f"cannot open the embedding cache {path}: {exc}") from exc

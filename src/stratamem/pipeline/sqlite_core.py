@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from stratamem.errors import InvalidInput
-from stratamem.files import create_private
+from stratamem.files import create_private, enter_wal
 from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, new_dead_id, retry_timer_key
 from stratamem.pipeline.errors import BackendUnavailable, DeadLetterNotFound
 from stratamem.pipeline.task import (
@@ -127,7 +127,7 @@ def connect(path: Path) -> sqlite3.Connection:
     create_private(path)
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode = WAL")
+    enter_wal(conn, BUSY_TIMEOUT_MS / 1000)
     conn.execute("PRAGMA synchronous = NORMAL")
     _migrate(conn)
     return conn

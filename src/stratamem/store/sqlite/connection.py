@@ -4,13 +4,12 @@ their owner: `stratamem.files`)."""
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from stratamem.errors import StoreError
-from stratamem.files import create_private
+from stratamem.files import create_private, enter_wal
 from stratamem.store.core import tenant_words
 
 BUSY_TIMEOUT_MS = 10_000
@@ -31,28 +30,12 @@ def connect(path: Path, synchronous: str = "NORMAL") -> sqlite3.Connection:
         conn.row_factory = sqlite3.Row
         tenant_words.register(conn)  # the full-text triggers call it
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        _enter_wal(conn)
+        enter_wal(conn, BUSY_TIMEOUT_MS / 1000)
         conn.execute(f"PRAGMA synchronous = {level}")
         conn.execute("PRAGMA foreign_keys = ON")
     except (OSError, sqlite3.Error) as exc:
         raise StoreError(f"cannot open the store at {path}: {exc}") from exc
     return conn
-
-
-def _enter_wal(conn: sqlite3.Connection) -> None:
-    """Switch the file to WAL. On a new file opened by several processes at once (serve and
-    its workers starting together) the switch needs a lock SQLite does not wait for through the
-    busy timeout: it fails at once with "database is locked", so it is retried within that
-    timeout. A file already in WAL answers without a lock."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.01)
 
 
 class StoreReadOnly(StoreError):
