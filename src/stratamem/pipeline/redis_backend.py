@@ -137,9 +137,28 @@ if KEYS[3] ~= '' and redis.call('GET', KEYS[3]) == ARGV[6] then
 end
 """ + OWNED_ACK_LUA
 
+# Reads, without waiting, up to `count` new entries of the streams KEYS[first..], the first
+# streams' first, for `reader` of `group`: {key index, entries} per stream that had some.
+READ_STREAMS_LUA = """
+local function read_streams(first, group, reader, count)
+  local left, out = tonumber(count), {}
+  for i = first, #KEYS do
+    if left <= 0 then break end
+    local got = redis.call('XREADGROUP', 'GROUP', group, reader, 'COUNT', left,
+                           'STREAMS', KEYS[i], '>')
+    if got then
+      local entries = got[1][2]
+      left = left - #entries
+      table.insert(out, {i, entries})
+    end
+  end
+  return out
+end
+"""
+
 # KEYS[4..]: the streams to read the next entry from, in order; ARGV[7], ARGV[8]: its reader,
 # how many. Returns {acked, {key index, entries} per stream that had some}.
-RELEASE_ACK_AND_READ_LUA = """
+RELEASE_ACK_AND_READ_LUA = READ_STREAMS_LUA + """
 if KEYS[3] ~= '' and redis.call('GET', KEYS[3]) == ARGV[6] then
   redis.call('DEL', KEYS[3])
 end
@@ -149,18 +168,7 @@ if #p == 1 and p[1][2] == ARGV[3] and tonumber(p[1][4]) == tonumber(ARGV[4]) the
 """ + DONE + """
   acked = 1
 end
-local left, out = tonumber(ARGV[8]), {}
-for i = 4, #KEYS do
-  if left <= 0 then break end
-  local got = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[7], 'COUNT', left,
-                         'STREAMS', KEYS[i], '>')
-  if got then
-    local entries = got[1][2]
-    left = left - #entries
-    table.insert(out, {i, entries})
-  end
-end
-return {acked, out}
+return {acked, read_streams(4, ARGV[1], ARGV[7], ARGV[8])}
 """
 
 OWNED_EXTEND_LUA = (
@@ -226,23 +234,8 @@ return ARGV[6]
 """
 )
 
-# KEYS: the streams of the wanted types, in order; ARGV: group, consumer, count. Reads, without
-# waiting, up to `count` new entries, the first streams' first: {key index, entries} per stream
-# that had some.
-READ_NOW_LUA = """
-local left, out = tonumber(ARGV[3]), {}
-for i, key in ipairs(KEYS) do
-  if left <= 0 then break end
-  local got = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', left,
-                         'STREAMS', key, '>')
-  if got then
-    local entries = got[1][2]
-    left = left - #entries
-    table.insert(out, {i, entries})
-  end
-end
-return out
-"""
+# KEYS: the streams of the wanted types, in order; ARGV: group, consumer, count.
+READ_NOW_LUA = READ_STREAMS_LUA + "return read_streams(1, ARGV[1], ARGV[2], ARGV[3])"
 
 # ARGV[3]: the prefix of the per-type task streams (the type is read from the task itself).
 POP_DUE_LUA = """
