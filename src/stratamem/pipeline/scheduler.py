@@ -520,6 +520,12 @@ class SchedulerLoop:
             with contextlib.suppress(*PASS_ERRORS):
                 await self.scheduler.backend.release_lock(lease_key(name), self.owner)
 
+    @property
+    def _renew_s(self) -> float:
+        """How long after its last renewal a held lease is renewed (and a snapshot part that
+        says the same is written again)."""
+        return RENEW_SHARE * self.settings.scheduler_lease_ms / 1000
+
     async def _hold_leases(self) -> None:
         now = self.clock.now()
         await self._renew_due(now)
@@ -530,13 +536,13 @@ class SchedulerLoop:
     async def _renew_due(self, now: float) -> None:
         """Renew, in one write, the held leases a renewal is due for (a third of the TTL since
         the last); a lease not renewed was lost, and its kinds forget their state."""
-        ttl_ms = self.settings.scheduler_lease_ms
-        due = [name for name, at in self._held.items() if now - at >= RENEW_SHARE * ttl_ms / 1000]
+        due = [name for name, at in self._held.items() if now - at >= self._renew_s]
         if not due:
             return
         renewed = await self.scheduler.backend.renew_locks(
-            [lease_key(name) for name in due], self.owner, ttl_ms=ttl_ms, now=now
-        )
+            [lease_key(name) for name in due], self.owner,
+            ttl_ms=self.settings.scheduler_lease_ms, now=now,
+        )  # fmt: skip
         for name in due:
             if lease_key(name) in renewed:
                 self._held[name] = now
@@ -592,8 +598,7 @@ class SchedulerLoop:
         interval (10 parts a second on SQLite, most of an idle serve's writes)."""
         body = json.dumps({k: v for k, v in part.items() if k != "passes"}, sort_keys=True)
         last = self._parts.get(name)
-        refresh_s = RENEW_SHARE * self.settings.scheduler_lease_ms / 1000
-        if last is not None and last[0] == body and now - last[1] < refresh_s:
+        if last is not None and last[0] == body and now - last[1] < self._renew_s:
             return
         with contextlib.suppress(*PASS_ERRORS):
             await self.scheduler.backend.state_set(
