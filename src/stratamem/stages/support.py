@@ -126,9 +126,7 @@ def support_share(
     The names of the turns' speakers and of `names` (people the prompt showed) count neither
     way: naming the user says nothing of what they said. A text with no other content words
     counts as fully supported (the minimum-content rule is a separate check)."""
-    known = {stem for name in names for stem in _stems(name)}
-    for turn in turns:
-        known.update(_stems(turn.speaker or ""))
+    known = _known_names(turns, names)
     words = [w for w in content_words(content) if w not in known]
     if not words:
         return 1.0, []
@@ -197,9 +195,16 @@ def _only_names(content: str, turns: Sequence[Turn], names: Iterable[str]) -> bo
     time: "Tomás (user)" names someone and says nothing of them."""
     if _names_a_time(content):
         return False
+    known = _known_names(turns, names)
+    return all(word in known for word in content_words(content))
+
+
+def _known_names(turns: Sequence[Turn], names: Iterable[str]) -> set[str]:
+    """The stems of the people a memory may name: `names` (the prompt showed them) and the
+    speakers of `turns`."""
     known = {stem for name in names for stem in _stems(name)}
     known.update(stem for turn in turns for stem in _stems(turn.speaker or ""))
-    return all(word in known for word in content_words(content))
+    return known
 
 
 def _markup_not_said(content: str, said: str) -> str | None:
