@@ -110,8 +110,14 @@ def log_in(page: Any, base_url: str, token: str, view: str = "") -> None:
 
 
 def settled(page: Any) -> None:
-    """Wait until the view has rendered (the app clears `aria-busy` when it has)."""
-    page.locator('main[aria-busy="false"]').wait_for()
+    """Wait until the view of the current address has rendered (the app clears `aria-busy`
+    and names the route it rendered in `data-shown`): right after a click, the previous view
+    is still there, not busy, until the app's hashchange handler runs."""
+    page.wait_for_function(
+        "() => { const main = document.querySelector('main');"
+        " return main.getAttribute('aria-busy') === 'false'"
+        " && main.dataset.shown === location.hash; }"
+    )
 
 
 def shoot(page: Any, name: str) -> None:

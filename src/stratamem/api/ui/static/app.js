@@ -70,6 +70,7 @@ function showLogin(message) {
   document.getElementById("logout").hidden = true;
   document.getElementById("who").textContent = "";
   view.replaceChildren(loginForm(message));
+  delete view.dataset.shown;
   view.setAttribute("aria-busy", "false");
   document.getElementById("login-key").focus();
 }
@@ -142,6 +143,7 @@ async function route() {
     view.replaceChildren(h("h1", {}, "Could not show this view"),
       h("p", { class: "error", role: "alert" }, `${error.type || "error"}: ${error.message}`));
   } finally {
+    view.dataset.shown = location.hash; // which route this render was for (tests wait on it)
     view.setAttribute("aria-busy", "false");
   }
 }
