@@ -18,6 +18,7 @@ from stratamem.pipeline.executors import noop_registry
 from stratamem.pipeline.scheduler import (
     FOLLOW_UP_SHARE,
     BacklogScheduler,
+    PassReport,
     SchedulerLoop,
     next_pass_in_s,
     read_snapshot,
@@ -192,6 +193,27 @@ async def test_a_pass_that_spends_its_whole_budget_is_followed_sooner(rig: Rig) 
             await rig.drain()
     assert waits == [FOLLOW_UP_SHARE, 1.0, 1.0, 1.0]  # 4 of 4; none twice (queue full); 2 of 4
     assert next_pass_in_s(None, scheduler.settings) == interval  # not the active scheduler
+
+
+async def test_an_early_pass_looks_again_only_at_kinds_that_had_work_due(rig: Rig) -> None:
+    """The loop's passes come as consumers free up, many a second: one of them looks at a
+    kind that submitted at its last look (more may be due), but a kind that had nothing due
+    only once an interval has passed since that look. A pass that is not early looks at
+    every kind."""
+    loop = SchedulerLoop(rig.scheduler(), rig.clock, "early")
+    interval = loop.settings.scheduler_interval_s
+    assert (await loop.tick(early=True) or PassReport()).submitted == []  # nothing owed
+    rig.add("s1")
+    rig.clock.advance(interval / 2)
+    assert (await loop.tick(early=True) or PassReport()).submitted == []  # not looked at
+    rig.clock.advance(interval / 2)
+    assert sessions((await loop.tick(early=True) or PassReport()).submitted) == ["s1"]
+    rig.add("s2")
+    assert sessions((await loop.tick(early=True) or PassReport()).submitted) == ["s2"]
+    assert (await loop.tick(early=True) or PassReport()).submitted == []  # both in flight
+    rig.add("s3")
+    assert (await loop.tick(early=True) or PassReport()).submitted == []
+    assert sessions((await loop.tick() or PassReport()).submitted) == ["s3"]
 
 
 async def test_an_idle_scheduler_rewrites_its_snapshot_once_a_renewal_not_every_pass(

@@ -23,7 +23,9 @@ free concurrency:
   in the dead-letter queue is parked until an operator requeues or purges it;
 - between passes the loop waits for consumers of its kinds' types to be free
   (`PipelineBackend.wait_free`: a worker's consumer that started or finished a task), at most
-  `scheduler_interval_s`, so the queue is refilled as soon as consumers take from it;
+  `scheduler_interval_s`, so the queue is refilled as soon as consumers take from it; such an
+  early pass looks only at the kinds that submitted at their last look (or that have not been
+  looked at for an interval): a kind that had nothing due is looked at once an interval;
 - memory: counters and keys only; keys no longer owed are forgotten at the end of each sweep.
 
 It knows tasks and keys only; the memory layers and context offload provide the sources.
@@ -188,6 +190,7 @@ class BacklogScheduler:
         self._fallbacks = {s.kind: s.when_parked for s in self.sources}
         self._parked_at = float("-inf")
         self._first = 0
+        self._looked: dict[str, tuple[float, bool]] = {}  # kind -> (last scanned, submitted)
 
     def reset(self, kinds: Collection[str] | None = None) -> None:
         """Forget the per-key state of `kinds` (all when None): their lease was lost, another
@@ -196,6 +199,18 @@ class BacklogScheduler:
             if kinds is None or kind in kinds:
                 self._keys[kind].clear()
                 self._cursors[kind] = _SourceState()
+                self._looked.pop(kind, None)
+
+    def worth_a_look(self, kinds: Collection[str], now: float) -> set[str]:
+        """Of `kinds`, those a pass woken early (by free consumers) looks at: those that
+        submitted at their last look (more may be due), never looked at, or last looked at
+        `scheduler_interval_s` ago. A kind that had nothing due waits for the interval, as it
+        would with no wake-ups: walking every not-due L2 tenant at each finished task cost a
+        worker more CPU than its tasks' SQL (bench/drain.py)."""
+        interval = self.settings.scheduler_interval_s
+        return {kind for kind in kinds
+                if (looked := self._looked.get(kind)) is None
+                or looked[1] or now - looked[0] >= interval}  # fmt: skip
 
     def types_of(self, kinds: Collection[str]) -> list[TaskType]:
         """The task types the sources of `kinds` submit."""
@@ -247,6 +262,7 @@ class BacklogScheduler:
             if budget <= 0:
                 continue
             submitted = await self._scan_guarded(source, budget, now, report)
+            self._looked[source.kind] = (now, bool(submitted))
             report.submitted += submitted
             if len(submitted) >= budget:
                 report.spent.append(source.kind)
@@ -444,9 +460,11 @@ class SchedulerLoop:
         kinds = [s.kind for s in self.scheduler.sources]
         return kinds + ([RETENTION] if self.pruner is not None else [])
 
-    async def tick(self) -> PassReport | None:
+    async def tick(self, *, early: bool = False) -> PassReport | None:
         """Hold (or take) the leases and run one pass over the kinds held; None when another
-        process holds every lease."""
+        process holds every lease. `early`: the pass may come before the interval is over (the
+        loop's, woken by free consumers): it looks only at the kinds worth it
+        (`BacklogScheduler.worth_a_look`)."""
         try:
             await self._hold_leases()
         except PASS_ERRORS:
@@ -458,6 +476,8 @@ class SchedulerLoop:
             return None
         report = PassReport()
         kinds = self.held - {RETENTION}
+        if early:
+            kinds = self.scheduler.worth_a_look(kinds, self.clock.now())
         if kinds:
             report = await self.scheduler.run_pass(self.clock.now(), kinds)
         if RETENTION in self._held:
@@ -478,7 +498,7 @@ class SchedulerLoop:
         """Pass after pass until `stop` is set; releases the leases when it ends."""
         try:
             while not stop.is_set():
-                report = await self.tick()
+                report = await self.tick(early=True)
                 await self._wait(stop, next_pass_in_s(report, self.settings))
         finally:
             await self.release()
