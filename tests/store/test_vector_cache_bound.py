@@ -10,7 +10,7 @@ import numpy as np
 
 from stratamem.domain import Layer, Scope
 from stratamem.store.core.port import Filters
-from stratamem.store.core.vectors import VectorCaches
+from stratamem.store.core.vectors import VectorCache, VectorCaches
 from stratamem.store.sqlite.store import _SIZES_MAX, SqliteStore
 from tests.store.helpers import memory, unit
 
@@ -26,6 +26,29 @@ def test_the_least_recently_searched_tenants_are_dropped_beyond_the_budget() -> 
         assert caches.nbytes <= 50_000
     assert 0 < len(caches) < 10
     assert caches.get("tenant-1999", "L1", DIM, "0").size == 2  # the newest is kept
+
+
+def test_a_cache_that_grew_since_it_was_counted_counts_as_its_new_size() -> None:
+    """The caches' bytes are counted as they settle: one that grew pushes the oldest out, and
+    a forgotten one no longer counts."""
+    one = VectorCache(dim=DIM)
+    one.add([1], [unit(1, DIM).tobytes()], max_seq=1)
+    caches = VectorCaches(max_bytes=3 * one.nbytes + 1_000)  # three one-vector caches fit
+    for name in ("old", "grows", "forgotten"):
+        caches.get(name, "L1", DIM, "0").add([1], [unit(1, DIM).tobytes()], max_seq=1)
+        caches.settle()
+    assert len(caches) == 3
+    caches.forget("forgotten")
+    grows = caches.get("grows", "L1", DIM, "0")
+    grows.add(list(range(2, 200)), [unit(n, DIM).tobytes() for n in range(2, 200)], max_seq=200)
+    caches.settle()
+    assert len(caches) == 1 and caches.get("grows", "L1", DIM, "0") is grows  # "old" dropped
+    caches.forget("grows")
+    cache = caches.get("new", "L1", DIM, "0")
+    cache.add([1], [unit(1, DIM).tobytes()], max_seq=1)
+    caches.get("newer", "L1", DIM, "0").add([1], [unit(2, DIM).tobytes()], max_seq=1)
+    caches.settle()
+    assert len(caches) == 2  # what was forgotten left the count
 
 
 def test_the_newest_cache_is_kept_even_over_the_budget() -> None:
