@@ -86,3 +86,39 @@ def test_a_blob_that_is_not_whole_vectors_of_the_cache_width_is_skipped() -> Non
     cache = VectorCache(dim=8)
     cache.add([1, 2], [unit_rows(1, 12, seed=8).tobytes(), b""], 1)
     assert cache.size == 0
+
+
+def best_per_record(
+    vectors: np.ndarray, owners: list[int], query: np.ndarray, allowed: set[int] | None
+) -> list[tuple[int, float]]:
+    """Every record at its best cosine, best first: what an exact `top` must return."""
+    best: dict[int, float] = {}
+    for owner, score in zip(owners, (vectors @ query).tolist(), strict=True):
+        if allowed is None or owner in allowed:
+            best[owner] = max(score, best.get(owner, -2.0))
+    return sorted(best.items(), key=lambda item: -item[1])
+
+
+def test_records_of_many_vectors_come_once_each_best_first_as_an_exact_scan_ranks_them() -> None:
+    """Records of 1 to 6 vectors (a turn's sentence pieces), some rewritten (dead positions),
+    with and without a restriction, limits below and above the number of records."""
+    rng = np.random.default_rng(9)
+    counts = rng.integers(1, 7, size=120)
+    vectors = unit_rows(int(counts.sum()), 24, seed=10)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    cache = VectorCache(dim=24, exact_max=10**9)
+    blobs = [vectors[starts[r] : starts[r + 1]].tobytes() for r in range(120)]
+    cache.add(list(range(1, 121)), blobs, 120)
+    rewritten = unit_rows(10 * 2, 24, seed=11)
+    cache.add(list(range(1, 11)), [rewritten[2 * i : 2 * i + 2].tobytes() for i in range(10)], 121)
+    kept = range(10, 120)  # records 11-120 keep their first vectors
+    alive = np.concatenate([rewritten, *(vectors[starts[r] : starts[r + 1]] for r in kept)])
+    owners = [1 + i // 2 for i in range(20)] + [r + 1 for r in kept for _ in range(counts[r])]
+    for query in unit_rows(20, 24, seed=12):
+        for allowed in (None, {int(r) for r in rng.choice(120, size=15, replace=False) + 1}):
+            expected = best_per_record(alive, owners, query, allowed)
+            mask = None if allowed is None else np.array(sorted(allowed))
+            for limit in (1, 10, 50, 200):
+                found = cache.top(query, limit, mask)
+                assert [rid for rid, _ in found] == [rid for rid, _ in expected[:limit]]
+                assert np.allclose([s for _, s in found], [s for _, s in expected[:limit]])

@@ -138,19 +138,23 @@ class VectorCache:
     def _best_records(
         self, positions: np.ndarray, scores: np.ndarray, limit: int, per_record: float
     ) -> list[tuple[int, float]]:
-        """The best `limit` records among scored positions, each once, at its best score."""
+        """The best `limit` records among scored positions, each once, at its best score.
+
+        Repeats are dropped by one `np.unique` over the best-first candidates (it returns each
+        record's first, so best, place), not a Python loop over every candidate: a turn's
+        sentence pieces made that loop 3.1 of LoCoMo's 6.8 ms of retrieval (issue 32)."""
         count = min(int(limit * per_record * PIECES_FACTOR) if per_record > 1 else limit,
                     len(positions))  # fmt: skip
         while True:
             best = np.argpartition(-scores, count - 1)[:count]
             best = best[np.argsort(-scores[best], kind="stable")]
-            found: dict[int, float] = {}
-            for i in best:
-                if not np.isfinite(scores[i]):
-                    break
-                found.setdefault(int(self.rids[positions[i]]), float(scores[i]))
-            if len(found) >= limit or count == len(positions) or not np.isfinite(scores[best[-1]]):
-                return list(found.items())[:limit]
+            best = best[np.isfinite(scores[best])]
+            rids = self.rids[positions[best]]
+            _, first = np.unique(rids, return_index=True)
+            first.sort()
+            if len(first) >= limit or count == len(positions) or len(best) < count:
+                kept = first[:limit]
+                return list(zip(rids[kept].tolist(), scores[best[kept]].tolist(), strict=True))
             count = min(count * 2, len(positions))
 
     def _coarse(self, query: np.ndarray, count: int, mask: np.ndarray | None) -> np.ndarray:
