@@ -105,3 +105,67 @@ def test_every_cli_command_maps_errors_through_the_exit_code_table() -> None:
         if extra and name != "cli/exits.py":
             own[name] = sorted(extra)
     assert own == {}
+
+
+#: The modules through which the parts' task types reach the pipeline, and the package's modules
+#: each imports: the parts declare theirs over the pipeline's kit, one table lists them, and only
+#: the pipeline's `task_type` reads the table (so its lookups are complete in every process).
+_TYPE_DECLARATIONS = {
+    "layers/task_types.py": {"stratamem.pipeline.task_type"},
+    "offload/task_types.py": {"stratamem.pipeline.task_type"},
+    "task_types.py": {"stratamem.layers.task_types", "stratamem.offload.task_types",
+                      "stratamem.pipeline.task_type"},
+}  # fmt: skip
+
+
+def _modules(path: Path) -> set[str]:
+    """The package's modules `path` imports (`from a import b` is `a.b` when b is a module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                where = PACKAGE.parent.joinpath(*node.module.split("."), alias.name)
+                is_module = where.with_suffix(".py").is_file() or where.is_dir()
+                found.add(f"{node.module}.{alias.name}" if is_module else node.module)
+    return {name for name in found if name.startswith("stratamem.")}
+
+
+def test_the_task_types_reach_the_pipeline_through_one_table() -> None:
+    assert {name: _modules(PACKAGE / name) for name in _TYPE_DECLARATIONS} == _TYPE_DECLARATIONS
+    readers = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                     if "stratamem.task_types" in _modules(p))  # fmt: skip
+    assert readers == ["pipeline/task_type.py"]
+
+
+def _code_strings(tree: ast.AST) -> set[str]:
+    """The string constants of a module's code, its docstrings (bare strings) left out."""
+    docs = {id(node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}  # fmt: skip
+    return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+            and isinstance(node.value, str) and id(node) not in docs}  # fmt: skip
+
+
+def test_no_module_of_the_pipeline_names_a_task_type() -> None:
+    """The pipeline knows task types by what they declare (`pipeline.task_type`), never by name:
+    no name of a type, no prefix of a type's own lock or timer, no part's declared constant."""
+    from stratamem.layers import task_types as layers  # noqa: PLC0415
+    from stratamem.offload import task_types as offload  # noqa: PLC0415
+    from stratamem.pipeline.task_type import registered  # noqa: PLC0415
+
+    types = registered()
+    names = set(types.names())
+    prefixes = {f"{t.name}/" for t in types.session_timers()}
+    prefixes |= {f"{t.lock.name}/" for t in types if t.lock is not None and t.lock.name}
+    constants = {n for part in (layers, offload) for n in vars(part) if n.isupper()}
+    wrong = {}
+    for path in sorted((PACKAGE / "pipeline").rglob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        said = {s for s in _code_strings(tree) if s in names or s.startswith(tuple(prefixes))}
+        said |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in constants}
+        said |= {n.attr for n in ast.walk(tree)
+                 if isinstance(n, ast.Attribute) and n.attr in constants}  # fmt: skip
+        if said:
+            wrong[str(path.relative_to(PACKAGE))] = sorted(said)
+    assert wrong == {}

@@ -17,9 +17,10 @@ from stratamem.api.background import Background
 from stratamem.api.errors import domain_error_response
 from stratamem.domain import Scope
 from stratamem.errors import FenceResynced
+from stratamem.layers.task_types import L1
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
 from stratamem.pipeline.worker import Outcome
 
 from .conftest import Caller, message
@@ -36,7 +37,7 @@ async def test_a_waited_flush_takes_its_turn_with_the_background_work(
     assert background.scheduler is not None and await background.scheduler.tick() is not None
     backend = services.require_pipeline()
     for _ in range(3):  # more of the session's L1 work in flight beside the scheduler's
-        await backend.enqueue(Task(TaskType.L1, "alice", "s1"), now=0.0)
+        await backend.enqueue(Task(L1, "alice", "s1"), now=0.0)
     deliveries = await backend.consume("bg", count=10, block_ms=0, now=0.0)
     assert len(deliveries) == 4
 

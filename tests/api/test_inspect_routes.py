@@ -15,9 +15,10 @@ from stratamem.api import ServerSettings, Services, create_app
 from stratamem.api.routes.inspect import l1_reasons
 from stratamem.clock import ManualClock
 from stratamem.core import AsyncMemory
+from stratamem.layers.task_types import L1, L2
 from stratamem.llm import LLMClient, LLMSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
 from stratamem.testing import RecordingSleep, Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers
 from tests.api.conftest import ADMIN, ADMIN_KEY, Caller, core_settings, message, new_caller
@@ -58,7 +59,7 @@ async def test_sessions_and_their_status_say_what_l1_owes(
     assert status["reasons"][0] == "2 turn(s) past the cursor (0) wait for L1"
     assert "no L1 task is queued yet" in status["reasons"][1]
     backend = services.require_pipeline()
-    await backend.enqueue(Task(TaskType.L1, "alice", "s1", {}), now=0.0)
+    await backend.enqueue(Task(L1, "alice", "s1", {}), now=0.0)
     status = (await c.get("/v1/sessions/s1/status", headers=alice.headers)).json()
     assert [t["type"] for t in status["queued"]] == ["L1"]
     assert status["reasons"][1:] == ["L1 task queued or running (attempt 0)"]
@@ -69,7 +70,7 @@ async def test_sessions_and_their_status_say_what_l1_owes(
 
     scripted_llm.on("L1", lambda request: Reply.text("not JSON at all"))
     assert (await c.post("/v1/sessions/s1/flush?wait=true", headers=alice.headers)).is_success
-    await backend.enqueue(Task(TaskType.L2, "alice", "s1", {}), now=0.0)
+    await backend.enqueue(Task(L2, "alice", "s1", {}), now=0.0)
     (delivery,) = await backend.consume("t", count=1, block_ms=0, now=0.0)
     await backend.dead_letter(delivery, "every attempt failed", now=0.0)
     status = (await c.get("/v1/sessions/s1/status", headers=alice.headers)).json()
@@ -135,7 +136,7 @@ async def test_the_admin_lists_requeues_and_purges_every_tenants_dead_letters(
     alice = await new_caller(c, "alice")
     backend = services.require_pipeline()
     for tenant in ("alice", "bob"):
-        await backend.enqueue(Task(TaskType.L2, tenant, "s1", {}), now=0.0)
+        await backend.enqueue(Task(L2, tenant, "s1", {}), now=0.0)
         (delivery,) = await backend.consume("t", count=1, block_ms=0, now=0.0)
         await backend.dead_letter(delivery, f"{tenant}'s task failed", now=0.0)
     listed = (await c.get("/v1/admin/dead-letters", headers=ADMIN)).json()

@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 
 from stratamem.api import Services
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.layers.task_types import L1
+from stratamem.pipeline.task import Task
 from stratamem.store.failures.records import Failure, FailureKind
 from tests.api.conftest import ADMIN, Caller, message
 
@@ -161,7 +162,7 @@ async def _seed(client: httpx.AsyncClient, services: Services, caller: Caller) -
     memories = (await client.get("/v1/memories", headers=caller.headers)).json()
     scenes = (await client.get("/v1/scenes", headers=caller.headers)).json()
     backend = services.require_pipeline()
-    task = Task(TaskType.L1, caller.tenant, SESSION)
+    task = Task(L1, caller.tenant, SESSION)
     await backend.enqueue(task, now=0.0)
     [delivery] = await backend.consume("test", count=1, block_ms=0, now=0.0)
     dead = await backend.dead_letter(delivery, "failed on purpose", now=0.0)

@@ -6,8 +6,9 @@ import httpx
 
 from stratamem.api import Services
 from stratamem.api.background import Background
+from stratamem.layers.task_types import L1, L2
 from stratamem.pipeline.settings import PipelineSettings
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
 from tests.api.conftest import ADMIN, Caller, message
 
 TEXTS = [
@@ -91,7 +92,7 @@ async def test_the_scheduler_of_serve_queues_l1_for_new_turns(
     report = await background.scheduler.tick()
     assert report is not None
     [task] = report.submitted
-    assert (task.type, task.tenant, task.session) == (TaskType.L1, "alice", "s1")
+    assert (task.type, task.tenant, task.session) == (L1, "alice", "s1")
     assert (await client.get("/v1/pipeline", headers=alice.headers)).json()["queued"] == 1
     overview = (await client.get("/v1/admin/pipeline", headers=ADMIN)).json()
     assert overview["scheduler"]["submitted"] == 1 and overview["scheduler"]["in_flight"] == 1
@@ -103,7 +104,7 @@ async def test_dead_letters_are_listed_and_requeued_by_their_tenant(
     client: httpx.AsyncClient, services: Services, alice: Caller
 ) -> None:
     backend = services.require_pipeline()
-    await backend.enqueue(Task(TaskType.L1, "alice", "s1"), now=0.0)
+    await backend.enqueue(Task(L1, "alice", "s1"), now=0.0)
     [delivery] = await backend.consume("test", count=1, block_ms=0, now=0.0)
     dead = await backend.dead_letter(delivery, "LLMError: boom", now=0.0)
     listed = (await client.get("/v1/dead-letters", headers=alice.headers)).json()
@@ -175,10 +176,10 @@ async def test_a_tenants_own_dead_letter_is_found_behind_ten_thousand_of_another
     batch = 500
     for start in range(0, 10_000, batch):  # tenant bob's failures, first
         for n in range(start, start + batch):
-            await backend.enqueue(Task(TaskType.L2, "bob", f"s{n}"), now=0.0)
+            await backend.enqueue(Task(L2, "bob", f"s{n}"), now=0.0)
         for delivery in await backend.consume("test", count=batch, block_ms=0, now=0.0):
             await backend.dead_letter(delivery, "LLMError: boom", now=0.0)
-    await backend.enqueue(Task(TaskType.L1, "alice", "s1"), now=1.0)
+    await backend.enqueue(Task(L1, "alice", "s1"), now=1.0)
     [delivery] = await backend.consume("test", count=1, block_ms=0, now=1.0)
     mine = await backend.dead_letter(delivery, "LLMError: mine", now=1.0)
     assert mine is not None

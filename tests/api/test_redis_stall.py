@@ -17,9 +17,10 @@ import pytest
 from stratamem.api import ServerSettings, Services, create_app
 from stratamem.clock import ManualClock
 from stratamem.core import AsyncMemory
+from stratamem.layers.task_types import L1
 from stratamem.pipeline.errors import BackendUnavailable
 from stratamem.pipeline.redis_backend import COMMAND_TIMEOUT_S, RedisBackend
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
 
 from .conftest import ADMIN_KEY, core_settings, new_caller
 
@@ -83,7 +84,7 @@ async def proxy() -> AsyncIterator[StallingProxy]:
 async def test_a_stalled_redis_fails_a_command_within_the_bound(proxy: StallingProxy) -> None:
     backend = RedisBackend(f"redis://127.0.0.1:{proxy.port}/0", prefix=f"test:{uuid.uuid4().hex}:")
     try:
-        await backend.enqueue(Task(TaskType.L1, "t", "s"), now=0.0)
+        await backend.enqueue(Task(L1, "t", "s"), now=0.0)
         proxy.flowing.clear()
         with pytest.raises(BackendUnavailable):
             await asyncio.wait_for(backend.depth(), timeout=ANSWER_WITHIN_S)

@@ -10,11 +10,12 @@ import pytest
 from stratamem.layers.executors import LayerExecutors
 from stratamem.layers.service import LayerService
 from stratamem.layers.settings import LayerSettings
+from stratamem.layers.task_types import L1, L2
 from stratamem.llm import LLMClient
 from stratamem.llm.errors import names_endpoint_trouble
 from stratamem.pipeline.executors import ExecutorRegistry
 from stratamem.pipeline.settings import PipelineSettings
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
 from stratamem.pipeline.worker import Outcome, Worker
 from stratamem.store.failures.records import Failure, FailureKind, FailureQuery, FailureStatus
 from stratamem.testing import Reply, ScriptedLLM
@@ -39,8 +40,8 @@ def quarantined(rig: Rig) -> list[Failure]:
 
 async def run_due_retries(rig: Rig) -> list[Outcome]:
     tasks = await rig.tick()
-    assert all(t.type is TaskType.L1 and "retry" in t.payload for t in tasks)
-    return [await rig.run_next(TaskType.L1) for _ in tasks]
+    assert all(t.type is L1 and "retry" in t.payload for t in tasks)
+    return [await rig.run_next(L1) for _ in tasks]
 
 
 async def test_a_quarantined_turn_is_retried_by_itself_with_long_backoff(
@@ -50,7 +51,7 @@ async def test_a_quarantined_turn_is_retried_by_itself_with_long_backoff(
     scripted_llm.on("L1", garbage)
     await rig.memory.capture("acme", "s1", TURNS)
     await rig.tick()
-    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+    assert await rig.run_next(L1) is Outcome.COMPLETED
     start = rig.clock.now()
     assert [f.retry_at for f in quarantined(rig)] == [start + HOUR] * 2
 
@@ -70,7 +71,7 @@ async def test_a_quarantined_turn_is_retried_by_itself_with_long_backoff(
     assert resolved == [(FailureStatus.RESOLVED, None)] * 2
     assert rig.memory.store.list_memories(SCOPE)  # the turns are covered
     rig.clock.advance(24 * HOUR)
-    assert [t.type for t in await rig.tick()] == [TaskType.L2]  # the new memories; no retry
+    assert [t.type for t in await rig.tick()] == [L2]  # the new memories; no retry
 
 
 @pytest.mark.parametrize("layer_settings", [LayerSettings(quarantine_retry_s=[60.0])])
@@ -81,7 +82,7 @@ async def test_after_the_last_automatic_retry_a_turn_waits_for_an_operator(
     scripted_llm.on("L1", garbage)
     await rig.memory.capture("acme", "s1", TURNS[:1])
     await rig.tick()
-    await rig.run_next(TaskType.L1)
+    await rig.run_next(L1)
     rig.clock.advance(60)
     assert await run_due_retries(rig) == [Outcome.COMPLETED]
     [record] = quarantined(rig)
@@ -98,7 +99,7 @@ async def test_an_automatic_retry_waits_out_endpoint_trouble_without_counting(
     scripted_llm.on("L1", garbage)
     await rig.memory.capture("acme", "s1", TURNS[:1])
     await rig.tick()
-    await rig.run_next(TaskType.L1)
+    await rig.run_next(L1)
     scripted_llm.on("L1", lambda request: Reply.error(500, "overloaded"))
     rig.clock.advance(HOUR)
     assert await run_due_retries(rig) == [Outcome.POSTPONED]
@@ -108,7 +109,7 @@ async def test_an_automatic_retry_waits_out_endpoint_trouble_without_counting(
     rig.clock.advance(60)
     assert await rig.worker.pump_once() == 2  # the postponed task is due again (and an L2)
     ready = await rig.backend.consume("c", count=2, block_ms=0, now=rig.clock.now())
-    [again] = [d for d in ready if d.task.type is TaskType.L1]
+    [again] = [d for d in ready if d.task.type is L1]
     assert again.task.attempt == 0 and await rig.worker.handle(again) is Outcome.COMPLETED
     assert quarantined(rig)[0].status is FailureStatus.RESOLVED
 
@@ -126,16 +127,16 @@ async def test_a_task_dead_lettered_by_endpoint_trouble_is_requeued_once_it_answ
     worker = Worker(rig.backend, registry, PipelineSettings(retry_limit=0), clock=rig.clock,
                     name="w2", sleep=_no_sleep)  # fmt: skip
     await rig.memory.capture("acme", "s1", TURNS)
-    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
-    assert await worker.handle(await rig.next(TaskType.L1)) is Outcome.DEAD
+    await rig.backend.enqueue(Task(L1, "acme", "s1"), now=rig.clock.now())
+    assert await worker.handle(await rig.next(L1)) is Outcome.DEAD
     assert await worker.heal_once() == 0  # the endpoint has not answered since
 
     rig.clock.advance(60)
     await rig.memory.capture("acme", "s2", TURNS)  # another session's L1: the endpoint answers
-    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s2"), now=rig.clock.now())
-    assert await worker.handle(await rig.next(TaskType.L1)) is Outcome.COMPLETED
+    await rig.backend.enqueue(Task(L1, "acme", "s2"), now=rig.clock.now())
+    assert await worker.handle(await rig.next(L1)) is Outcome.COMPLETED
     assert await worker.heal_once() == 1 and await rig.backend.list_dead(limit=10) == []
-    assert await worker.handle(await rig.next(TaskType.L1)) is Outcome.COMPLETED
+    assert await worker.handle(await rig.next(L1)) is Outcome.COMPLETED
     assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == 2
     assert await worker.heal_once() == 0
     await llm.aclose()

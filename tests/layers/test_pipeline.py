@@ -20,6 +20,7 @@ from stratamem.layers.backlog import layer_sources
 from stratamem.layers.executors import LayerExecutors
 from stratamem.layers.service import LayerService
 from stratamem.layers.settings import LayerSettings
+from stratamem.layers.task_types import FLUSH, L1, L2, L2_TIMER, L3
 from stratamem.llm import LLMClient
 from stratamem.llm.breaker import BreakerState
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, Executor, ExecutorRegistry
@@ -28,8 +29,9 @@ from stratamem.pipeline.scheduler import BacklogScheduler
 from stratamem.pipeline.settings import LockScope, PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
 from stratamem.pipeline.status import WORKERS_SCOPE
-from stratamem.pipeline.task import Delivery, Task, TaskType
-from stratamem.pipeline.timers import l2_timer_key, lock_key_for
+from stratamem.pipeline.task import Delivery, Task
+from stratamem.pipeline.task_type import TaskType
+from stratamem.pipeline.timers import lock_key_for
 from stratamem.pipeline.worker import Outcome, Worker
 from stratamem.store.core.port import Fence
 from stratamem.store.evidence.executions import Execution
@@ -42,7 +44,7 @@ from stratamem.testing.layers import install_layer_handlers, l1_reply
 from .conftest import llm_settings
 
 SCOPE = Scope("acme")
-LOCK_KEY = lock_key_for(Task(TaskType.L1, "acme", "s1"), LockScope.SESSION)
+LOCK_KEY = lock_key_for(Task(L1, "acme", "s1"), LockScope.SESSION)
 TURNS = [
     {"role": "user", "speaker": "Maria", "text": "I'm a nurse and I live in Lisbon."},
     {"role": "user", "speaker": "Maria", "text": "I ran a half marathon yesterday."},
@@ -107,15 +109,15 @@ async def test_capture_to_recall_through_the_worker(rig: Rig, scripted_llm: Scri
     install_layer_handlers(scripted_llm)
     await rig.memory.capture("acme", "s1", TURNS)
     [l1] = await rig.tick()
-    assert l1.type is TaskType.L1 and await rig.tick() == []  # requested once
+    assert l1.type is L1 and await rig.tick() == []  # requested once
 
-    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
-    due_at, _ = await rig.backend.get_timer(l2_timer_key("acme", "s1")) or (None, None)
+    assert await rig.run_next(L1) is Outcome.COMPLETED
+    due_at, _ = await rig.backend.get_timer(L2_TIMER.key("acme", "s1")) or (None, None)
     assert due_at == rig.clock.now() + 60
     rig.clock.advance(60)
     assert await rig.worker.pump_once() == 1
-    assert await rig.run_next(TaskType.L2) is Outcome.COMPLETED
-    assert await rig.run_next(TaskType.L3) is Outcome.COMPLETED  # the L2 changed scenes
+    assert await rig.run_next(L2) is Outcome.COMPLETED
+    assert await rig.run_next(L3) is Outcome.COMPLETED  # the L2 changed scenes
 
     recall = await rig.memory.recall("acme", "marathon", include_turns=False)
     assert "half marathon" in recall.context
@@ -132,30 +134,30 @@ async def test_an_l2_with_too_little_new_waits_for_the_quiet(
     install_layer_handlers(scripted_llm)
     await rig.memory.capture("acme", "s1", TURNS)
     await rig.tick()
-    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+    assert await rig.run_next(L1) is Outcome.COMPLETED
     rig.clock.advance(60)
     assert await rig.worker.pump_once() == 1
-    assert await rig.run_next(TaskType.L2) is Outcome.SKIPPED
+    assert await rig.run_next(L2) is Outcome.SKIPPED
     assert scripted_llm.calls("L2") == []
-    assert [t for t in await rig.tick() if t.type is TaskType.L2] == []  # not quiet yet
+    assert [t for t in await rig.tick() if t.type is L2] == []  # not quiet yet
 
     rig.clock.advance(600)  # the rig's grace (600 s) and the quiet (300 s) have passed
-    [l2] = [t for t in await rig.tick() if t.type is TaskType.L2]
+    [l2] = [t for t in await rig.tick() if t.type is L2]
     assert l2.payload == {"reason": "backlog"}
-    assert await rig.run_next(TaskType.L2) is Outcome.COMPLETED
-    assert await rig.run_next(TaskType.L3) is Outcome.COMPLETED  # no profile yet
+    assert await rig.run_next(L2) is Outcome.COMPLETED
+    assert await rig.run_next(L3) is Outcome.COMPLETED  # no profile yet
     assert len(scripted_llm.calls("L2")) == len(scripted_llm.calls("L3")) == 1
 
 
 async def test_an_early_l2_rearms_its_timer(rig: Rig, scripted_llm: ScriptedLLM) -> None:
     install_layer_handlers(scripted_llm)
     await rig.memory.capture("acme", "s1", TURNS)
-    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
-    await rig.run_next(TaskType.L1)
-    await rig.backend.enqueue(Task(TaskType.L2, "acme", "s1"), now=rig.clock.now())
+    await rig.backend.enqueue(Task(L1, "acme", "s1"), now=rig.clock.now())
+    await rig.run_next(L1)
+    await rig.backend.enqueue(Task(L2, "acme", "s1"), now=rig.clock.now())
 
-    assert await rig.run_next(TaskType.L2) is Outcome.SKIPPED
-    due_at, _ = await rig.backend.get_timer(l2_timer_key("acme", "s1")) or (None, None)
+    assert await rig.run_next(L2) is Outcome.SKIPPED
+    due_at, _ = await rig.backend.get_timer(L2_TIMER.key("acme", "s1")) or (None, None)
     assert due_at == rig.clock.now() + rig.memory.layer_settings.l2_delay_s
     assert "L2" not in scripted_llm.usage()
 
@@ -167,7 +169,7 @@ async def test_an_unreadable_batch_is_quarantined_and_never_blocks_the_session(
     await rig.memory.capture("acme", "s1", TURNS)
     await rig.tick()
 
-    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+    assert await rig.run_next(L1) is Outcome.COMPLETED
     assert await rig.backend.list_dead(limit=10) == []
     assert rig.memory.layers is not None
     assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == 2
@@ -178,8 +180,8 @@ async def test_an_unreadable_batch_is_quarantined_and_never_blocks_the_session(
 
     install_layer_handlers(scripted_llm)  # the session goes on with its next turns
     await rig.memory.capture("acme", "s1", [{"role": "user", "text": "I moved to Porto."}])
-    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
-    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+    await rig.backend.enqueue(Task(L1, "acme", "s1"), now=rig.clock.now())
+    assert await rig.run_next(L1) is Outcome.COMPLETED
     assert [m.content for m in rig.memory.store.list_memories(SCOPE)] == ["user: I moved to Porto."]
 
 
@@ -194,7 +196,7 @@ async def test_an_l1_out_of_attempts_queues_the_rest_of_its_batch(
     await rig.memory.capture("acme", "s1", [{"role": "user", "text": t} for t in texts])
     await rig.tick()
     for _ in range(6):
-        assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+        assert await rig.run_next(L1) is Outcome.COMPLETED
         assert rig.memory.layers is not None
         if rig.memory.layers.session_state(SCOPE, "s1").pending_turns == 0:
             break
@@ -224,8 +226,8 @@ async def test_a_lock_taken_over_during_the_call_aborts_then_redelivery_writes_o
     install_layer_handlers(scripted_llm)
     scripted_llm.on("L1", take_over_once)
     await rig.memory.capture("acme", "s1", TURNS)
-    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
-    delivery = await rig.next(TaskType.L1)
+    await rig.backend.enqueue(Task(L1, "acme", "s1"), now=rig.clock.now())
+    delivery = await rig.next(L1)
     assert await rig.worker.handle(delivery) is Outcome.ABORTED
     assert store.list_memories(SCOPE) == []
 
@@ -246,15 +248,15 @@ async def test_flush_task_catches_up_then_cascades_to_l2_and_l3(
     install_layer_handlers(scripted_llm)
     rig.memory.layer_settings.max_batch_turns = 1  # two L1 batches inside one flush
     await rig.memory.capture("acme", "s1", TURNS)
-    await rig.backend.enqueue(Task(TaskType.FLUSH, "acme", "s1"), now=rig.clock.now())
+    await rig.backend.enqueue(Task(FLUSH, "acme", "s1"), now=rig.clock.now())
 
-    assert await rig.run_next(TaskType.FLUSH) is Outcome.COMPLETED
+    assert await rig.run_next(FLUSH) is Outcome.COMPLETED
     assert len(scripted_llm.calls("L1")) == 2
-    assert await rig.run_next(TaskType.L2) is Outcome.COMPLETED  # forced: no delay
-    assert await rig.run_next(TaskType.L3) is Outcome.COMPLETED
+    assert await rig.run_next(L2) is Outcome.COMPLETED  # forced: no delay
+    assert await rig.run_next(L3) is Outcome.COMPLETED
     assert rig.memory.layers is not None and rig.memory.layers.profile(SCOPE) is not None
     assert await rig.worker.pump_once() == 1  # the cascade's L2 timer, due at once …
-    assert await rig.run_next(TaskType.L2) is Outcome.SKIPPED  # … finds it too soon, re-arms
+    assert await rig.run_next(L2) is Outcome.SKIPPED  # … finds it too soon, re-arms
     assert len(scripted_llm.calls("L2")) == 1
 
 
@@ -262,10 +264,10 @@ async def test_l3_is_enqueued_every_k_memories(rig: Rig, scripted_llm: ScriptedL
     install_layer_handlers(scripted_llm)
     rig.memory.layer_settings.l3_every_memories = 2
     await rig.memory.capture("acme", "s1", TURNS)
-    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
+    await rig.backend.enqueue(Task(L1, "acme", "s1"), now=rig.clock.now())
 
-    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
-    l3 = await rig.next(TaskType.L3)
+    assert await rig.run_next(L1) is Outcome.COMPLETED
+    l3 = await rig.next(L3)
     assert l3.task.payload == {"reason": "memories", "session": "s1"}
 
 
@@ -293,9 +295,9 @@ async def test_endpoint_trouble_postpones_without_spending_an_attempt(
     worker = Worker(rig.backend, registry, PipelineSettings(retry_limit=0), clock=rig.clock,
                     name="w2", sleep=_no_sleep)  # fmt: skip
     await rig.memory.capture("acme", "s1", TURNS)
-    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
+    await rig.backend.enqueue(Task(L1, "acme", "s1"), now=rig.clock.now())
 
-    assert await worker.handle(await rig.next(TaskType.L1)) is Outcome.POSTPONED
+    assert await worker.handle(await rig.next(L1)) is Outcome.POSTPONED
     assert await rig.backend.list_dead(limit=10) == []  # not the task's fault: no dead letter
     assert short.breaker.state(scripted_llm.base_url) is BreakerState.OPEN
     assert worker.metrics.failed == 0 and worker.metrics.postponed == 1
@@ -308,7 +310,7 @@ async def test_endpoint_trouble_postpones_without_spending_an_attempt(
 
     rig.clock.advance(30)  # the breaker's cool-down: the task is due again, same attempt
     assert await worker.pump_once() == 1
-    again = await rig.next(TaskType.L1)
+    again = await rig.next(L1)
     assert again.task.attempt == 0
     assert await worker.handle(again) is Outcome.COMPLETED
     assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == 2
@@ -329,7 +331,7 @@ async def test_a_backlog_longer_than_a_batch_is_requested_again(
         rig.clock.advance(wait_s)  # the last turn waits for the idle timeout (warm-up: 4 turns)
         assert len(await rig.tick()) == 1
         assert await rig.tick() == []  # in flight, nothing new
-        assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+        assert await rig.run_next(L1) is Outcome.COMPLETED
         assert rig.memory.layers is not None
         assert rig.memory.layers.session_state(SCOPE, "s1").cursor_seq == cursor
     assert await rig.tick() == []
@@ -352,7 +354,7 @@ async def test_the_worker_publishes_llm_usage_per_stage(
     install_layer_handlers(scripted_llm)
     await rig.memory.capture("acme", "s1", TURNS)
     await rig.tick()
-    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+    assert await rig.run_next(L1) is Outcome.COMPLETED
     await rig.worker.publish_status()
     status = json.loads((await rig.backend.state_get(WORKERS_SCOPE))["w"])
     served = scripted_llm.usage()
@@ -368,15 +370,15 @@ async def test_lost_pipeline_state_is_found_again_in_the_store(
     install_layer_handlers(scripted_llm)
     await rig.memory.capture("acme", "s1", TURNS)
     await rig.tick()
-    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
-    assert await rig.backend.remove_timer(l2_timer_key("acme", "s1"))  # "lost"
+    assert await rig.run_next(L1) is Outcome.COMPLETED
+    assert await rig.backend.remove_timer(L2_TIMER.key("acme", "s1"))  # "lost"
     assert await rig.tick() == []  # within the grace period: left to the timer
     rig.clock.advance(600)
 
     [l2] = await rig.tick()
-    assert (l2.type, l2.tenant, l2.session) == (TaskType.L2, "acme", None)  # per tenant
+    assert (l2.type, l2.tenant, l2.session) == (L2, "acme", None)  # per tenant
     assert await rig.tick() == []  # in flight: once
-    assert await rig.run_next(TaskType.L2) is Outcome.COMPLETED
+    assert await rig.run_next(L2) is Outcome.COMPLETED
     assert rig.memory.backlog is not None
     assert rig.memory.backlog.tenants_owing_l2(None, 10) == []
 
@@ -388,15 +390,15 @@ async def test_an_owed_l3_is_submitted_again_when_lost(
     install_layer_handlers(scripted_llm)
     await rig.memory.capture("acme", "s1", TURNS)
     await rig.tick()
-    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
-    await rig.next(TaskType.L3)  # queued by count ... and lost before it ran
+    assert await rig.run_next(L1) is Outcome.COMPLETED
+    await rig.next(L3)  # queued by count ... and lost before it ran
     assert rig.memory.backlog is not None
     assert [t.tenant for t in rig.memory.backlog.tenants_owing_l3(None, 1, 10)] == ["acme"]
-    [l3] = [t for t in await rig.tick() if t.type is TaskType.L3]
+    [l3] = [t for t in await rig.tick() if t.type is L3]
     assert l3.tenant == "acme"
-    assert [t for t in await rig.tick() if t.type is TaskType.L3] == []  # in flight
+    assert [t for t in await rig.tick() if t.type is L3] == []  # in flight
     rig.clock.advance(600 + 30)  # no progress: after the backoff, once more
-    assert [t.type for t in await rig.tick()].count(TaskType.L3) == 1
+    assert [t.type for t in await rig.tick()].count(L3) == 1
 
 
 async def test_every_layer_task_writes_an_authentic_receipt_bound_to_its_attempt(
@@ -415,17 +417,17 @@ async def test_every_layer_task_writes_an_authentic_receipt_bound_to_its_attempt
         ran.append((delivery, await rig.backend.fence_token(key)))
 
     await rig.memory.capture("acme", "s1", TURNS)
-    await rig.backend.enqueue(Task(TaskType.FLUSH, "acme", "s1"), now=rig.clock.now())
-    for task_type in (TaskType.FLUSH, TaskType.L2, TaskType.L3):
+    await rig.backend.enqueue(Task(FLUSH, "acme", "s1"), now=rig.clock.now())
+    for task_type in (FLUSH, L2, L3):
         await run(task_type)
     await rig.memory.capture("acme", "s1", [{"role": "user", "text": "I moved to Porto."}])
-    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
-    await run(TaskType.L1)
+    await rig.backend.enqueue(Task(L1, "acme", "s1"), now=rig.clock.now())
+    await run(L1)
     for delivery, token in ran:
         task = delivery.task
         receipt = evidence.receipt(SCOPE, task.id)
         assert receipt is not None and receipt.authentic, task.type
-        assert receipt.kind == task.type.value and receipt.outcome == "completed"
+        assert receipt.kind == task.type.name and receipt.outcome == "completed"
         attempt = receipt.attempt
         assert attempt is not None and attempt.worker == "w" and attempt.task_id == task.id
         assert (attempt.attempt, attempt.delivery, attempt.token) == (
@@ -443,7 +445,7 @@ async def test_a_receipt_that_does_not_verify_is_a_conflict_never_a_replay(
     assert isinstance(store, SqliteStore) and evidence is not None
     await rig.memory.capture("acme", "s1", TURNS)
     executors = rig.memory.layer_executors()
-    ctx = ExecutionContext(Task(TaskType.L1, "acme", "s1"), LOCK_KEY, 1, rig.clock, 0.0)
+    ctx = ExecutionContext(Task(L1, "acme", "s1"), LOCK_KEY, 1, rig.clock, 0.0)
     assert (await executors.l1(ctx)).changed
     with store.writing() as conn:  # a receipt edited by hand: its result claims nothing ran
         conn.execute("UPDATE layer_receipts SET result = '{}' WHERE task_id = ?", (ctx.task.id,))
@@ -494,13 +496,13 @@ async def test_a_worker_killed_after_its_commit_is_acknowledged_on_reclaim_witho
 ) -> None:
     install_layer_handlers(scripted_llm)
     await rig.memory.capture("acme", "s1", TURNS)
-    real = _killed_after_commit(rig, TaskType.L1)
-    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
+    real = _killed_after_commit(rig, L1)
+    await rig.backend.enqueue(Task(L1, "acme", "s1"), now=rig.clock.now())
     with pytest.raises(asyncio.CancelledError):
-        await rig.worker.handle(await rig.next(TaskType.L1))
-    rig.worker.executors.register(TaskType.L1, real)
+        await rig.worker.handle(await rig.next(L1))
+    rig.worker.executors.register(L1, real)
     assert len(scripted_llm.calls("L1")) == 1
-    assert await rig.backend.get_timer(l2_timer_key("acme", "s1")) is None  # no cascade yet
+    assert await rig.backend.get_timer(L2_TIMER.key("acme", "s1")) is None  # no cascade yet
 
     rig.clock.advance(61)
     [again] = await rig.backend.reclaim(
@@ -509,7 +511,7 @@ async def test_a_worker_killed_after_its_commit_is_acknowledged_on_reclaim_witho
     assert await rig.worker.handle(again) is Outcome.RECOVERED
     assert len(scripted_llm.calls("L1")) == 1  # not paid for twice
     assert (await rig.backend.depth()).in_flight == 0
-    assert await rig.backend.get_timer(l2_timer_key("acme", "s1")) is not None  # cascaded
+    assert await rig.backend.get_timer(L2_TIMER.key("acme", "s1")) is not None  # cascaded
     assert rig.worker.metrics.recovered == 1
 
 
@@ -519,8 +521,8 @@ async def test_a_redelivery_whose_execution_left_no_receipt_runs_again(
     install_layer_handlers(scripted_llm)
     scripted_llm.push_for("L1", Reply.error(500), Reply.error(500), Reply.error(500))
     await rig.memory.capture("acme", "s1", TURNS)
-    await rig.backend.enqueue(Task(TaskType.L1, "acme", "s1"), now=rig.clock.now())
-    first = await rig.next(TaskType.L1)
+    await rig.backend.enqueue(Task(L1, "acme", "s1"), now=rig.clock.now())
+    first = await rig.next(L1)
     stamp = Attempt(first.task.id, 0, first.deliveries, None, "gone", rig.clock.now())
     assert await rig.backend.stamp(first, stamp, now=rig.clock.now())  # started, then died
     rig.clock.advance(61)
@@ -546,14 +548,14 @@ async def test_the_reconciler_reports_authority_and_findings_and_changes_nothing
     settings = rig.worker.settings
     await rig.memory.capture("acme", "s1", TURNS)
     await rig.memory.capture("acme", "s2", TURNS)
-    real = _killed_after_commit(rig, TaskType.L1)
+    real = _killed_after_commit(rig, L1)
     for session in ("s1", "s2", "s3"):
-        await b.enqueue(Task(TaskType.L1, "acme", session), now=rig.clock.now())
+        await b.enqueue(Task(L1, "acme", session), now=rig.clock.now())
     for _ in range(2):  # s1 and s2 commit, then their worker dies
         with pytest.raises(asyncio.CancelledError):
-            await rig.worker.handle(await rig.next(TaskType.L1))
-    rig.worker.executors.register(TaskType.L1, real)
-    waiting = await rig.next(TaskType.L1)  # s3: taken, never started
+            await rig.worker.handle(await rig.next(L1))
+    rig.worker.executors.register(L1, real)
+    waiting = await rig.next(L1)  # s3: taken, never started
     await rig.worker.publish_status()
     s2 = next(i.delivery for i in await b.in_flight(limit=10, now=rig.clock.now())
               if i.delivery.task.session == "s2")  # fmt: skip
@@ -587,7 +589,7 @@ async def test_the_reconciler_reports_authority_and_findings_and_changes_nothing
         ("s3", "delivery lease expired", "no execution expected", False),
     ]
     await rig.worker.publish_status(stopped=True)
-    s1_lock = lock_key_for(Task(TaskType.L1, "acme", "s1"), LockScope.SESSION)
+    s1_lock = lock_key_for(Task(L1, "acme", "s1"), LockScope.SESSION)
     assert s1_lock is not None
     await b.acquire_lock(s1_lock, "someone", ttl_ms=1000, now=now)  # a newer grant
     assert summary(await reconcile(b, read, settings, now=now)) == [
@@ -615,18 +617,18 @@ async def test_an_l3_dropped_on_a_busy_lock_is_submitted_again(
     install_layer_handlers(scripted_llm)
     await rig.memory.capture("acme", "s1", TURNS)
     await rig.tick()
-    assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+    assert await rig.run_next(L1) is Outcome.COMPLETED
     rig.clock.advance(60)
     await rig.worker.pump_once()
-    assert await rig.run_next(TaskType.L2) is Outcome.COMPLETED  # scenes changed: L3 queued
+    assert await rig.run_next(L2) is Outcome.COMPLETED  # scenes changed: L3 queued
     assert await rig.backend.acquire_lock("tenant/acme", "other", ttl_ms=10**6, now=rig.clock.now())
-    assert await impatient(rig).handle(await rig.next(TaskType.L3)) is Outcome.DROPPED
+    assert await impatient(rig).handle(await rig.next(L3)) is Outcome.DROPPED
     await rig.backend.release_lock("tenant/acme", "other")
     assert rig.memory.layers is not None and rig.memory.layers.profile(SCOPE) is None
 
     rig.clock.advance(600)  # the grace period
-    assert [t.type for t in await rig.tick()] == [TaskType.L3]
-    assert await rig.run_next(TaskType.L3) is Outcome.COMPLETED
+    assert [t.type for t in await rig.tick()] == [L3]
+    assert await rig.run_next(L3) is Outcome.COMPLETED
     assert rig.memory.layers.profile(SCOPE) is not None
     assert rig.memory.backlog is not None
     assert rig.memory.backlog.tenants_owing_l3(None, 30, 10) == []
@@ -639,15 +641,15 @@ async def test_a_flush_dropped_on_a_busy_lock_is_submitted_again(
     install_layer_handlers(scripted_llm)
     await rig.memory.capture("acme", "s1", TURNS)
     await rig.memory.request_flush("acme", "s1", rig.clock.now())  # what `POST …/flush` does
-    await rig.backend.enqueue(Task(TaskType.FLUSH, "acme", "s1"), now=rig.clock.now())
+    await rig.backend.enqueue(Task(FLUSH, "acme", "s1"), now=rig.clock.now())
     assert await rig.backend.acquire_lock(LOCK_KEY, "other", ttl_ms=10**6, now=rig.clock.now())
-    assert await impatient(rig).handle(await rig.next(TaskType.FLUSH)) is Outcome.DROPPED
+    assert await impatient(rig).handle(await rig.next(FLUSH)) is Outcome.DROPPED
     await rig.backend.release_lock(LOCK_KEY, "other")
 
     rig.clock.advance(600)
-    assert sorted(t.type for t in await rig.tick()) == [TaskType.L1, TaskType.FLUSH]
-    await rig.run_next(TaskType.L1)
-    assert await rig.run_next(TaskType.FLUSH) is Outcome.COMPLETED
+    assert sorted(t.type for t in await rig.tick()) == [L1, FLUSH]
+    await rig.run_next(L1)
+    assert await rig.run_next(FLUSH) is Outcome.COMPLETED
     assert rig.memory.layers is not None and rig.memory.backlog is not None
     assert rig.memory.backlog.flush_requests(None, 10) == []
     assert rig.memory.layers.session_state(SCOPE, "s1").pending_turns == 0
@@ -662,12 +664,12 @@ async def test_two_sessions_of_a_tenant_pay_for_one_l2(
     install_layer_handlers(scripted_llm)
     for session in ("s1", "s2"):
         await rig.memory.capture("acme", session, TURNS)
-        await rig.backend.enqueue(Task(TaskType.L1, "acme", session), now=rig.clock.now())
-        assert await rig.run_next(TaskType.L1) is Outcome.COMPLETED
+        await rig.backend.enqueue(Task(L1, "acme", session), now=rig.clock.now())
+        assert await rig.run_next(L1) is Outcome.COMPLETED
     for session in ("s1", "s2"):
-        await rig.backend.enqueue(Task(TaskType.L2, "acme", session, {"force": True}),
+        await rig.backend.enqueue(Task(L2, "acme", session, {"force": True}),
                                   now=rig.clock.now())  # fmt: skip
-    first, second = await rig.next(TaskType.L2), await rig.next(TaskType.L2)
+    first, second = await rig.next(L2), await rig.next(L2)
     waiting = Worker(rig.backend, rig.worker.executors, PipelineSettings(retry_limit=1),
                      clock=rig.clock, name="w3", sleep=lambda s: asyncio.sleep(0.001))
     outcomes = await asyncio.gather(rig.worker.handle(first), waiting.handle(second))

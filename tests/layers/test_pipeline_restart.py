@@ -21,13 +21,14 @@ from stratamem.domain import Scope
 from stratamem.errors import StaleFencingToken
 from stratamem.layers.backlog import layer_sources
 from stratamem.layers.service import Run
+from stratamem.layers.task_types import L1
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecutorRegistry
 from stratamem.pipeline.redis_backend import RedisBackend
 from stratamem.pipeline.scheduler import BacklogScheduler
 from stratamem.pipeline.settings import LockScope, PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
 from stratamem.pipeline.timers import lock_key_for
 from stratamem.pipeline.worker import Outcome, Worker
 from stratamem.store.core.port import Fence
@@ -37,7 +38,7 @@ from tests.store.helpers import memory
 
 SCOPE = Scope("acme")
 REDIS_URL = "redis://127.0.0.1:6379/0"
-LOCK_KEY = lock_key_for(Task(TaskType.L1, "acme", "s1"), LockScope.SESSION)
+LOCK_KEY = lock_key_for(Task(L1, "acme", "s1"), LockScope.SESSION)
 RECORDED_TOKEN = 20
 STEPS = 60
 

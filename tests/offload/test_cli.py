@@ -116,7 +116,7 @@ async def test_ingest_hands_the_stages_to_pipeline_workers(
     backend = SqliteBackend(data / "pipeline.db")
     try:
         queued = await backend.list_tasks(limit=10)
-        assert sorted(t.type.value for t in queued) == ["offload-l1", "offload-l15"]
+        assert sorted(t.type.name for t in queued) == ["offload-l1", "offload-l15"]
         registry = load_registry("stratamem.runtime:offload_registry")
         worker = Worker(backend, registry, PipelineSettings(), name="w", sleep=never)
         for delivery in await backend.consume("c", count=10, block_ms=0, now=time.time()):

@@ -16,10 +16,11 @@ from stratamem.offload.l1_summaries import run_l1
 from stratamem.offload.l2_diagram import ORPHAN_NODE, diagram_timer_key, run_l2
 from stratamem.offload.mermaid import Edit, InvalidDiagram, apply_edits, validate
 from stratamem.offload.schedule import Stage, StageTask, l2_timer_key
+from stratamem.offload.task_types import OFFLOAD_L2
 from stratamem.pipeline.scheduler import BacklogScheduler
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
 from stratamem.store.core.port import Fence
 from stratamem.store.failures.records import FailureKind, FailureQuery, FailureStatus
 from stratamem.store.layers.store import SqlLayerStore
@@ -269,7 +270,7 @@ async def test_a_parked_session_still_gets_the_orphan_fallback(
     await session_with_entries(rig, scripted_llm, 1)
     backend = SqliteBackend(tmp_path / "pipeline.db")
     try:
-        await backend.enqueue(Task(TaskType.OFFLOAD_L2, T, S), now=rig.clock.now())
+        await backend.enqueue(Task(OFFLOAD_L2, T, S), now=rig.clock.now())
         [delivery] = await backend.consume("w", count=1, block_ms=0, now=rig.clock.now())
         await backend.dead_letter(delivery, "LLMOutputInvalid", now=rig.clock.now())
         age = rig.offload.deps.settings.orphan_max_age_s
@@ -278,7 +279,7 @@ async def test_a_parked_session_still_gets_the_orphan_fallback(
         assert (await scheduler.run_pass(rig.clock.now())).submitted == []  # parked, too young
         rig.clock.advance(age)
         [task] = (await scheduler.run_pass(rig.clock.now())).submitted
-        assert (task.type, task.session, task.payload) == (TaskType.OFFLOAD_L2, S, {ORPHANS: True})
+        assert (task.type, task.session, task.payload) == (OFFLOAD_L2, S, {ORPHANS: True})
     finally:
         await backend.close()
     calls = len(scripted_llm.calls("offload-l2"))

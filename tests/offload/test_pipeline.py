@@ -16,6 +16,7 @@ from stratamem.domain import Scope
 from stratamem.llm import LLMClient
 from stratamem.offload import Offload, ToolPair
 from stratamem.offload.executors import PipelineScheduler, register_executors
+from stratamem.offload.task_types import OFFLOAD_L1, OFFLOAD_L2, OFFLOAD_L2_TIMER, OFFLOAD_L15
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecutorRegistry
 from stratamem.pipeline.redis_backend import RedisBackend
@@ -23,8 +24,7 @@ from stratamem.pipeline.runner import load_registry
 from stratamem.pipeline.scheduler import BacklogScheduler
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.pipeline.task import Delivery, TaskType
-from stratamem.pipeline.timers import offload_l2_timer_key
+from stratamem.pipeline.task import Delivery
 from stratamem.pipeline.worker import Outcome, Worker
 from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.opening import RecordStore
@@ -119,7 +119,7 @@ async def test_a_dead_lettered_task_is_requeued_and_loses_nothing(
     pipe.clock.advance(5)
     assert await pipe.step() is Outcome.DEAD
     [dead] = await pipe.backend.list_dead(limit=10)
-    assert dead.task.type is TaskType.OFFLOAD_L1 and "422" in dead.error
+    assert dead.task.type is OFFLOAD_L1 and "422" in dead.error
     assert pipe.entries() == 0  # the pairs wait in the store, unclaimed
     await pipe.backend.requeue_dead(dead.id, now=pipe.clock.now())
     assert await pipe.step() is Outcome.COMPLETED
@@ -137,7 +137,7 @@ async def test_the_whole_flow_on_the_pipeline_with_a_fenced_diagram(
     await pipe.offload.ingest(T, S, batch(t0 + 1))
     outcomes = [await pipe.step(), await pipe.step()]
     assert outcomes == [Outcome.COMPLETED, Outcome.COMPLETED]
-    assert (await pipe.backend.get_timer(offload_l2_timer_key(T, S))) is not None
+    assert (await pipe.backend.get_timer(OFFLOAD_L2_TIMER.key(T, S))) is not None
     pipe.clock.advance(1)
     assert await pipe.step() is Outcome.COMPLETED  # offload-l2, fired by its timer
     [diagram] = (await pipe.offload.diagrams(T, S)).diagrams
@@ -161,7 +161,7 @@ def test_the_worker_factory_registers_the_offload_executors(
     for name in ("STRATAMEM_LLM_BASE_URL", "STRATAMEM_LLM_MODEL"):
         monkeypatch.delenv(name, raising=False)
     registry = load_registry("stratamem.runtime:offload_registry")
-    assert {TaskType.OFFLOAD_L1, TaskType.OFFLOAD_L15, TaskType.OFFLOAD_L2} <= set(
+    assert {OFFLOAD_L1, OFFLOAD_L15, OFFLOAD_L2} <= set(
         registry.types()
     )
     assert (tmp_path / "stratamem.db").exists()
@@ -214,13 +214,13 @@ async def test_stuck_work_is_parked_while_dead_lettered_then_submitted_again_onc
     assert scheduler.snapshot()["parked"] == 2
     await pipe.backend.purge_dead()
     submitted = (await scheduler.run_pass(pipe.clock.now())).submitted
-    assert sorted(t.type for t in submitted) == [TaskType.OFFLOAD_L1, TaskType.OFFLOAD_L15]
+    assert sorted(t.type for t in submitted) == [OFFLOAD_L1, OFFLOAD_L15]
     while await pipe.step() is not None:
         pass
     assert pipe.entries() == 8
     pipe.clock.advance(3600)
     again = {t.type for t in (await scheduler.run_pass(pipe.clock.now())).submitted}
-    assert again.isdisjoint({TaskType.OFFLOAD_L1, TaskType.OFFLOAD_L15})  # nothing waits
+    assert again.isdisjoint({OFFLOAD_L1, OFFLOAD_L15})  # nothing waits
 
 
 async def test_entries_left_by_a_skipped_diagram_task_are_mapped_later(
@@ -247,6 +247,6 @@ async def test_entries_left_by_a_skipped_diagram_task_are_mapped_later(
                                  PipelineSettings())  # fmt: skip
     pipe.clock.advance(60)
     submitted = (await scheduler.run_pass(pipe.clock.now())).submitted
-    assert [t.type for t in submitted] == [TaskType.OFFLOAD_L2]
+    assert [t.type for t in submitted] == [OFFLOAD_L2]
     assert await pipe.step() is Outcome.COMPLETED
     assert all(e.node_id for e in await pipe.offload.entries(T, S))

@@ -18,7 +18,7 @@ from stratamem.errors import StaleFencingToken
 from stratamem.layers.cascade import cascade
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
 from stratamem.pipeline.fencing import ensure_fences, fence_check
-from stratamem.pipeline.task import TaskType
+from stratamem.pipeline.task_type import registered
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS executions (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
@@ -79,7 +79,7 @@ async def fenced_work(ctx: ExecutionContext) -> ExecResult:
 
 
 def registry() -> ExecutorRegistry:
-    executors = ExecutorRegistry((t, fenced_work) for t in TaskType)
+    executors = ExecutorRegistry((t, fenced_work) for t in registered())
     executors.add_cascade(cascade)  # the layers' L1 -> L2 -> L3
     return executors
 

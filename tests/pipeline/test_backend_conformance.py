@@ -7,16 +7,18 @@ import logging
 
 import pytest
 
+from stratamem.layers.task_types import FLUSH, L1, L2, L3
+from stratamem.offload.task_types import OFFLOAD_L1, OFFLOAD_L2
 from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, PipelineBackend, retry_timer_key
 from stratamem.pipeline.errors import DeadLetterNotFound, DeliveryLost, UnknownTaskType
-from stratamem.pipeline.task import DeadLetter, Task, TaskType
+from stratamem.pipeline.task import DeadLetter, Task
 from stratamem.store.evidence.receipts import Attempt
 
 from .conftest import Harness
 
 
 def l1(session: str = "s1", **payload: object) -> Task:
-    return Task(TaskType.L1, "t1", session, dict(payload))
+    return Task(L1, "t1", session, dict(payload))
 
 
 # -- queue ------------------------------------------------------------------------------------
@@ -72,22 +74,22 @@ async def test_depth_and_listing(harness: Harness) -> None:
 
 # -- wake-ups (the backlog scheduler refills the queue when consumers are free) ----------------
 
-L1_ONLY, OFFLOAD = [TaskType.L1], [TaskType.OFFLOAD_L1, TaskType.OFFLOAD_L2]
+L1_ONLY, OFFLOAD = [L1], [OFFLOAD_L1, OFFLOAD_L2]
 
 
 async def test_a_notice_wakes_a_waiter_in_another_process(harness: Harness) -> None:
     peer = await harness.make_peer()
     waiting = asyncio.create_task(harness.backend.wait_free(L1_ONLY, timeout_s=30))
     await asyncio.sleep(0)  # the waiter is waiting
-    await peer.notify_free([TaskType.L1, TaskType.L2])
+    await peer.notify_free([L1, L2])
     assert await asyncio.wait_for(waiting, timeout=10) is True
 
 
 async def test_a_notice_given_before_the_wait_is_kept_and_taken_once(harness: Harness) -> None:
     peer = await harness.make_peer()
     await peer.notify_free(OFFLOAD)
-    assert await harness.backend.wait_free([TaskType.OFFLOAD_L2], timeout_s=5) is True
-    assert await harness.backend.wait_free([TaskType.OFFLOAD_L2], timeout_s=0.01) is False
+    assert await harness.backend.wait_free([OFFLOAD_L2], timeout_s=5) is True
+    assert await harness.backend.wait_free([OFFLOAD_L2], timeout_s=0.01) is False
 
 
 async def test_a_notice_of_other_types_wakes_nobody(harness: Harness) -> None:
@@ -278,7 +280,7 @@ async def test_an_unreadable_timer_is_set_aside_and_the_others_fire(
     failed every pump on SQLite, so no timer of any tenant fired again; on Redis the pump's
     script failed on it and the row was lost unrecorded."""
     b = harness.backend
-    first, last = Task(TaskType.L2, "t", "a"), Task(TaskType.L2, "t", "b")
+    first, last = Task(L2, "t", "a"), Task(L2, "t", "b")
     await b.set_timer("l2/t/a", first, due_at=10)
     await b.set_timer("l2/t/b", last, due_at=30)
     await harness.plant_timer("newer/t", 20, '{"type": "L9", "tenant": "t"}')
@@ -340,7 +342,7 @@ async def test_session_state_counters_and_cursors(harness: Harness) -> None:
 
 async def test_dead_letters_list_requeue_purge(harness: Harness) -> None:
     b, now = harness.backend, harness.clock.now()
-    tasks = [Task(TaskType.L2, "t1", "s1", {"n": i}, attempt=3) for i in range(3)]
+    tasks = [Task(L2, "t1", "s1", {"n": i}, attempt=3) for i in range(3)]
     for task in tasks:
         await b.enqueue(task, now=now)
     for d in await b.consume("c1", count=3, block_ms=0, now=now):
@@ -372,8 +374,8 @@ async def test_dead_letters_are_listed_per_tenant_and_paged_with_random_ids(
     harness: Harness,
 ) -> None:
     b, now = harness.backend, harness.clock.now()
-    others = [await _bury(b, Task(TaskType.L1, "other", f"s{i}"), now) for i in range(5)]
-    mine = [await _bury(b, Task(TaskType.L1, "t1", f"s{i}"), now) for i in range(3)]
+    others = [await _bury(b, Task(L1, "other", f"s{i}"), now) for i in range(5)]
+    mine = [await _bury(b, Task(L1, "t1", f"s{i}"), now) for i in range(3)]
     assert [d.id for d in await b.list_dead(limit=10, tenant="t1")] == [d.id for d in mine]
     first = await b.list_dead(limit=2, tenant="t1")
     rest = await b.list_dead(limit=2, tenant="t1", after=first[-1].id)
@@ -426,24 +428,24 @@ async def test_the_owner_retries_and_buries_its_own_delivery(harness: Harness) -
 
 # -- routing: consumers take only the task types they run --------------------------------------
 
-LAYER_TYPES = (TaskType.L1, TaskType.L2, TaskType.L3, TaskType.FLUSH)
+LAYER_TYPES = (L1, L2, L3, FLUSH)
 
 
 async def test_consumers_take_only_the_types_they_run(harness: Harness) -> None:
     b, now = harness.backend, harness.clock.now()
-    offload = Task(TaskType.OFFLOAD_L1, "t1", "s1")
+    offload = Task(OFFLOAD_L1, "t1", "s1")
     await b.enqueue(offload, now=now)
     await b.enqueue(l1(), now=now)
     [got] = await b.consume("layers", count=10, block_ms=0, now=now, types=LAYER_TYPES)
-    assert got.task.type is TaskType.L1
+    assert got.task.type is L1
     assert await b.consume("layers", count=10, block_ms=20, now=now, types=LAYER_TYPES) == []
-    [other] = await b.consume("off", count=10, block_ms=0, now=now, types=[TaskType.OFFLOAD_L1])
+    [other] = await b.consume("off", count=10, block_ms=0, now=now, types=[OFFLOAD_L1])
     assert other.task == offload
     later = now + 3600
     [back] = await b.reclaim(
         "layers", min_idle_ms=0, count=10, max_deliveries=5, now=later, types=LAYER_TYPES
     )
-    assert back.task.type is TaskType.L1
+    assert back.task.type is L1
     assert await b.ack(other) is True
 
 
@@ -451,24 +453,24 @@ async def test_a_routed_consumer_wakes_for_its_own_type(harness: Harness) -> Non
     b, now = harness.backend, harness.clock.now()
     peer = await harness.make_peer()
     waiting = asyncio.create_task(
-        b.consume("off", count=1, block_ms=5000, now=now, types=[TaskType.OFFLOAD_L2])
+        b.consume("off", count=1, block_ms=5000, now=now, types=[OFFLOAD_L2])
     )
     await peer.enqueue(l1(), now=now)
-    await peer.enqueue(Task(TaskType.OFFLOAD_L2, "t1", "s1"), now=now)
+    await peer.enqueue(Task(OFFLOAD_L2, "t1", "s1"), now=now)
     [got] = await asyncio.wait_for(waiting, timeout=5)
-    assert got.task.type is TaskType.OFFLOAD_L2
-    assert [t.type for t in await b.list_tasks(limit=10)] == [TaskType.L1, TaskType.OFFLOAD_L2]
+    assert got.task.type is OFFLOAD_L2
+    assert [t.type for t in await b.list_tasks(limit=10)] == [L1, OFFLOAD_L2]
 
 
 async def test_timers_and_requeues_reach_the_stream_of_their_type(harness: Harness) -> None:
     b, now = harness.backend, harness.clock.now()
-    await b.set_timer("k", Task(TaskType.OFFLOAD_L2, "t1", "s1"), due_at=now)
+    await b.set_timer("k", Task(OFFLOAD_L2, "t1", "s1"), due_at=now)
     await b.fire_due_timers(now=now, limit=10)
-    [got] = await b.consume("off", count=1, block_ms=0, now=now, types=[TaskType.OFFLOAD_L2])
+    [got] = await b.consume("off", count=1, block_ms=0, now=now, types=[OFFLOAD_L2])
     dead = await b.dead_letter(got, "boom", now=now)
     assert dead is not None
     await b.requeue_dead(dead.id, now=now)
-    [again] = await b.consume("off", count=1, block_ms=0, now=now, types=[TaskType.OFFLOAD_L2])
+    [again] = await b.consume("off", count=1, block_ms=0, now=now, types=[OFFLOAD_L2])
     assert again.task.id == got.task.id
 
 

@@ -25,11 +25,11 @@ from typing import Any, TypeVar
 
 import pytest
 
+from stratamem.layers.task_types import L1, L2_TIMER
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.redis_backend import RedisBackend
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.pipeline.task import Task, TaskType
-from stratamem.pipeline.timers import l2_timer_key
+from stratamem.pipeline.task import Task
 
 from . import fenced_store
 from .conftest import REDIS_URL
@@ -164,9 +164,9 @@ def busy_worker(
 
 def test_workers_survive_kill_and_pause(cluster: Cluster) -> None:
     tasks = [
-        Task(TaskType.L1, "t", s, {"n": i}) for i in range(TASKS_PER_SESSION) for s in HOT_SESSIONS
+        Task(L1, "t", s, {"n": i}) for i in range(TASKS_PER_SESSION) for s in HOT_SESSIONS
     ]
-    poison = [Task(TaskType.L1, "t", f"poison{i}", {"poison": True}) for i in range(POISON)]
+    poison = [Task(L1, "t", f"poison{i}", {"poison": True}) for i in range(POISON)]
     now = time.time()
     for task in tasks + poison:
         cluster.call(cluster.backend.enqueue(task, now=now))
@@ -291,7 +291,7 @@ class TimerSampler:
 
     def sample(self) -> None:
         for session in HOT_SESSIONS:
-            timer = self.cluster.call(self.cluster.backend.get_timer(l2_timer_key("t", session)))
+            timer = self.cluster.call(self.cluster.backend.get_timer(L2_TIMER.key("t", session)))
             if timer is not None:
                 self.seen[session].append(timer[0])
 

@@ -20,12 +20,13 @@ from stratamem.clock import ManualClock
 from stratamem.config import Settings
 from stratamem.domain import Scope
 from stratamem.errors import StaleFencingToken
+from stratamem.layers.task_types import L1, L2
 from stratamem.pipeline.fencing import ensure_fences, fence_check
 from stratamem.pipeline.reconcile import reconcile
 from stratamem.pipeline.redis_backend import RedisBackend
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
 from stratamem.store.evidence.executions import ExecutionStart
 from stratamem.store.evidence.store import SqlEvidenceStore
 from stratamem.store.opening import open_store
@@ -79,7 +80,7 @@ def test_a_fences_table_made_before_owners_gets_the_column_and_keeps_its_rows(
 async def test_sqlite_queue_survives_reopen(tmp_path: Path) -> None:
     path, now = tmp_path / "pipeline.db", 1000.0
     first = SqliteBackend(path)
-    tasks = [Task(TaskType.L1, "t", "s", {"n": i}) for i in range(3)]
+    tasks = [Task(L1, "t", "s", {"n": i}) for i in range(3)]
     for task in tasks:
         await first.enqueue(task, now=now)
     [leased] = await first.consume("gone", count=1, block_ms=0, now=now)
@@ -103,7 +104,7 @@ def test_cli_status_and_dead_letters(tmp_path: Path) -> None:
     async def seed() -> None:
         backend = SqliteBackend(tmp_path / "pipeline.db")
         for n in range(2):
-            await backend.enqueue(Task(TaskType.L2, "t", "s", {"n": n}), now=time.time())
+            await backend.enqueue(Task(L2, "t", "s", {"n": n}), now=time.time())
         for d in await backend.consume("c", count=2, block_ms=0, now=time.time()):
             await backend.dead_letter(d, "RuntimeError: boom", now=time.time())
         await backend.close()
@@ -131,7 +132,7 @@ def test_cli_status_and_dead_letters(tmp_path: Path) -> None:
 def test_cli_reconcile_reports_and_changes_nothing(tmp_path: Path) -> None:
     async def seed() -> None:
         backend = SqliteBackend(tmp_path / "pipeline.db")
-        await backend.enqueue(Task(TaskType.L2, "t", "s"), now=time.time())
+        await backend.enqueue(Task(L2, "t", "s"), now=time.time())
         await backend.consume("c", count=1, block_ms=0, now=time.time())
         await backend.close()
 

@@ -19,6 +19,7 @@ import pytest
 from stratamem.clock import ManualClock
 from stratamem.domain import Scope
 from stratamem.errors import ConfigError
+from stratamem.layers.task_types import L1
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.reconcile import Finding, reconcile
 from stratamem.pipeline.retention import LogPruner
@@ -31,7 +32,7 @@ from stratamem.pipeline.scheduler import (
 )
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.pipeline.task import DeadLetter, Task, TaskType
+from stratamem.pipeline.task import DeadLetter, Task
 from stratamem.store.evidence.executions import ExecutionStart
 from stratamem.store.evidence.receipts import Attempt, Receipt, ReceiptDraft
 from stratamem.store.evidence.retention import LogPage, ThreadedRetainedLog
@@ -54,11 +55,11 @@ def log(open_store: StoreFactory) -> SqlEvidenceStore:
 
 def _commit(log: SqlEvidenceStore, clock: ManualClock, task: Task, worker: str = "w0") -> Attempt:
     """An execution of `task` that committed its receipt and a part's receipt, then ended."""
-    start = ExecutionStart(task.id, task.type.value, task.session, None, task.attempt, 1, None,
+    start = ExecutionStart(task.id, task.type.name, task.session, None, task.attempt, 1, None,
                            worker)  # fmt: skip
     attempt = log.start_execution(SCOPE, start, clock)
     log.record_receipt(SCOPE, ReceiptDraft(f"{task.id}.0", "L1", clock.now()), None)
-    draft = ReceiptDraft(task.id, task.type.value, clock.now(), {"changed": True}, attempt=attempt)
+    draft = ReceiptDraft(task.id, task.type.name, clock.now(), {"changed": True}, attempt=attempt)
     log.record_receipt(SCOPE, draft, None)
     log.end_execution(SCOPE, attempt, "completed", clock)
     return attempt
@@ -71,7 +72,7 @@ def _kept(log: SqlEvidenceStore, task: Task) -> tuple[int, bool, bool]:
 
 
 def _task() -> Task:
-    return Task(TaskType.L1, SCOPE.tenant, "s1")
+    return Task(L1, SCOPE.tenant, "s1")
 
 
 async def test_only_rows_of_tasks_nothing_holds_go(harness: Harness, log: SqlEvidenceStore) -> None:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 
+from stratamem.layers.task_types import FLUSH, L1, L2, L3
+from stratamem.offload.task_types import OFFLOAD_L1, OFFLOAD_L2, OFFLOAD_L15
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
 from stratamem.pipeline.settings import PipelineSettings
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
+from stratamem.pipeline.task_type import TaskType
 from stratamem.pipeline.worker import Worker
 
 from .conftest import Harness
 
-LAYERS = (TaskType.L1, TaskType.L2, TaskType.L3, TaskType.FLUSH)
-OFFLOAD = (TaskType.OFFLOAD_L1, TaskType.OFFLOAD_L15, TaskType.OFFLOAD_L2)
+LAYERS = (L1, L2, L3, FLUSH)
+OFFLOAD = (OFFLOAD_L1, OFFLOAD_L15, OFFLOAD_L2)
 
 
 async def _run_until(worker: Worker, done: asyncio.Event) -> None:
@@ -38,8 +41,8 @@ async def test_a_layers_only_worker_leaves_offload_tasks_to_an_offload_worker(
     harness: Harness,
 ) -> None:
     b, now = harness.backend, harness.clock.now()
-    offload = Task(TaskType.OFFLOAD_L1, "t", "s")
-    layer = Task(TaskType.L3, "t")
+    offload = Task(OFFLOAD_L1, "t", "s")
+    layer = Task(L3, "t")
     await b.enqueue(offload, now=now)
     await b.enqueue(layer, now=now)
     ran_layers: list[Task] = []

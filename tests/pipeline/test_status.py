@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from stratamem.layers.task_types import L1
 from stratamem.pipeline.executors import ExecutorRegistry, noop_registry
 from stratamem.pipeline.metrics import RunningTask
 from stratamem.pipeline.scheduler import BacklogScheduler
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import STALE_MIN_S, WORKERS_SCOPE, stale_after_s, worker_statuses
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
 from stratamem.pipeline.worker import Worker
 
 from .conftest import Harness
@@ -44,7 +45,7 @@ async def test_dead_workers_expire_with_their_stale_running_tasks(harness: Harne
     done = Worker(harness.backend, ExecutorRegistry(), settings, clock=harness.clock, name="done")
     live = Worker(harness.backend, ExecutorRegistry(), settings, clock=harness.clock, name="live")
     t0 = harness.clock.now()
-    task = Task(TaskType.L1, "t", "s")
+    task = Task(L1, "t", "s")
     gone.metrics.running[task.id] = RunningTask(task.id, "L1", "t", "s", None, 0, t0)
     await gone.publish_status()  # then killed while running a task
     await done.publish_status(stopped=True)
@@ -67,17 +68,17 @@ async def test_the_scheduler_keeps_twice_the_running_consumers_queued(harness: H
     settings = PipelineSettings(scheduler_limit=8, concurrency=6, pump_interval_s=1.0)
     scheduler = BacklogScheduler(harness.backend, [], settings)
     t0 = harness.clock.now()
-    assert (await scheduler.limits(t0))[TaskType.L1] == 8  # no worker has published
+    assert (await scheduler.limits(t0))[L1] == 8  # no worker has published
     for name in ("a", "b", "c"):
         worker = Worker(harness.backend, noop_registry(), settings, clock=harness.clock,
                         name=name)  # fmt: skip
         await worker.publish_status()
-    assert (await scheduler.limits(t0))[TaskType.L1] == 36
-    await harness.backend.enqueue(Task(TaskType.L1, "t", "s"), now=t0)
-    assert (await harness.backend.depth()).queued_of([TaskType.L1]) == 1
+    assert (await scheduler.limits(t0))[L1] == 36
+    await harness.backend.enqueue(Task(L1, "t", "s"), now=t0)
+    assert (await harness.backend.depth()).queued_of([L1]) == 1
     await worker.publish_status(stopped=True)
-    assert (await scheduler.limits(t0))[TaskType.L1] == 24
+    assert (await scheduler.limits(t0))[L1] == 24
     harness.clock.set(t0 + stale_after_s(settings) + 1)  # a and b stopped publishing: dead
-    assert (await scheduler.limits(harness.clock.now()))[TaskType.L1] == 8
+    assert (await scheduler.limits(harness.clock.now()))[L1] == 8
     off = BacklogScheduler(harness.backend, [], settings.model_copy(update={"scheduler_limit": 0}))
     assert set((await off.limits(harness.clock.now())).values()) == {0}

@@ -14,17 +14,18 @@ import pytest
 from stratamem.domain import Scope
 from stratamem.errors import ConfigError, StaleFencingToken
 from stratamem.layers.cascade import cascade
+from stratamem.layers.task_types import FLUSH, L1, L2, L2_MAX_TIMER, L2_TIMER, L3
 from stratamem.llm import LLMCircuitOpen, LLMRateLimited
+from stratamem.offload.task_types import OFFLOAD_L1, OFFLOAD_L2, OFFLOAD_L15
 from stratamem.pipeline.backend import retry_timer_key
 from stratamem.pipeline.errors import RetryLater
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry, WhenBusy
 from stratamem.pipeline.fencing import ensure_fences, fence_check
 from stratamem.pipeline.locking import holding
 from stratamem.pipeline.settings import LockScope, PipelineSettings
-from stratamem.pipeline.task import Delivery, Task, TaskType
+from stratamem.pipeline.task import Delivery, Task
+from stratamem.pipeline.task_type import registered
 from stratamem.pipeline.timers import (
-    l2_max_timer_key,
-    l2_timer_key,
     lock_key_for,
 )
 from stratamem.pipeline.worker import Outcome, Worker
@@ -59,7 +60,7 @@ class Sleeper:
 def make_worker(harness: Harness, executor: Exec, **overrides: object) -> tuple[Worker, Sleeper]:
     sleeper = Sleeper(harness)
     settings = PipelineSettings(**overrides)  # type: ignore[arg-type]
-    registry = ExecutorRegistry((t, executor) for t in TaskType)
+    registry = ExecutorRegistry((t, executor) for t in registered())
     registry.add_cascade(cascade)  # the layers' L1 -> L2 -> L3
     worker = Worker(
         harness.backend, registry, settings, clock=harness.clock, name="w", sleep=sleeper
@@ -89,16 +90,16 @@ async def test_l1_success_acks_and_moves_l2_timer_earlier(harness: Harness) -> N
     worker, _ = make_worker(harness, ok, l2_delay_s=60, l2_batch=3)
     b, t0 = harness.backend, harness.clock.now()
     assert (
-        await worker.handle(await deliver(harness, Task(TaskType.L1, "t", "s")))
+        await worker.handle(await deliver(harness, Task(L1, "t", "s")))
         is Outcome.COMPLETED
     )
     assert (await b.depth()).in_flight == 0
-    assert (await b.get_timer(l2_timer_key("t", "s")) or (0,))[0] == t0 + 60
+    assert (await b.get_timer(L2_TIMER.key("t", "s")) or (0,))[0] == t0 + 60
     harness.clock.advance(10)
-    await worker.handle(await deliver(harness, Task(TaskType.L1, "t", "s")))
-    assert (await b.get_timer(l2_timer_key("t", "s")) or (0,))[0] == t0 + 60
-    await worker.handle(await deliver(harness, Task(TaskType.L1, "t", "s")))
-    assert (await b.get_timer(l2_timer_key("t", "s")) or (0,))[0] == t0 + 10
+    await worker.handle(await deliver(harness, Task(L1, "t", "s")))
+    assert (await b.get_timer(L2_TIMER.key("t", "s")) or (0,))[0] == t0 + 60
+    await worker.handle(await deliver(harness, Task(L1, "t", "s")))
+    assert (await b.get_timer(L2_TIMER.key("t", "s")) or (0,))[0] == t0 + 10
     assert await b.state_get("t/s") == {"l1_since_l2": "3"}
     assert worker.metrics.completed == 3 and worker.metrics.consumed == 3
 
@@ -111,29 +112,29 @@ async def test_l2_cascade_enqueues_l3_and_arms_max_interval(harness: Harness) ->
 
     worker, _ = make_worker(harness, l2, l2_max_interval_s=600)
     b, t0 = harness.backend, harness.clock.now()
-    await worker.handle(await deliver(harness, Task(TaskType.L2, "t", "s")))
+    await worker.handle(await deliver(harness, Task(L2, "t", "s")))
     [l3] = await b.list_tasks(limit=10)
     assert (l3.type, l3.tenant, l3.session, l3.payload) == (
-        TaskType.L3,
+        L3,
         "t",
         None,
         {"session": "s"},
     )
     [l3_delivery] = await b.consume("c", count=1, block_ms=0, now=t0)
     await b.ack(l3_delivery)
-    assert (await b.get_timer(l2_max_timer_key("t", "s")) or (0,))[0] == t0 + 600
+    assert (await b.get_timer(L2_MAX_TIMER.key("t", "s")) or (0,))[0] == t0 + 600
     harness.clock.advance(5)
     assert (
-        await worker.handle(await deliver(harness, Task(TaskType.L2, "t", "s")))
+        await worker.handle(await deliver(harness, Task(L2, "t", "s")))
         is Outcome.COMPLETED
     )
     assert await b.list_tasks(limit=10) == []
-    assert (await b.get_timer(l2_max_timer_key("t", "s")) or (0,))[0] == t0 + 605
+    assert (await b.get_timer(L2_MAX_TIMER.key("t", "s")) or (0,))[0] == t0 + 605
     harness.clock.advance(5)
     assert (
-        await worker.handle(await deliver(harness, Task(TaskType.L2, "t", "s"))) is Outcome.SKIPPED
+        await worker.handle(await deliver(harness, Task(L2, "t", "s"))) is Outcome.SKIPPED
     )
-    assert (await b.get_timer(l2_max_timer_key("t", "s")) or (0,))[0] == t0 + 605
+    assert (await b.get_timer(L2_MAX_TIMER.key("t", "s")) or (0,))[0] == t0 + 605
 
 
 async def test_a_session_keeps_no_state_after_its_l2(harness: Harness) -> None:
@@ -142,23 +143,23 @@ async def test_a_session_keeps_no_state_after_its_l2(harness: Harness) -> None:
     results = iter([ExecResult(changed=True), ExecResult(skipped=True)] * 200)
 
     async def run(ctx: ExecutionContext) -> ExecResult:
-        return next(results) if ctx.task.type is TaskType.L2 else ExecResult()
+        return next(results) if ctx.task.type is L2 else ExecResult()
 
     worker, _ = make_worker(harness, run, l2_batch=2)
     b = harness.backend
     for i in range(200):
-        await worker.handle(await deliver(harness, Task(TaskType.L1, "t", f"s{i}")))
-        await worker.handle(await deliver(harness, Task(TaskType.L2, "t", f"s{i}")))
+        await worker.handle(await deliver(harness, Task(L1, "t", f"s{i}")))
+        await worker.handle(await deliver(harness, Task(L2, "t", f"s{i}")))
     assert [await b.state_get(f"t/s{i}") for i in range(200)] == [{}] * 200
-    await worker.handle(await deliver(harness, Task(TaskType.L1, "t", "s0")))
+    await worker.handle(await deliver(harness, Task(L1, "t", "s0")))
     assert await b.state_get("t/s0") == {"l1_since_l2": "1"}  # counting again from 0
 
 
 async def test_failures_retry_with_backoff_then_dead_letter(harness: Harness) -> None:
     worker, _ = make_worker(harness, boom, retry_limit=3)
     b, t0 = harness.backend, harness.clock.now()
-    task = Task(TaskType.L1, "t", "s")
-    await b.set_timer(l2_timer_key("t", "s"), Task(TaskType.L2, "t", "s"), due_at=t0 + 9999)
+    task = Task(L1, "t", "s")
+    await b.set_timer(L2_TIMER.key("t", "s"), Task(L2, "t", "s"), due_at=t0 + 9999)
     delivery = await deliver(harness, task)
     due = t0
     for attempt, delay in enumerate([5, 15, 45]):
@@ -175,7 +176,7 @@ async def test_failures_retry_with_backoff_then_dead_letter(harness: Harness) ->
     [dead] = await b.list_dead(limit=10)
     assert dead.task.id == task.id and dead.task.attempt == 3
     assert dead.error == "RuntimeError: boom on attempt 3"
-    assert await b.get_timer(l2_timer_key("t", "s")) is None
+    assert await b.get_timer(L2_TIMER.key("t", "s")) is None
     depth = await b.depth()
     assert (depth.ready, depth.in_flight, depth.timers, depth.dead) == (0, 0, 0, 1)
     m = worker.metrics
@@ -187,7 +188,7 @@ async def test_executor_chooses_its_retry_time(harness: Harness) -> None:
         raise RetryLater(120, "429 from the LLM endpoint")
 
     worker, _ = make_worker(harness, rate_limited, retry_limit=1)
-    task, t0 = Task(TaskType.L2, "t", "s"), harness.clock.now()
+    task, t0 = Task(L2, "t", "s"), harness.clock.now()
     assert await worker.handle(await deliver(harness, task)) is Outcome.RETRIED
     timer = await harness.backend.get_timer(retry_timer_key(task))
     assert timer is not None and timer[0] == t0 + 120
@@ -212,7 +213,7 @@ async def test_an_open_circuit_postpones_the_task_without_spending_attempts(
         return ExecResult()
 
     worker, _ = make_worker(harness, needs_the_llm, retry_limit=1)
-    task = Task(TaskType.L1, "t", "s")
+    task = Task(L1, "t", "s")
     delivery = await deliver(harness, task)
     for _ in range(5):  # more wake-ups than the retry limit allows failures
         now = harness.clock.now()
@@ -237,7 +238,7 @@ async def test_a_throttled_service_delays_the_retry_as_long_as_it_asked(harness:
         raise LLMRateLimited("429", status=429, retry_after_s=next(asked))
 
     worker, _ = make_worker(harness, throttled, retry_limit=4)
-    delivery = await deliver(harness, Task(TaskType.L2, "t", "s"))
+    delivery = await deliver(harness, Task(L2, "t", "s"))
     waits = []
     for _ in range(3):
         now = harness.clock.now()
@@ -254,7 +255,7 @@ async def test_a_throttled_service_delays_the_retry_as_long_as_it_asked(harness:
 
 async def test_lock_conflict_waits_with_backoff_then_drops(harness: Harness) -> None:
     worker, sleeper = make_worker(harness, ok, lock_ttl_ms=30_000)
-    task = Task(TaskType.L1, "t", "s")
+    task = Task(L1, "t", "s")
     key = lock_key_for(task, LockScope.SESSION)
     assert key is not None
     now = harness.clock.now()
@@ -268,7 +269,7 @@ async def test_lock_conflict_waits_with_backoff_then_drops(harness: Harness) -> 
 
 async def test_lock_freed_while_waiting_is_taken(harness: Harness) -> None:
     worker, sleeper = make_worker(harness, ok)
-    task = Task(TaskType.L3, "t")
+    task = Task(L3, "t")
     key = lock_key_for(task, LockScope.SESSION)
     assert key == "tenant/t"
     now = harness.clock.now()
@@ -288,8 +289,8 @@ async def test_a_type_registered_to_skip_when_busy_is_skipped_at_once(harness: H
     """The part that owns a type says what its task does with a busy lock (offload's diagram
     task: skip, the run holding the lock maps every entry); the worker names no type."""
     worker, sleeper = make_worker(harness, ok)
-    worker.executors.register(TaskType.OFFLOAD_L2, ok, WhenBusy.SKIP)
-    task = Task(TaskType.OFFLOAD_L2, "t", "s")
+    worker.executors.register(OFFLOAD_L2, ok, WhenBusy.SKIP)
+    task = Task(OFFLOAD_L2, "t", "s")
     key = lock_key_for(task, LockScope.SESSION)
     assert key is not None
     await harness.backend.acquire_lock(key, "other", ttl_ms=3_600_000, now=harness.clock.now())
@@ -317,7 +318,7 @@ async def test_lost_lock_cancels_executor_without_ack_or_cascade(harness: Harnes
         await gate.wait()
 
     sleeper.hook = hold_keeper
-    task = Task(TaskType.L1, "t", "s")
+    task = Task(L1, "t", "s")
     key = lock_key_for(task, LockScope.SESSION)
     assert key is not None
     running = asyncio.create_task(worker.handle(await deliver(harness, task)))
@@ -346,7 +347,7 @@ async def test_a_delivery_reclaimed_while_paused_aborts_without_renewing_and_fre
         return ExecResult()
 
     worker, sleeper = make_worker(harness, slow)
-    task = Task(TaskType.L1, "t", "s")
+    task = Task(L1, "t", "s")
     key = lock_key_for(task, LockScope.SESSION)
     assert key is not None
     renewed: list[str] = []
@@ -378,7 +379,7 @@ async def test_stale_fencing_token_aborts(harness: Harness) -> None:
 
     worker, _ = make_worker(harness, stale)
     assert (
-        await worker.handle(await deliver(harness, Task(TaskType.L1, "t", "s"))) is Outcome.ABORTED
+        await worker.handle(await deliver(harness, Task(L1, "t", "s"))) is Outcome.ABORTED
     )
     assert (await harness.backend.depth()).in_flight == 1
     assert await harness.backend.list_dead(limit=1) == []
@@ -402,7 +403,7 @@ async def test_a_token_counter_behind_the_store_is_raised_and_the_task_runs_agai
         return ExecResult()
 
     worker, _ = make_worker(harness, fenced, retry_limit=0)
-    task = Task(TaskType.L1, "t", "s")
+    task = Task(L1, "t", "s")
     assert await worker.handle(await deliver(harness, task)) is Outcome.POSTPONED
     assert await harness.backend.fence_token("session/t/s") == 20
     await worker.pump_once()  # put back at once
@@ -439,7 +440,7 @@ async def test_a_put_back_task_logs_which_refusal_it_was(
         return ExecResult()
 
     worker, _ = make_worker(harness, fenced)
-    task = Task(TaskType.L1, "t", "s")
+    task = Task(L1, "t", "s")
     caplog.set_level("WARNING", logger="stratamem.pipeline.worker")
     assert await worker.handle(await deliver(harness, task)) is Outcome.POSTPONED
     [line] = [r.getMessage() for r in caplog.records if "put back" in r.getMessage()]
@@ -492,7 +493,7 @@ async def test_a_held_lock_is_released_when_its_renewer_loses_a_cancellation(
 
 async def test_executor_gets_token_and_enqueues_after_release(harness: Harness) -> None:
     seen: list[tuple[str | None, int | None]] = []
-    follow_up = Task(TaskType.L1, "t", "s", {"next": True})
+    follow_up = Task(L1, "t", "s", {"next": True})
 
     async def chain(ctx: ExecutionContext) -> ExecResult:
         seen.append((ctx.lock_key, ctx.fence_token))
@@ -503,14 +504,14 @@ async def test_executor_gets_token_and_enqueues_after_release(harness: Harness) 
     worker, _ = make_worker(harness, chain)
     b = harness.backend
     assert (
-        await worker.handle(await deliver(harness, Task(TaskType.L1, "t", "s")))
+        await worker.handle(await deliver(harness, Task(L1, "t", "s")))
         is Outcome.COMPLETED
     )
     assert await b.list_tasks(limit=10) == [follow_up]
     assert await b.acquire_lock("session/t/s", "next", ttl_ms=1000, now=harness.clock.now())
     [queued] = await b.consume("c", count=1, block_ms=0, now=harness.clock.now())
     await b.ack(queued)
-    await worker.handle(await deliver(harness, Task(TaskType.OFFLOAD_L1, "t", "s")))
+    await worker.handle(await deliver(harness, Task(OFFLOAD_L1, "t", "s")))
     assert seen == [("session/t/s", 1), (None, None)]
 
 
@@ -522,7 +523,7 @@ async def test_tenant_lock_scope_setting(harness: Harness) -> None:
         return ExecResult()
 
     worker, _ = make_worker(harness, record, lock_scope="tenant")
-    for task_type in (TaskType.L1, TaskType.L2, TaskType.FLUSH, TaskType.OFFLOAD_L15):
+    for task_type in (L1, L2, FLUSH, OFFLOAD_L15):
         await worker.handle(await deliver(harness, Task(task_type, "t", "s")))
     assert keys == ["tenant/t", "tenant/t", "tenant/t", None]
 
@@ -538,7 +539,7 @@ async def test_graceful_stop(harness: Harness, finish: bool) -> None:
 
     sleeper_free = {"grace_period_s": 5.0 if finish else 0.01, "consume_block_ms": 20}
     worker, _ = make_worker(harness, waits, concurrency=2, **sleeper_free)
-    task = Task(TaskType.L1, "t", "s")
+    task = Task(L1, "t", "s")
     await harness.backend.enqueue(task, now=harness.clock.now())
     run = asyncio.create_task(worker.run())
     await started.wait()
@@ -568,15 +569,15 @@ async def test_free_consumers_wake_the_scheduler_of_their_types(harness: Harness
         return ExecResult()
 
     settings = PipelineSettings(consume_block_ms=20, grace_period_s=1)
-    registry = ExecutorRegistry([(TaskType.L1, done)])
+    registry = ExecutorRegistry([(L1, done)])
     worker = Worker(harness.backend, registry, settings, clock=harness.clock, name="w")
     scheduler = await harness.make_peer()
     run = asyncio.create_task(worker.run())
-    assert await scheduler.wait_free([TaskType.L1], timeout_s=10)  # started: free
-    assert not await scheduler.wait_free([TaskType.L2], timeout_s=0.01)  # it runs no L2
-    await harness.backend.enqueue(Task(TaskType.L1, "t", "s"), now=harness.clock.now())
+    assert await scheduler.wait_free([L1], timeout_s=10)  # started: free
+    assert not await scheduler.wait_free([L2], timeout_s=0.01)  # it runs no L2
+    await harness.backend.enqueue(Task(L1, "t", "s"), now=harness.clock.now())
     await asyncio.wait_for(finished.wait(), timeout=10)
-    assert await scheduler.wait_free([TaskType.L1], timeout_s=10)  # the task finished
+    assert await scheduler.wait_free([L1], timeout_s=10)  # the task finished
     worker.request_stop()
     await asyncio.wait_for(run, timeout=10)
 
@@ -584,13 +585,13 @@ async def test_free_consumers_wake_the_scheduler_of_their_types(harness: Harness
 async def test_flush_moves_l2_timer_to_now(harness: Harness) -> None:
     worker, _ = make_worker(harness, ok, l2_delay_s=60)
     b, t0 = harness.backend, harness.clock.now()
-    await worker.handle(await deliver(harness, Task(TaskType.L1, "t", "s")))
+    await worker.handle(await deliver(harness, Task(L1, "t", "s")))
     harness.clock.advance(1)
-    await worker.handle(await deliver(harness, Task(TaskType.FLUSH, "t", "s")))
-    timer = await b.get_timer(l2_timer_key("t", "s"))
-    assert timer is not None and timer[0] == t0 + 1 and timer[1].type is TaskType.L2
+    await worker.handle(await deliver(harness, Task(FLUSH, "t", "s")))
+    timer = await b.get_timer(L2_TIMER.key("t", "s"))
+    assert timer is not None and timer[0] == t0 + 1 and timer[1].type is L2
     assert await worker.pump_once() == 1
-    assert [t.type for t in await b.list_tasks(limit=10)] == [TaskType.L2]
+    assert [t.type for t in await b.list_tasks(limit=10)] == [L2]
 
 
 def test_settings_from_env_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -613,11 +614,11 @@ async def test_a_crashed_consumer_stops_the_worker_and_surfaces(harness: Harness
         return ExecResult()
 
     settings = PipelineSettings(concurrency=2, consume_block_ms=20, grace_period_s=0)
-    registry = ExecutorRegistry([(TaskType.L1, slow)])
+    registry = ExecutorRegistry([(L1, slow)])
     worker = Worker(
         harness.backend, registry, settings, clock=harness.clock, name="w", sleep=broken_sleep
     )
-    await harness.backend.enqueue(Task(TaskType.L1, "t", "s"), now=harness.clock.now())
+    await harness.backend.enqueue(Task(L1, "t", "s"), now=harness.clock.now())
     with pytest.raises(RuntimeError, match="injected sleep broke"):
         await asyncio.wait_for(worker.run(), timeout=10)
 
@@ -630,10 +631,10 @@ async def test_the_execution_log_records_every_execution_and_refuses_stale_ones(
     try:
         worker, _ = make_worker(harness, ok)
         worker.executors.executions = ThreadedExecutionLog(evidence)
-        done = Task(TaskType.L1, "t", "s")
+        done = Task(L1, "t", "s")
         assert await worker.handle(await deliver(harness, done)) is Outcome.COMPLETED
-        worker.executors.register(TaskType.L1, boom)
-        failed = Task(TaskType.L1, "t", "s")
+        worker.executors.register(L1, boom)
+        failed = Task(L1, "t", "s")
         assert await worker.handle(await deliver(harness, failed)) is Outcome.RETRIED
         ran = evidence.executions(scope)
         assert [(r.attempt.task_id, r.outcome) for r in ran] == [(done.id, "completed"),
@@ -647,7 +648,7 @@ async def test_the_execution_log_records_every_execution_and_refuses_stale_ones(
         # the counter raised past the store's token for the next grant
         newer = ExecutionStart("x", "L1", "s", "session/t/s", 0, 1, 10**9, "other")
         evidence.start_execution(scope, newer, harness.clock)
-        stale = Task(TaskType.L1, "t", "s")
+        stale = Task(L1, "t", "s")
         assert await worker.handle(await deliver(harness, stale)) is Outcome.POSTPONED
         assert [r.attempt.task_id for r in evidence.executions(scope)][-1] == "x"
         assert await harness.backend.fence_token("session/t/s") == 10**9
@@ -666,12 +667,12 @@ async def test_a_stale_hand_over_does_not_fence_the_live_owner_of_a_lockless_tas
     try:
         worker, _ = make_worker(harness, ok)
         worker.executors.executions = ThreadedExecutionLog(evidence)
-        task = Task(TaskType.OFFLOAD_L1, "t", "s")
+        task = Task(OFFLOAD_L1, "t", "s")
         stale = await deliver(harness, task)
         now = harness.clock.now() + 61
         [live] = await harness.backend.reclaim("b", min_idle_ms=0, count=1, max_deliveries=5,
                                                now=now)  # fmt: skip
-        running = ExecutionStart(task.id, task.type.value, "s", None, 0, live.deliveries, None,
+        running = ExecutionStart(task.id, task.type.name, "s", None, 0, live.deliveries, None,
                                  "other")  # fmt: skip
         evidence.start_execution(scope, running, harness.clock)
         assert await worker.handle(stale) is Outcome.ABORTED
@@ -698,18 +699,18 @@ async def test_a_store_error_in_the_consume_loop_is_logged_counted_and_survived(
 
     sleeper = Sleeper(harness)
     settings = PipelineSettings(concurrency=1, consume_block_ms=20, grace_period_s=5)
-    registry = ExecutorRegistry([(TaskType.L1, finish)])
+    registry = ExecutorRegistry([(L1, finish)])
     registry.receipts = flaky_receipts
     worker = Worker(harness.backend, registry, settings, clock=harness.clock, name="w",
                     sleep=sleeper)  # fmt: skip
-    b, first = harness.backend, Task(TaskType.L1, "t", "s")
+    b, first = harness.backend, Task(L1, "t", "s")
     delivery = await deliver(harness, first)
     attempt = Attempt(first.id, 0, 1, None, "gone", harness.clock.now())
     assert await b.stamp(delivery, attempt, now=harness.clock.now())
     now = harness.clock.now() + 61
     [handed] = await b.reclaim("w-0", min_idle_ms=0, count=1, max_deliveries=5, now=now)
     worker._reclaimed.put_nowait((handed, now))  # as reclaim_once hands it to a consumer
-    await b.enqueue(Task(TaskType.L1, "t", "other"), now=now)
+    await b.enqueue(Task(L1, "t", "other"), now=now)
     with caplog.at_level(logging.WARNING, logger="stratamem.pipeline.worker"):
         await asyncio.wait_for(worker.run(), timeout=30)
     assert worker.metrics.loop_errors == 1 and worker.metrics.completed == 1

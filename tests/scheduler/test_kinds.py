@@ -17,9 +17,11 @@ from stratamem.clock import ManualClock
 from stratamem.domain import Role, Scope, Turn
 from stratamem.layers.backlog import layer_sources
 from stratamem.layers.settings import LayerSettings
+from stratamem.layers.task_types import L1
 from stratamem.offload import Offload
 from stratamem.offload.backlog import offload_sources
 from stratamem.offload.executors import PipelineScheduler, register_executors
+from stratamem.offload.task_types import OFFLOAD_L1
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecutorRegistry
 from stratamem.pipeline.redis_backend import RedisBackend
@@ -31,7 +33,7 @@ from stratamem.pipeline.scheduler import (
 )
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
 from stratamem.store.backlog import SqlBacklogStore
 from stratamem.store.offload.records import ToolPair
 from stratamem.store.offload.store import SqlOffloadStore
@@ -86,7 +88,7 @@ async def rig(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[R
 
 
 def types(tasks: list[Task]) -> list[str]:
-    return sorted(t.type.value for t in tasks)
+    return sorted(t.type.name for t in tasks)
 
 
 async def test_an_offload_only_and_a_layers_only_process_each_schedule_their_kinds(
@@ -130,7 +132,7 @@ async def test_eight_waiting_offload_l1_tasks_do_not_block_l1(rig: Rig) -> None:
     """Eight offload-l1 tasks wait (no worker runs them): offload-l1's budget is spent, and L1
     is submitted all the same."""
     for i in range(8):
-        await rig.backend.enqueue(Task(TaskType.OFFLOAD_L1, "t", f"o{i}"), now=NOW)
+        await rig.backend.enqueue(Task(OFFLOAD_L1, "t", f"o{i}"), now=NOW)
     rig.turn("s1")
     rig.tool_call("s9")
     loop = rig.loop("serve", [*rig.layers(), *rig.offload()])
@@ -147,7 +149,7 @@ async def test_the_loop_wakes_when_consumers_of_its_kinds_are_free(rig: Rig) -> 
     assert (await layers.tick()) is not None
     stop = asyncio.Event()
     waiting = asyncio.ensure_future(layers._wait(stop, 30.0))
-    await rig.backend.notify_free([TaskType.L1])
+    await rig.backend.notify_free([L1])
     await asyncio.wait_for(waiting, 10)
     stop.set()
     await asyncio.wait_for(layers._wait(stop, 30.0), 10)  # stop ends a wait at once

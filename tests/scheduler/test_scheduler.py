@@ -14,6 +14,7 @@ from stratamem.clock import ManualClock
 from stratamem.domain import Role, Scope, Turn
 from stratamem.layers.backlog import L1Source
 from stratamem.layers.settings import LayerSettings
+from stratamem.layers.task_types import L1
 from stratamem.pipeline.executors import noop_registry
 from stratamem.pipeline.scheduler import (
     FOLLOW_UP_SHARE,
@@ -25,7 +26,7 @@ from stratamem.pipeline.scheduler import (
 )
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
 from stratamem.pipeline.worker import Worker
 from stratamem.store.backlog import SqlBacklogStore
 from stratamem.store.layers.port import L1Commit
@@ -122,7 +123,7 @@ async def test_in_flight_then_backing_off_then_due_and_progress_resets(rig: Rig)
 async def test_a_dead_lettered_key_is_parked_until_requeued_or_purged(rig: Rig) -> None:
     rig.add("s1")
     rig.add("s2")
-    await rig.backend.enqueue(Task(TaskType.L1, "t", "s1"), now=NOW)
+    await rig.backend.enqueue(Task(L1, "t", "s1"), now=NOW)
     [delivery] = await rig.backend.consume("c", count=1, block_ms=0, now=NOW)
     await rig.backend.dead_letter(delivery, "boom", now=NOW)
     scheduler = rig.scheduler(scheduler_park_refresh_s=30)

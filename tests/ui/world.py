@@ -15,10 +15,11 @@ from stratamem.api import ServerSettings, Services, create_app
 from stratamem.api.background import Background
 from stratamem.clock import ManualClock
 from stratamem.core import AsyncMemory
+from stratamem.layers.task_types import L2
 from stratamem.llm import LLMClient, LLMSettings
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.sqlite_backend import SqliteBackend
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
 from stratamem.testing import RecordingSleep, Reply, ScriptedLLM
 from stratamem.testing.layers import install_layer_handlers, l1_reply
 from tests.api.conftest import ADMIN, ADMIN_KEY, Caller, core_settings, message, new_caller
@@ -113,7 +114,7 @@ async def _scheduler_pass(services: Services) -> None:
 
 async def _dead_letter(services: Services, tenant: str) -> None:
     backend = services.require_pipeline()
-    await backend.enqueue(Task(TaskType.L2, tenant, "trip", {"reason": "seed"}), now=0.0)
+    await backend.enqueue(Task(L2, tenant, "trip", {"reason": "seed"}), now=0.0)
     (delivery,) = await backend.consume("seed", count=1, block_ms=0, now=0.0)
     await backend.dead_letter(delivery, "the endpoint refused every attempt", now=0.0)
 

@@ -83,7 +83,7 @@ def task_json(task: Task) -> dict[str, Any]:
     """A task without its tenant (the caller's own)."""
     return {
         "id": task.id,
-        "type": task.type.value,
+        "type": task.type.name,
         "session": task.session,
         "payload": task.payload,
         "attempt": task.attempt,

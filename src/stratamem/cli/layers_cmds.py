@@ -120,7 +120,7 @@ def schedule(ctx: click.Context, once: bool) -> None:
         click.echo(f"another process holds the scheduler's lease of {', '.join(skipped)}"
                    " and runs their passes: skipped", err=True)  # fmt: skip
     for task in tasks:
-        click.echo(f"{task.type.value} {task.tenant} {task.session or '-'}")
+        click.echo(f"{task.type.name} {task.tenant} {task.session or '-'}")
 
 
 async def _schedule(settings: Settings, once: bool) -> tuple[list[Task], list[str]]:

@@ -28,8 +28,10 @@ from dataclasses import replace
 
 from stratamem.layers import scheduling
 from stratamem.layers.settings import LayerSettings
+from stratamem.layers.task_types import FLUSH, L1, L2, L3
 from stratamem.pipeline.scheduler import Cursor, Owed, Page, Source
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
+from stratamem.pipeline.task_type import TaskType
 from stratamem.store.backlog import BacklogStore, FlushRequest, TenantOwed
 from stratamem.store.failures.records import Failure
 
@@ -57,7 +59,7 @@ class _NoFallback:
 
 
 class L1Source(_NoFallback):
-    kind, task_type = TaskType.L1.value, TaskType.L1
+    kind, task_type = L1.name, L1
 
     def __init__(self, backlog: BacklogStore, settings: LayerSettings) -> None:
         self.backlog, self.settings = backlog, settings
@@ -67,17 +69,17 @@ class L1Source(_NoFallback):
         items = []
         for state in rows:
             trigger, due_at = scheduling.l1_due(state, self.settings)
-            task = Task(TaskType.L1, state.tenant, state.session, {"trigger": trigger.value})
+            task = Task(L1, state.tenant, state.session, {"trigger": trigger.value})
             items.append(Owed(f"{state.tenant}/{state.session}", (state.tenant, state.session),
                               task, due_at, str(state.cursor_seq)))  # fmt: skip
         return Page(items, _end(len(rows), limit, items[-1].cursor if items else None))
 
     def key_of(self, task: Task) -> str | None:
-        return _session_key(task, TaskType.L1)
+        return _session_key(task, L1)
 
 
 class FlushSource(_NoFallback):
-    kind, task_type = TaskType.FLUSH.value, TaskType.FLUSH
+    kind, task_type = FLUSH.name, FLUSH
 
     def __init__(self, backlog: BacklogStore, grace_s: float) -> None:
         self.backlog, self.grace_s = backlog, grace_s
@@ -89,19 +91,19 @@ class FlushSource(_NoFallback):
 
     def _owed(self, request: FlushRequest) -> Owed:
         tenant, session = request.tenant, request.session
-        task = Task(TaskType.FLUSH, tenant, session, {"reason": "backlog"})
+        task = Task(FLUSH, tenant, session, {"reason": "backlog"})
         due_at = request.requested_at + self.grace_s
         return Owed(f"{tenant}/{session}", (tenant, session), task, due_at,
                     repr(request.requested_at))  # fmt: skip
 
     def key_of(self, task: Task) -> str | None:
-        return _session_key(task, TaskType.FLUSH)
+        return _session_key(task, FLUSH)
 
 
 class RetrySource(_NoFallback):
     """Quarantined turns due for their automatic retry (`LayerService.auto_retry`)."""
 
-    kind, task_type = "L1-retry", TaskType.L1
+    kind, task_type = "L1-retry", L1
 
     def __init__(self, backlog: BacklogStore) -> None:
         self.backlog = backlog
@@ -113,13 +115,13 @@ class RetrySource(_NoFallback):
         return Page(items, _end(len(rows), limit, last))
 
     def _owed(self, failure: Failure) -> Owed:
-        task = Task(TaskType.L1, failure.tenant, failure.session, {"retry": failure.id})
+        task = Task(L1, failure.tenant, failure.session, {"retry": failure.id})
         progress = f"{failure.auto_retries}@{failure.retry_at}"
         return Owed(f"{failure.tenant}/{failure.id}", (failure.tenant, failure.id), task,
                     failure.retry_at or 0.0, progress)  # fmt: skip
 
     def key_of(self, task: Task) -> str | None:
-        retry = task.payload.get("retry") if task.type is TaskType.L1 else None
+        retry = task.payload.get("retry") if task.type is L1 else None
         return f"{task.tenant}/{retry}" if isinstance(retry, str) else None
 
 
@@ -128,7 +130,7 @@ class _TenantSource(_NoFallback):
 
     def __init__(self, backlog: BacklogStore, settings: LayerSettings, grace_s: float) -> None:
         self.backlog, self.settings, self.grace_s = backlog, settings, grace_s
-        self.kind = self.task_type.value
+        self.kind = self.task_type.name
 
     def _rows(self, after: str | None, limit: int) -> list[TenantOwed]:
         raise NotImplementedError
@@ -154,7 +156,7 @@ class L2Source(_TenantSource):
     """L2 consolidates a tenant's changed memories (whichever session they came from), so it is
     owed, submitted and locked per tenant."""
 
-    task_type = TaskType.L2
+    task_type = L2
 
     def _rows(self, after: str | None, limit: int) -> list[TenantOwed]:
         return self.backlog.tenants_owing_l2(after, limit)
@@ -171,7 +173,7 @@ class L2Source(_TenantSource):
 
 
 class L3Source(_TenantSource):
-    task_type = TaskType.L3
+    task_type = L3
 
     def _rows(self, after: str | None, limit: int) -> list[TenantOwed]:
         return self.backlog.tenants_owing_l3(after, self.settings.l3_every_memories, limit)
@@ -184,12 +186,12 @@ class L3Source(_TenantSource):
 class StaleScenesSource(_TenantSource):
     """Scenes built from a corrected or forgotten memory: an L2 writes them again."""
 
-    task_type = TaskType.L2
+    task_type = L2
     record_kind = "scene"
 
     def __init__(self, backlog: BacklogStore, settings: LayerSettings, grace_s: float) -> None:
         super().__init__(backlog, settings, grace_s)
-        self.kind = f"{self.task_type.value}-stale"
+        self.kind = f"{self.task_type.name}-stale"
 
     def _rows(self, after: str | None, limit: int) -> list[TenantOwed]:
         return self.backlog.tenants_stale(self.record_kind, after, limit)
@@ -202,7 +204,7 @@ class StaleScenesSource(_TenantSource):
 class StaleProfileSource(StaleScenesSource):
     """A profile built from a corrected or forgotten memory: an L3 writes it again."""
 
-    task_type = TaskType.L3
+    task_type = L3
     record_kind = "profile"
 
 

@@ -22,13 +22,15 @@ from stratamem.layers.backlog import layer_sources
 from stratamem.layers.cascade import cascade
 from stratamem.layers.model import FlushResult, StageResult
 from stratamem.layers.service import LayerService, Run, StageBody
+from stratamem.layers.task_types import FLUSH, L1, L2, L2_TIMER, L3
 from stratamem.llm.client import LLMClient
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
 from stratamem.pipeline.locking import holding
 from stratamem.pipeline.settings import PipelineSettings
-from stratamem.pipeline.task import Task, TaskType
-from stratamem.pipeline.timers import l2_timer_key, lock_key_for
+from stratamem.pipeline.task import Task
+from stratamem.pipeline.task_type import TaskType, task_type
+from stratamem.pipeline.timers import lock_key_for
 from stratamem.store.backlog import BacklogStore
 from stratamem.store.core.port import Fence
 from stratamem.store.evidence.executions import ExecutionStart, ThreadedExecutionLog
@@ -71,8 +73,7 @@ class LayerExecutors:
         await self._l3_by_count(ctx)
         if stage.counts.get("left", 0) > 0:  # its attempts ran out: the batch goes on at once
             task = ctx.task
-            ctx.enqueue_after_release(Task(TaskType.L1, task.tenant, task.session,
-                                           {"trigger": "continue"}))  # fmt: skip
+            ctx.enqueue_after_release(Task(L1, task.tenant, task.session, {"trigger": "continue"}))
         return _result(stage)
 
     async def flush(self, ctx: ExecutionContext) -> ExecResult:
@@ -89,12 +90,11 @@ class LayerExecutors:
         await asyncio.to_thread(self.backlog.complete_flush, run.scope, ctx.task.session or "",
                                 started_at)  # fmt: skip
         result = {"changed": changed, "skipped": False, "counts": {"batches": len(batches)}}
-        draft = ReceiptDraft(run.task_id, TaskType.FLUSH.value, ctx.clock.now(), result,
-                             attempt=run.attempt)  # fmt: skip
+        draft = ReceiptDraft(run.task_id, FLUSH.name, ctx.clock.now(), result, attempt=run.attempt)
         await asyncio.to_thread(self.evidence.record_receipt, run.scope, draft, run.fence)
         await self._l3_by_count(ctx)
         task = ctx.task
-        ctx.enqueue_after_release(Task(TaskType.L2, task.tenant, task.session, {"force": True}))
+        ctx.enqueue_after_release(Task(L2, task.tenant, task.session, {"force": True}))
         return ExecResult(changed=changed)
 
     async def _flushed(self, run: Run) -> ExecResult | None:
@@ -125,7 +125,7 @@ class LayerExecutors:
         tenant = await asyncio.to_thread(self.service.layers.tenant_state, scope)
         if scheduling.l3_due_by_count(tenant, self.service.settings):
             reason = {"reason": "memories", "session": ctx.task.session}
-            ctx.enqueue_after_release(Task(TaskType.L3, ctx.task.tenant, None, reason))
+            ctx.enqueue_after_release(Task(L3, ctx.task.tenant, None, reason))
 
     async def _rearm_if_early(self, ctx: ExecutionContext) -> bool:
         """Move the L2 timer to the earliest allowed time when this L2 came too soon."""
@@ -138,8 +138,8 @@ class LayerExecutors:
         earliest = scheduling.l2_earliest(state, tenant, self.service.settings)
         if earliest <= ctx.clock.now():
             return False
-        follow = Task(TaskType.L2, task.tenant, task.session)
-        key = l2_timer_key(task.tenant, task.session)
+        follow = Task(L2, task.tenant, task.session)
+        key = L2_TIMER.key(task.tenant, task.session)
         await self.backend.set_timer_if_earlier(key, follow, due_at=earliest)
         return True
 
@@ -158,10 +158,10 @@ class LayerExecutors:
         registry.receipts = self.receipt
         registry.executions = ThreadedExecutionLog(self.evidence)
         registry.retained = ThreadedRetainedLog(self.evidence)
-        registry.register(TaskType.L1, self.l1)
-        registry.register(TaskType.L2, self.l2)
-        registry.register(TaskType.L3, self.l3)
-        registry.register(TaskType.FLUSH, self.flush)
+        registry.register(L1, self.l1)
+        registry.register(L2, self.l2)
+        registry.register(L3, self.l3)
+        registry.register(FLUSH, self.flush)
         registry.add_cascade(cascade)
         backlog, settings = self.backlog, self.service.settings
         registry.add_backlog(lambda grace_s: layer_sources(backlog, settings, grace_s))
@@ -186,8 +186,8 @@ async def flush_in_turn(
     `FLUSH_RESYNC_TRIES` times in all."""
     base, owner = f"flush-{uuid.uuid4().hex}", f"api-flush-{uuid.uuid4().hex[:8]}"
 
-    def key(task_type: TaskType, of_session: str | None) -> str:
-        found = lock_key_for(Task(task_type, tenant, of_session), settings.lock_scope)
+    def key(of_type: TaskType, of_session: str | None) -> str:
+        found = lock_key_for(Task(of_type, tenant, of_session), settings.lock_scope)
         assert found is not None  # L1, L2 and L3 always lock
         return found
 
@@ -203,7 +203,7 @@ async def flush_in_turn(
         raise AssertionError("unreachable")
 
     async def once(stage: str, of_session: str | None, body: StageBody) -> list[StageResult]:
-        lock, task_id = key(TaskType(stage), of_session), f"{base}.{stage}"
+        lock, task_id = key(task_type(stage), of_session), f"{base}.{stage}"
         async with holding(backend, lock, owner, settings, clock) as grant:
             start = ExecutionStart(task_id, stage, of_session, lock, 0, 0, grant.token, owner,
                                    grant.owner)  # fmt: skip

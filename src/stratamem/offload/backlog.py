@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import asyncio
 
+from stratamem.offload.task_types import OFFLOAD_L1, OFFLOAD_L2, OFFLOAD_L15
 from stratamem.pipeline.scheduler import Cursor, Owed, Page, Source
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
+from stratamem.pipeline.task_type import task_type
 from stratamem.store.offload.port import OffloadStore
 from stratamem.store.offload.records import OffloadOwed, OffloadStage
 
-_PREFIX = {TaskType.OFFLOAD_L1: "l1", TaskType.OFFLOAD_L15: "l15", TaskType.OFFLOAD_L2: "l2"}
+_PREFIX = {OFFLOAD_L1: "l1", OFFLOAD_L15: "l15", OFFLOAD_L2: "l2"}
 
 
 ORPHANS = "orphans"
@@ -43,8 +45,8 @@ class OffloadSource:
     ) -> None:
         self.store, self.grace_s, self.stage = store, grace_s, stage
         self.orphan_age_s = orphan_age_s
-        self.task_type = TaskType(stage.value)
-        self.kind = self.task_type.value
+        self.task_type = task_type(stage.value)
+        self.kind = self.task_type.name
 
     async def page(self, after: Cursor | None, limit: int, now: float) -> Page:
         pair = None if after is None else (after[0], after[1])
@@ -57,12 +59,12 @@ class OffloadSource:
         tenant, session = row.tenant, row.session
         found = None
         if self.stage is OffloadStage.L1 and row.pending_at is not None:
-            found = (Task(TaskType.OFFLOAD_L1, tenant, session), row.pending_at, "")
+            found = (Task(OFFLOAD_L1, tenant, session), row.pending_at, "")
         elif self.stage is OffloadStage.L15 and row.unjudged_mark is not None:
-            task = Task(TaskType.OFFLOAD_L15, tenant, session, {"mark": row.unjudged_mark})
+            task = Task(OFFLOAD_L15, tenant, session, {"mark": row.unjudged_mark})
             found = (task, row.unjudged_at or 0.0, row.unjudged_mark)
         elif self.stage is OffloadStage.L2 and row.unmapped_at is not None:
-            found = (Task(TaskType.OFFLOAD_L2, tenant, session), row.unmapped_at, "")
+            found = (Task(OFFLOAD_L2, tenant, session), row.unmapped_at, "")
         if found is None:
             return []
         task, since, marker = found
@@ -75,7 +77,7 @@ class OffloadSource:
         if self.stage is not OffloadStage.L2:
             return None
         task = owed.task
-        orphans = Task(TaskType.OFFLOAD_L2, task.tenant, task.session, {ORPHANS: True})
+        orphans = Task(OFFLOAD_L2, task.tenant, task.session, {ORPHANS: True})
         since = owed.due_at - self.grace_s
         return Owed(f"orphans:{owed.key}", owed.cursor, orphans, since + self.orphan_age_s,
                     owed.progress)  # fmt: skip

@@ -21,15 +21,16 @@ from stratamem.llm.client import LLMClient
 from stratamem.offload.backlog import offload_sources
 from stratamem.offload.facade import Offload, mark_of
 from stratamem.offload.schedule import Stage, StageTask
+from stratamem.offload.task_types import OFFLOAD_L1, OFFLOAD_L2, OFFLOAD_L15
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry, WhenBusy
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
 from stratamem.store.evidence.receipts import Receipt
 
 _TYPES = {
-    Stage.L1: TaskType.OFFLOAD_L1,
-    Stage.L15: TaskType.OFFLOAD_L15,
-    Stage.L2: TaskType.OFFLOAD_L2,
+    Stage.L1: OFFLOAD_L1,
+    Stage.L15: OFFLOAD_L15,
+    Stage.L2: OFFLOAD_L2,
 }
 
 
@@ -106,6 +107,6 @@ def register_executors(registry: ExecutorRegistry, offload: Offload) -> None:
     executors = OffloadExecutors(offload)
     if registry.receipts is None:  # the layers' reader reads the same records
         registry.receipts = executors.receipt
-    registry.register(TaskType.OFFLOAD_L1, executors.l1)
-    registry.register(TaskType.OFFLOAD_L15, executors.l15)
-    registry.register(TaskType.OFFLOAD_L2, executors.l2, WhenBusy.SKIP)  # one run maps all
+    registry.register(OFFLOAD_L1, executors.l1)
+    registry.register(OFFLOAD_L15, executors.l15)
+    registry.register(OFFLOAD_L2, executors.l2, WhenBusy.SKIP)  # one run maps all

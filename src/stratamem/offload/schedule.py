@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from stratamem.pipeline.timers import offload_l2_timer_key
+from stratamem.offload.task_types import OFFLOAD_L1_TIMER, OFFLOAD_L2_TIMER
 from stratamem.store.offload.records import OffloadStage as Stage
 
 __all__ = ["Stage", "StageTask", "l1_timer_key", "l2_timer_key"]
@@ -25,13 +25,12 @@ class StageTask:
 
 
 def l1_timer_key(tenant: str, session: str) -> str:
-    """Identifiers cannot contain `/`, so no two sessions share a key."""
-    return f"offload-l1/{tenant}/{session}"
+    return OFFLOAD_L1_TIMER.key(tenant, session)
 
 
 def l2_timer_key(tenant: str, session: str) -> str:
-    """The pipeline's key (`offload_l2_timer_key`), so a dead letter clears the timer."""
-    return offload_l2_timer_key(tenant, session)
+    """Declared with offload-l2 (`OFFLOAD_L2_TIMER`), so a dead letter clears the timer."""
+    return OFFLOAD_L2_TIMER.key(tenant, session)
 
 
 class Scheduler(Protocol):

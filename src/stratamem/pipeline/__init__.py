@@ -13,7 +13,8 @@ from stratamem.pipeline.executors import (
 )
 from stratamem.pipeline.fencing import fence_check
 from stratamem.pipeline.settings import LockScope, PipelineSettings
-from stratamem.pipeline.task import DeadLetter, Delivery, LockGrant, QueueDepth, Task, TaskType
+from stratamem.pipeline.task import DeadLetter, Delivery, LockGrant, QueueDepth, Task
+from stratamem.pipeline.task_type import TaskType
 from stratamem.pipeline.timers import TimerPump
 from stratamem.pipeline.worker import Outcome, Worker
 

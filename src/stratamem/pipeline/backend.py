@@ -41,8 +41,8 @@ from stratamem.pipeline.task import (
     LockGrant,
     QueueDepth,
     Task,
-    TaskType,
 )
+from stratamem.pipeline.task_type import TaskType
 from stratamem.store.evidence.receipts import Attempt
 
 Types = Collection[TaskType] | None

@@ -6,7 +6,8 @@ Two phases per queue, both with the consumers in this process:
 - latency: tasks enqueued one by one at a fixed rate below saturation (a fifth of the measured
   throughput, at most 500/s); enqueue-to-start latency p50 / p99.
 
-Our tasks are `offload-l2` on distinct sessions: each takes a lock (with a fencing token), runs
+Our tasks are of a type with a lock of its own per session (`_session_locked`: offload-l2), on
+distinct sessions: each takes a lock (with a fencing token), runs
 the no-op executor under the keeper, releases and acks — the worker path without the cascade.
 The baseline is saq (Redis lists + pub/sub), a no-op job, concurrency W.
 """
@@ -27,7 +28,8 @@ from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecResult, ExecutionContext, ExecutorRegistry
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
+from stratamem.pipeline.task_type import Scope, TaskType, registered
 from stratamem.pipeline.worker import Worker
 
 LATENCY_MAX_RATE_PER_S = 500.0
@@ -105,6 +107,12 @@ async def _measure(
 # -- ours -------------------------------------------------------------------------------------
 
 
+def _session_locked() -> TaskType:
+    """The first registered type whose tasks each take a lock of their own per session."""
+    return next(t for t in registered() if t.scope is Scope.SESSION and t.lock is not None
+                and t.lock.per is Scope.SESSION and not t.lock.widens)  # fmt: skip
+
+
 async def bench_ours(
     kind: str, tasks: int, workers: int, redis_url: str, timeout_s: float
 ) -> Figures:
@@ -124,14 +132,15 @@ async def bench_ours(
         pump_interval_s=1,
         reclaim_interval_s=5,
     )
-    registry = ExecutorRegistry([(TaskType.OFFLOAD_L2, noop)])
+    task_type = _session_locked()
+    registry = ExecutorRegistry([(task_type, noop)])
     with tempfile.TemporaryDirectory(prefix="stratamem-bench-") as tmp:
         backend = open_backend(settings, Path(tmp))
         worker = Worker(backend, registry, settings, name="bench")
         running = asyncio.ensure_future(worker.run())
 
         async def enqueue(now: float) -> None:
-            task = Task(TaskType.OFFLOAD_L2, "bench", uuid.uuid4().hex)
+            task = Task(task_type, "bench", uuid.uuid4().hex)
             await backend.enqueue(task, now=now)
 
         try:

@@ -45,7 +45,8 @@ from stratamem.pipeline.errors import UnknownTaskType
 from stratamem.pipeline.retention import RetainedLog
 from stratamem.pipeline.scheduler import SchedulerLoop, Source, backlog_loop
 from stratamem.pipeline.settings import PipelineSettings
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.pipeline.task import Task
+from stratamem.pipeline.task_type import TaskType, registered
 from stratamem.store.core.port import Fence
 from stratamem.store.evidence.executions import ExecutionStart
 from stratamem.store.evidence.receipts import Attempt, Receipt
@@ -222,8 +223,9 @@ class ExecutorRegistry:
     ) -> None:
         """`executor` runs the tasks of `task_type`; `when_busy` says what a task whose lock is
         held elsewhere waits for (the part that owns the type knows)."""
-        self._executors[TaskType(task_type)] = executor
-        self._when_busy[TaskType(task_type)] = when_busy
+        declared = registered().get(task_type)
+        self._executors[declared] = executor
+        self._when_busy[declared] = when_busy
 
     def when_busy(self, task_type: TaskType) -> WhenBusy:
         return self._when_busy.get(task_type, WhenBusy.WAIT)
@@ -244,4 +246,4 @@ async def noop_executor(ctx: ExecutionContext) -> ExecResult:
 
 
 def noop_registry() -> ExecutorRegistry:
-    return ExecutorRegistry((t, noop_executor) for t in TaskType)
+    return ExecutorRegistry((t, noop_executor) for t in registered())

@@ -86,7 +86,7 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         task = self.task
         return {
-            "task": {"id": task.id, "type": task.type.value, "tenant": task.tenant,
+            "task": {"id": task.id, "type": task.type.name, "tenant": task.tenant,
                      "session": task.session, "attempt": task.attempt},
             "consumer": self.consumer,
             "deliveries": self.deliveries,

@@ -54,8 +54,8 @@ from stratamem.pipeline.task import (
     LockGrant,
     QueueDepth,
     Task,
-    TaskType,
 )
+from stratamem.pipeline.task_type import TaskType, registered
 from stratamem.store.evidence.receipts import Attempt
 
 log = logging.getLogger(__name__)
@@ -277,7 +277,7 @@ class RedisKeys:
 
     def tasks(self, task_type: TaskType) -> str:
         """The stream of one task type (consumers read the streams of the types they run)."""
-        return f"{self.tasks_prefix}{task_type.value}"
+        return f"{self.tasks_prefix}{task_type.name}"
 
     def dead_of(self, tenant: str) -> str:
         """The order of one tenant's dead letters (ids scored by their global order)."""
@@ -293,7 +293,7 @@ class RedisKeys:
         return f"{self.prefix}state:{scope}"
 
     def wake(self, task_type: TaskType) -> str:
-        return f"{self.prefix}wake:{task_type.value}"
+        return f"{self.prefix}wake:{task_type.name}"
 
 
 def _translated(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
@@ -534,7 +534,7 @@ class RedisBackend:
     @_translated
     async def in_flight(self, *, limit: int, now: float) -> list[InFlight]:
         found: list[tuple[tuple[int, int], InFlight]] = []
-        for task_type in TaskType:
+        for task_type in registered():
             found += await self._in_flight_of(task_type, limit)
         return [item for _, item in sorted(found, key=lambda f: f[0])[:limit]]
 
@@ -576,9 +576,9 @@ class RedisBackend:
 
     @_translated
     async def depth(self) -> QueueDepth:
-        await self._ensure_groups(TaskType)
+        await self._ensure_groups(registered())
         async with self._redis.pipeline(transaction=False) as pipe:
-            for task_type in TaskType:
+            for task_type in registered():
                 pipe.xlen(self.keys.tasks(task_type))
                 pipe.xpending(self.keys.tasks(task_type), GROUP)
             pipe.zcard(self.keys.timers)
@@ -586,14 +586,14 @@ class RedisBackend:
             *per_type, timers, dead = await pipe.execute()
         total = sum(int(n) for n in per_type[0::2])
         in_flight = sum(int(p["pending"]) for p in per_type[1::2])
-        queued = {t: int(n) for t, n in zip(TaskType, per_type[0::2], strict=True)}
+        queued = {t: int(n) for t, n in zip(registered(), per_type[0::2], strict=True)}
         return QueueDepth(ready=total - in_flight, in_flight=in_flight, timers=int(timers),
                           dead=int(dead), queued=queued)  # fmt: skip
 
     @_translated
     async def list_tasks(self, *, limit: int) -> list[Task]:
         found: list[tuple[tuple[int, int], Task]] = []
-        for task_type in TaskType:
+        for task_type in registered():
             entries: Any = await self._redis.xrange(self.keys.tasks(task_type), count=limit)
             found += [(_entry_order(eid), Task.from_json(_fields(raw)["task"]))
                       for eid, raw in entries]  # fmt: skip
@@ -690,10 +690,10 @@ class RedisBackend:
 
     @_translated
     async def fire_due_timers(self, *, now: float, limit: int) -> list[Task]:
-        await self._ensure_groups(TaskType)
+        await self._ensure_groups(registered())
         keys = [self.keys.timers, self.keys.timer_data]
         keys.append(self.keys.unreadable_timers)
-        args = [repr(now), limit, self.keys.tasks_prefix, *(t.value for t in TaskType)]
+        args: list[str | int] = [repr(now), limit, self.keys.tasks_prefix, *registered().names()]
         fired, aside = await self._pop_due(keys=keys, args=args)
         for key in aside:
             log.error("timer %r has a task that cannot be read: set aside in %s", _text(key),
@@ -854,11 +854,11 @@ def _entries(backend: RedisBackend, reply: Any, consumer: str) -> list[Delivery]
 
 
 def _stamp_field(task_type: TaskType, entry_id: str) -> str:
-    return f"{task_type.value}/{entry_id}"
+    return f"{task_type.name}/{entry_id}"
 
 
 def _types(types: Types) -> list[TaskType]:
-    return list(TaskType) if types is None else sorted(set(types))
+    return list(registered()) if types is None else sorted(set(types))
 
 
 def _entry_order(entry_id: Any) -> tuple[int, int]:

@@ -49,7 +49,8 @@ from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.retention import LogPruner, RetainedLog
 from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import RUNNING, worker_statuses
-from stratamem.pipeline.task import QueueDepth, Task, TaskType
+from stratamem.pipeline.task import QueueDepth, Task
+from stratamem.pipeline.task_type import TaskType, registered
 
 log = logging.getLogger(__name__)
 Cursor = tuple[str, ...]
@@ -230,13 +231,13 @@ class BacklogScheduler:
         that is more (owed work reaches L1 only through this scheduler: with a fixed limit,
         consumers beyond it would stay idle). The counters keep the largest."""
         if self.settings.scheduler_limit == 0:
-            return dict.fromkeys(TaskType, 0)
+            return dict.fromkeys(registered(), 0)
         statuses = await worker_statuses(self.backend, now, self.settings)
         running = [s for s in statuses if s["state"] == RUNNING]
         floor = self.settings.scheduler_limit
         limits = {t: max(floor, CONSUMERS_FACTOR * sum(_concurrency(s) for s in running
                                                          if _runs(s, t)))
-                  for t in TaskType}  # fmt: skip
+                  for t in registered()}  # fmt: skip
         self.counters.limit = max(limits.values())
         return limits
 
@@ -679,7 +680,7 @@ def _runs(status: dict[str, Any], task_type: TaskType) -> bool:
     """Whether a worker's published status says it runs `task_type` (a status without its
     types, from an older worker, runs every type)."""
     types = status.get("types")
-    return not isinstance(types, list) or task_type.value in types
+    return not isinstance(types, list) or task_type.name in types
 
 
 def _concurrency(status: dict[str, Any]) -> int:

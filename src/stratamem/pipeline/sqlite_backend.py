@@ -26,8 +26,8 @@ from stratamem.pipeline.task import (
     LockGrant,
     QueueDepth,
     Task,
-    TaskType,
 )
+from stratamem.pipeline.task_type import TaskType
 from stratamem.store.evidence.receipts import Attempt
 
 P = ParamSpec("P")
@@ -299,7 +299,7 @@ class SqliteBackend:
 
     async def wait_free(self, types: Collection[TaskType], *, timeout_s: float) -> bool:
         loop = asyncio.get_running_loop()
-        deadline, wanted = loop.time() + timeout_s, {t.value for t in types}
+        deadline, wanted = loop.time() + timeout_s, {t.name for t in types}
         pause = WAKE_POLL_S
         while True:
             waiter: asyncio.Future[None] = loop.create_future()

@@ -26,8 +26,8 @@ from stratamem.pipeline.task import (
     LockGrant,
     QueueDepth,
     Task,
-    TaskType,
 )
+from stratamem.pipeline.task_type import TaskType, registered
 from stratamem.store.evidence.receipts import Attempt
 
 log = logging.getLogger(__name__)
@@ -300,7 +300,7 @@ class SqliteCore:
             c.executemany(
                 "INSERT INTO wakes (type, notices) VALUES (?, 1) ON CONFLICT (type)"
                 " DO UPDATE SET notices = notices + 1",
-                [(t.value,) for t in types],
+                [(t.name,) for t in types],
             )
 
     def wake_counters(self) -> dict[str, int]:
@@ -317,7 +317,8 @@ class SqliteCore:
             per_type = c.execute("SELECT type, COUNT(*) FROM tasks GROUP BY type").fetchall()
             (timers,) = c.execute("SELECT COUNT(*) FROM timers").fetchone()
             (dead,) = c.execute("SELECT COUNT(*) FROM dead_letters").fetchone()
-        queued = {TaskType(t): n for t, n in per_type if t in _TYPE_VALUES}
+        known = registered()
+        queued = {known.get(t): n for t, n in per_type if t in known.names()}
         return QueueDepth(ready=ready, in_flight=flight, timers=timers, dead=dead, queued=queued)
 
     def list_tasks(self, limit: int) -> list[Task]:
@@ -532,18 +533,15 @@ def is_busy(exc: sqlite3.OperationalError) -> bool:
 def _insert_task(c: sqlite3.Connection, task: Task, now: float) -> None:
     c.execute(
         "INSERT INTO tasks (id, type, body, enqueued_at) VALUES (?, ?, ?, ?)",
-        (task.id, task.type.value, task.to_json(), now),
+        (task.id, task.type.name, task.to_json(), now),
     )
-
-
-_TYPE_VALUES = frozenset(t.value for t in TaskType)
 
 
 def _of_types(types: Sequence[TaskType] | None) -> tuple[str, tuple[str, ...]]:
     """The SQL condition (with its parameters) keeping tasks of `types` (None: every type)."""
     if types is None:
         return "", ()
-    values = tuple(sorted({TaskType(t).value for t in types}))
+    values = tuple(sorted({str(t) for t in types}))
     return f" AND type IN ({', '.join('?' for _ in values)})", values
 
 

@@ -1,6 +1,7 @@
 """Typed records of the pipeline: tasks, deliveries, lock grants, timers, dead letters.
 
-A `Task` is what producers enqueue; a `Delivery` is one hand-over of a task to one consumer (the
+A `Task` is what producers enqueue (its type is one of the registered `TaskType`s,
+`pipeline.task_type`); a `Delivery` is one hand-over of a task to one consumer (the
 same task can be delivered again after a crash). Tasks serialise to compact JSON so both backends
 store the same bytes.
 """
@@ -11,38 +12,13 @@ import json
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any
 
 from stratamem.domain import check_ident
 from stratamem.errors import InvalidInput
 from stratamem.pipeline.errors import UnknownTaskType
+from stratamem.pipeline.task_type import Scope, TaskType, task_type
 from stratamem.store.evidence.receipts import Attempt
-
-
-class TaskType(StrEnum):
-    L1 = "L1"
-    L2 = "L2"
-    L3 = "L3"
-    FLUSH = "flush"
-    OFFLOAD_L1 = "offload-l1"
-    OFFLOAD_L15 = "offload-l15"
-    OFFLOAD_L2 = "offload-l2"
-
-
-# L3 works on a whole tenant; every other type works on one session, except L2, which
-# consolidates a whole tenant's memories and names the session that asked for it, if any.
-TENANT_WIDE_TYPES = frozenset({TaskType.L3})
-SESSION_OPTIONAL_TYPES = frozenset({TaskType.L2})
-
-
-def task_type(value: str) -> TaskType:
-    """`value` as a `TaskType`; `UnknownTaskType` if the pipeline has no such type."""
-    try:
-        return TaskType(value)
-    except ValueError:
-        known = ", ".join(t.value for t in TaskType)
-        raise UnknownTaskType(f"unknown task type {value!r} (known: {known})") from None
 
 
 def new_task_id() -> str:
@@ -54,6 +30,7 @@ class Task:
     """One unit of background work. `attempt` counts previous failed executions (0 at first)."""
 
     type: TaskType
+    """Given as a `TaskType` or its name; always the registered type once made."""
     tenant: str
     session: str | None = None
     payload: dict[str, Any] = field(default_factory=dict)
@@ -65,7 +42,7 @@ class Task:
         check_ident(self.tenant, "tenant")
         if self.session is not None:
             check_ident(self.session, "session")
-        elif self.type not in TENANT_WIDE_TYPES | SESSION_OPTIONAL_TYPES:
+        elif self.type.scope is Scope.SESSION:
             raise InvalidInput(f"a {self.type} task needs a session")
         check_ident(self.id, "task id")
         if self.attempt < 0:
@@ -77,7 +54,7 @@ class Task:
     def to_json(self) -> str:
         body = {
             "id": self.id,
-            "type": self.type.value,
+            "type": self.type.name,
             "tenant": self.tenant,
             "session": self.session,
             "payload": self.payload,

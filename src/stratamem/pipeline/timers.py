@@ -1,54 +1,24 @@
-"""Timer keys, lock keys and the timer pump (the cascade between the layers' task types is
-the layers', `layers.cascade`, registered with the executors).
-
-Keys join identifiers with `/`, which `check_ident` never accepts inside a tenant or session, so
-two different sessions can never share a lock, a timer or a state scope."""
+"""Lock keys, session timers and the timer pump, by the rules the task types declare
+(`pipeline.task_type`); what a finished task sets in motion is its part's cascade, registered
+with the executors (`ExecutorRegistry.add_cascade`)."""
 
 from __future__ import annotations
 
 from stratamem.clock import Clock
 from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.settings import LockScope
-from stratamem.pipeline.task import Task, TaskType
-
-SESSION_LOCKED = frozenset({TaskType.L1, TaskType.FLUSH})
-LOCKLESS = frozenset({TaskType.OFFLOAD_L1, TaskType.OFFLOAD_L15})
+from stratamem.pipeline.task import Task
+from stratamem.pipeline.task_type import registered
 
 
 def lock_key_for(task: Task, scope: LockScope) -> str | None:
-    """The worker lock of `task`: per session for L1 / flush (per tenant with
-    `LockScope.TENANT`), per tenant for L2 (it consolidates the tenant's memories, whichever
-    session asked: two sessions' L2 queue behind one lock and the second finds nothing left to
-    pay for) and L3, per session task diagram for offload-l2, none for offload-l1 / -l15."""
-    if task.type in LOCKLESS:
-        return None
-    if task.type is TaskType.OFFLOAD_L2:
-        return f"diagram/{task.tenant}/{task.session}"
-    if task.type is TaskType.L2 and scope is LockScope.SESSION:
-        return f"l2/{task.tenant}"
-    if task.type in SESSION_LOCKED and scope is LockScope.SESSION:
-        return f"session/{task.tenant}/{task.session}"
-    return f"tenant/{task.tenant}"
-
-
-def l2_timer_key(tenant: str, session: str) -> str:
-    return f"l2/{tenant}/{session}"
-
-
-def l2_max_timer_key(tenant: str, session: str) -> str:
-    return f"l2max/{tenant}/{session}"
-
-
-def offload_l2_timer_key(tenant: str, session: str) -> str:
-    return f"offload-l2/{tenant}/{session}"
+    """The worker lock of `task`, by its type's rule (`TaskType.lock`); None: it runs without."""
+    return task.type.lock_key(task.tenant, task.session, scope)
 
 
 def session_timer_keys(tenant: str, session: str) -> list[str]:
-    return [
-        l2_timer_key(tenant, session),
-        l2_max_timer_key(tenant, session),
-        offload_l2_timer_key(tenant, session),
-    ]
+    """The keys of every session timer the registered task types declare."""
+    return [timer.key(tenant, session) for timer in registered().session_timers()]
 
 
 async def clear_session_timers(backend: PipelineBackend, tenant: str, session: str) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Collection
 from stratamem.cancelling import cancel_and_wait
 from stratamem.errors import PipelineError
 from stratamem.pipeline.backend import PipelineBackend
-from stratamem.pipeline.task import TaskType
+from stratamem.pipeline.task_type import TaskType
 
 log = logging.getLogger(__name__)
 Sleep = Callable[[float], Awaitable[None]]

@@ -179,9 +179,9 @@ class Worker:
             return await self._on_stale(delivery, grant, "it was reclaimed before it started")
         now = attempt.started_at
         executed = self.metrics.executed
-        executed[task.type.value] = executed.get(task.type.value, 0) + 1
+        executed[task.type.name] = executed.get(task.type.name, 0) + 1
         self.metrics.running[task.id] = RunningTask(
-            task.id, task.type.value, task.tenant, task.session, lock_key, task.attempt, now
+            task.id, task.type.name, task.tenant, task.session, lock_key, task.attempt, now
         )
         try:
             return await self._execute(delivery, lock_key, grant, attempt)
@@ -218,7 +218,7 @@ class Worker:
             return self._attempt(delivery, token)
         if grant is None and not await self.backend.extend(delivery, now=self.clock.now()):
             return None
-        start = ExecutionStart(task.id, task.type.value, task.session, lock_key, task.attempt,
+        start = ExecutionStart(task.id, task.type.name, task.session, lock_key, task.attempt,
                                delivery.deliveries, token, self.name,
                                None if grant is None else grant.owner)  # fmt: skip
         return await executions.started(task.tenant, start, self.clock)
@@ -524,7 +524,7 @@ class Worker:
             "state": STOPPED if stopped else RUNNING,
             "updated_at": self.clock.now(),
             "concurrency": self.settings.concurrency,
-            "types": [t.value for t in self.executors.types()],
+            "types": [t.name for t in self.executors.types()],
             **self.metrics.snapshot(),
             "llm_usage": self.executors.usage(),
         }

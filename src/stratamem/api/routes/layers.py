@@ -29,7 +29,8 @@ from stratamem.domain import MemoryType, Scope, check_ident
 from stratamem.layers.executors import flush_in_turn
 from stratamem.layers.ledger import totals
 from stratamem.layers.model import FlushResult
-from stratamem.pipeline.task import Task, TaskType
+from stratamem.layers.task_types import FLUSH
+from stratamem.pipeline.task import Task
 
 router = APIRouter(prefix="/v1", tags=["layers"], responses=ERRORS)
 
@@ -151,7 +152,7 @@ async def flush(
         result = await _flush_now(services, tenant, session)
         response.status_code = 200
         return {"queued": None, "result": result.to_json()}
-    task = Task(TaskType.FLUSH, tenant, session, {"reason": "api"})
+    task = Task(FLUSH, tenant, session, {"reason": "api"})
     backend = services.require_pipeline()
     now = services.memory.clock.now()
     await services.memory.request_flush(tenant, session, now)  # owed until a flush completes
