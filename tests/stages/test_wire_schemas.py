@@ -71,3 +71,10 @@ def test_bounds_left_out_of_the_wire_are_still_checked_by_our_validation() -> No
                 "source_turn_ids": ["T1"]}  # fmt: skip
     with pytest.raises(ValueError, match="at most"):
         ExtractedMemory.model_validate(too_long)
+
+
+def test_the_wire_schema_is_worked_out_once_and_each_caller_gets_its_own_copy() -> None:
+    first = compact_schema(Extraction)
+    first["properties"].clear()
+    assert compact_schema(Extraction) == schema_format(Extraction)["json_schema"]["schema"]
+    assert compact_schema(Extraction)["properties"]  # the change to the first copy did not stick

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -67,11 +69,20 @@ reply. Titles only add bytes."""
 
 def compact_schema(model: type[BaseModel]) -> dict[str, Any]:
     """`model`'s JSON schema as sent to an endpoint: `$defs` inlined, no length or item bounds,
-    no patterns, no titles."""
+    no patterns, no titles. A new copy each time (the caller may change it) of what was worked
+    out once per model."""
+    compact: dict[str, Any] = json.loads(_compact_schema_text(model))
+    return compact
+
+
+@functools.lru_cache(maxsize=256)
+def _compact_schema_text(model: type[BaseModel]) -> str:
+    """Pydantic builds a model's schema anew at each `model_json_schema` call: at every LLM
+    call, 10 % of an L1 worker's CPU (py-spy, bench/drain.py). The reply models are classes
+    defined once, so the schema is kept per class."""
     schema = model.model_json_schema()
     defs = schema.pop("$defs", {})
-    compact: dict[str, Any] = _compact(schema, defs)
-    return compact
+    return json.dumps(_compact(schema, defs))
 
 
 def _compact(node: Any, defs: dict[str, Any]) -> Any:
