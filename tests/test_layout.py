@@ -169,3 +169,19 @@ def test_no_module_of_the_pipeline_names_a_task_type() -> None:
         if said:
             wrong[str(path.relative_to(PACKAGE))] = sorted(said)
     assert wrong == {}
+
+
+def test_the_stores_are_built_in_one_place() -> None:
+    """Outside `store/`, no module builds a store of a record family itself: each takes them
+    from `store.opening.stores_of` (`Stores`), so a new family is wired there once."""
+    wrong = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = str(path.relative_to(PACKAGE))
+        if name.startswith("store/"):
+            continue
+        built = {node.func.id for node in ast.walk(ast.parse(path.read_text("utf-8")))
+                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                 and node.func.id.startswith("Sql") and node.func.id.endswith("Store")}  # fmt: skip
+        if built:
+            wrong[name] = sorted(built)
+    assert wrong == {}

@@ -42,13 +42,11 @@ from stratamem.pipeline.backend import PipelineBackend
 from stratamem.retrieval.config import RetrievalConfig
 from stratamem.retrieval.render import render_recall, render_stable
 from stratamem.retrieval.search import SearchRequest, hybrid_search
-from stratamem.store.backlog import BacklogStore, SqlBacklogStore
+from stratamem.store.backlog import BacklogStore
 from stratamem.store.core.port import EmbeddingInfo, Filters, Store
 from stratamem.store.core.store import SqlCoreStore
 from stratamem.store.evidence.port import EvidenceStore
-from stratamem.store.evidence.store import SqlEvidenceStore
 from stratamem.store.layers.port import LayerStore
-from stratamem.store.layers.store import SqlLayerStore
 from stratamem.store.lineage import export
 from stratamem.store.lineage.port import Forget, Lineage, LineageStore
 from stratamem.store.lineage.rows import (
@@ -60,8 +58,7 @@ from stratamem.store.lineage.rows import (
     SCENE,
     Ref,
 )
-from stratamem.store.lineage.store import SqlLineageStore
-from stratamem.store.opening import RecordStore, open_store
+from stratamem.store.opening import RecordStore, open_store, stores_of
 from stratamem.store.sqlite.store import SqliteStore
 
 ProgressFn = Callable[[int], None]
@@ -93,17 +90,13 @@ class AsyncMemory:
         owns_llm: bool = False,
     ) -> None:
         self.store = store
-        records = store if isinstance(store, RecordStore) else None
-        self.layers: LayerStore | None = None if records is None else SqlLayerStore(records)
-        self.evidence: EvidenceStore | None = None if records is None else SqlEvidenceStore(records)
-        """Completion receipts, the pipeline's execution log and retention, in the same
-        database."""
-        self.backlog: BacklogStore | None = None if records is None else SqlBacklogStore(records)
-        """The layers' owed work, for the backlog scheduler."""
-        self.lineage: LineageStore | None = None
-        """What the layers built from what (and forgetting that follows it)."""
-        if isinstance(store, SqlCoreStore):
-            self.lineage = SqlLineageStore(store)
+        self.stores = stores_of(store) if isinstance(store, RecordStore) else None
+        """Every store over `store`'s database (`store.opening.Stores`); None over a store that
+        keeps memories only."""
+        self.layers: LayerStore | None = None if self.stores is None else self.stores.layers
+        self.evidence: EvidenceStore | None = None if self.stores is None else self.stores.evidence
+        self.backlog: BacklogStore | None = None if self.stores is None else self.stores.backlog
+        self.lineage: LineageStore | None = None if self.stores is None else self.stores.lineage
         self.llm = llm
         self._owns_llm = owns_llm
         self.layer_settings = layer_settings or LayerSettings()
@@ -493,9 +486,9 @@ class AsyncMemory:
     def embedded_offload(self) -> EmbeddedOffload:
         """Context offload over this memory's store; its stages run in this process."""
         if self._offload is None:
-            if not isinstance(self.store, RecordStore):
+            if self.stores is None:
                 raise ConfigError("context offload needs a SQLite or PostgreSQL store")
-            self._offload = EmbeddedOffload(self.store, self.clock, self.llm)
+            self._offload = EmbeddedOffload(self.stores.offload, self.clock, self.llm)
         return self._offload
 
     async def offload_tool_results(

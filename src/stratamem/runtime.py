@@ -1,7 +1,8 @@
 """The wiring, once: what a process builds from its settings to run the system.
 
-The memory (store, embedder, LLM) is the library's `AsyncMemory.open`, which builds the stores
-and the layers over them; over a memory, this module builds context offload (`offload_of`) and
+The memory (store, embedder, LLM) is the library's `AsyncMemory.open`, which takes its stores
+from `store.opening.stores_of` (as the service, these factories and the CLI do) and builds the
+layers over them; over a memory, this module builds context offload (`offload_of`) and
 the registry of executors every task type runs with (`registry_of`: the memory layers' and
 offload's, with their backlog sources and the layers' cascade). `stratamem serve`
 (`api.services`, `api.background`), `stratamem worker` (its `--executors` factories below) and
@@ -23,16 +24,15 @@ from stratamem.pipeline.backend import PipelineBackend
 from stratamem.pipeline.executors import ExecutorRegistry
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
-from stratamem.store.offload.store import SqlOffloadStore
-from stratamem.store.opening import RecordStore, open_store
+from stratamem.store.opening import open_stores
 
 
 def offload_of(memory: AsyncMemory, scheduler: Scheduler) -> Offload:
     """Context offload over `memory`'s store, LLM and clock, its stages run by `scheduler` (the
     pipeline's, or an in-process runner)."""
-    if not isinstance(memory.store, RecordStore):
+    if memory.stores is None:
         raise ConfigError("context offload keeps its records in a SQLite or PostgreSQL store")
-    return Offload(SqlOffloadStore(memory.store), scheduler, llm=memory.llm, clock=memory.clock)
+    return Offload(memory.stores.offload, scheduler, llm=memory.llm, clock=memory.clock)
 
 
 def registry_of(
@@ -73,7 +73,7 @@ def offload_registry() -> ExecutorRegistry:
     backend = open_backend(PipelineSettings(), settings.data_dir)
     llm_settings = LLMSettings()
     llm = LLMClient(llm_settings, clock=clock) if llm_settings.configured else None
-    store = SqlOffloadStore(open_store(settings))
+    store = open_stores(settings).offload
     offload = Offload(store, PipelineScheduler(backend, clock), llm=llm, clock=clock)
     registry = ExecutorRegistry()
     register_executors(registry, offload)

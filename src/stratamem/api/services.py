@@ -26,9 +26,7 @@ from stratamem.proxy.service import MemoryProxy
 from stratamem.proxy.settings import ProxySettings
 from stratamem.runtime import offload_of
 from stratamem.store.layers.port import LayerStore
-from stratamem.store.opening import RecordStore
 from stratamem.store.tenants.port import TenantStore
-from stratamem.store.tenants.store import SqlTenantStore
 
 
 @dataclass
@@ -66,13 +64,12 @@ class Services:
     ) -> Services:
         """Services over an open memory whose store is a SQLite or PostgreSQL store; context
         offload runs its stages on the pipeline, so it is there only with one."""
-        store = memory.store
-        if not isinstance(store, RecordStore):
+        if memory.stores is None:
             raise ConfigError("the service keeps tenants in a SQLite or PostgreSQL store")
         offload = None
         if pipeline is not None:
             offload = offload_of(memory, PipelineScheduler(pipeline, memory.clock))
-        return cls(memory, SqlTenantStore(store, memory.clock), settings, pipeline, offload,
+        return cls(memory, memory.stores.tenants(memory.clock), settings, pipeline, offload,
                    pipeline_settings=pipeline_settings or PipelineSettings(),
                    proxy_settings=proxy_settings or ProxySettings())  # fmt: skip
 

@@ -28,8 +28,8 @@ from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.task import Task
 from stratamem.runtime import registry_of
 from stratamem.store.core.port import Filters
-from stratamem.store.layers.store import SqlLayerStore
-from stratamem.store.opening import RecordStore, open_store
+from stratamem.store.layers.port import LayerStore
+from stratamem.store.opening import RecordStore, open_stores
 from stratamem.timestamps import utc_text
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -37,14 +37,14 @@ _TENANT = click.option("--tenant", required=True, help="Tenant.")
 
 
 @contextmanager
-def _open_layers(ctx: click.Context) -> Iterator[tuple[RecordStore, SqlLayerStore]]:
+def _open_layers(ctx: click.Context) -> Iterator[tuple[RecordStore, LayerStore]]:
     """The store and its layer records, without an embedder or LLM (read-only commands)."""
     settings = existing_store(settings_from(ctx))
-    store = open_store(settings)
+    stores = open_stores(settings)
     try:
-        yield store, SqlLayerStore(store)
+        yield stores.core, stores.layers
     finally:
-        store.close()
+        stores.close()
 
 
 def _when(timestamp: float | None) -> str:

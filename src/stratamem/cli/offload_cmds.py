@@ -25,8 +25,7 @@ from stratamem.offload import InProcessRunner, Offload, RunReport, Scheduler, To
 from stratamem.offload.executors import PipelineScheduler
 from stratamem.pipeline.runner import open_backend
 from stratamem.pipeline.settings import PipelineSettings
-from stratamem.store.offload.store import SqlOffloadStore
-from stratamem.store.opening import open_store
+from stratamem.store.opening import open_stores
 
 T = TypeVar("T")
 Job = Callable[[Offload, InProcessRunner], Coroutine[Any, Any, T]]
@@ -40,20 +39,20 @@ async def _offload(
     are handed to the pipeline's workers."""
     clock = SystemClock()
     settings = settings_from(ctx)
-    store = open_store(settings)
+    stores = open_stores(settings)
     llm_settings = LLMSettings()
     llm = LLMClient(llm_settings, clock=clock) if llm_settings.configured else None
     runner = InProcessRunner(clock)
     backend = open_backend(PipelineSettings(), settings.data_dir) if on_pipeline else None
     scheduler: Scheduler = runner if backend is None else PipelineScheduler(backend, clock)
     try:
-        yield Offload(SqlOffloadStore(store), scheduler, llm=llm, clock=clock), runner
+        yield Offload(stores.offload, scheduler, llm=llm, clock=clock), runner
     finally:
         if backend is not None:
             await backend.close()
         if llm is not None:
             await llm.aclose()
-        store.close()
+        stores.close()
 
 
 def _run(ctx: click.Context, job: Job[T], on_pipeline: bool = False) -> T:

@@ -29,8 +29,7 @@ from stratamem.pipeline.settings import PipelineSettings
 from stratamem.pipeline.status import worker_statuses
 from stratamem.store.evidence.executions import Execution
 from stratamem.store.evidence.receipts import Receipt
-from stratamem.store.evidence.store import SqlEvidenceStore
-from stratamem.store.opening import open_store
+from stratamem.store.opening import open_stores
 
 T = TypeVar("T")
 DEFAULT_DATA_DIR = "./stratamem-data"
@@ -152,8 +151,8 @@ def _evidence(ctx: click.Context) -> Iterator[tuple[ReceiptReader | None, Execut
     if path is not None and not path.exists():
         yield None, None
         return
-    store = open_store(settings)
-    evidence = SqlEvidenceStore(store)
+    stores = open_stores(settings)
+    evidence = stores.evidence
 
     async def receipt(tenant: str, task_id: str) -> Receipt | None:
         return await asyncio.to_thread(evidence.receipt, Scope(tenant), task_id)
@@ -164,7 +163,7 @@ def _evidence(ctx: click.Context) -> Iterator[tuple[ReceiptReader | None, Execut
     try:
         yield receipt, executions
     finally:
-        store.close()
+        stores.close()
 
 
 @pipeline.command("reconcile")
@@ -206,11 +205,11 @@ def executions_cmd(
 ) -> None:
     """The execution log of a tenant's tasks, in the order they started: attempt, delivery,
     fencing token, worker, start, commit, end, outcome, and when a later execution fenced it."""
-    store = open_store(existing_store(Settings(data_dir=_data_dir(ctx))))
+    stores = open_stores(existing_store(Settings(data_dir=_data_dir(ctx))))
     try:
-        runs = SqlEvidenceStore(store).executions(Scope(tenant), task_id, limit)
+        runs = stores.evidence.executions(Scope(tenant), task_id, limit)
     finally:
-        store.close()
+        stores.close()
     if as_json:
         click.echo(json.dumps([r.to_json() for r in runs], sort_keys=True))
         return
@@ -240,11 +239,11 @@ def rotate_receipt_key(ctx: click.Context, retire_old: bool) -> None:
     """Add a new key that signs completion receipts from now on (older keys still verify until
     retired)."""
     settings = Settings(data_dir=_data_dir(ctx))
-    store = open_store(settings)
+    stores = open_stores(settings)
     try:
-        key_id = SqlEvidenceStore(store).rotate_receipt_key(time.time(), retire_old=retire_old)
+        key_id = stores.evidence.rotate_receipt_key(time.time(), retire_old=retire_old)
     finally:
-        store.close()
+        stores.close()
     click.echo(
         f"receipts are signed with key {key_id}" + (" (older keys retired)" if retire_old else "")
     )

@@ -14,9 +14,8 @@ from stratamem.cli.common import existing_store, print_json, settings_from
 from stratamem.config import Settings
 from stratamem.domain import Scope
 from stratamem.errors import ConfigError
-from stratamem.store.opening import open_store
+from stratamem.store.opening import open_stores
 from stratamem.store.tenants.port import TenantStore
-from stratamem.store.tenants.store import SqlTenantStore
 
 
 @click.command()
@@ -66,12 +65,12 @@ def mcp(ctx: click.Context, tenant: str) -> None:
 def _check_tenant(settings: Settings, tenant: str) -> None:
     """`tenant` is registered or has records; else `ConfigError` naming the ones there are (an
     MCP host configured with a typo would otherwise seem to work, recalling nothing)."""
-    store = open_store(settings)
+    stores = open_stores(settings)
     try:
-        registered = [t.name for t in SqlTenantStore(store).list_tenants()]
-        stats = store.stats(Scope(tenant))
+        registered = [t.name for t in stores.tenants().list_tenants()]
+        stats = stores.core.stats(Scope(tenant))
     finally:
-        store.close()
+        stores.close()
     if tenant in registered or stats["L0"]["records"] or stats["L1"]["records"]:
         return
     known = ", ".join(registered[:20]) or "none"
@@ -95,11 +94,11 @@ def _server_module(name: str = "stratamem.api.server") -> ModuleType:
 @contextmanager
 def _tenant_store(ctx: click.Context) -> Iterator[TenantStore]:
     settings = settings_from(ctx)
-    store = open_store(settings)
+    stores = open_stores(settings)
     try:
-        yield SqlTenantStore(store)
+        yield stores.tenants()
     finally:
-        store.close()
+        stores.close()
 
 
 @click.group()

@@ -18,8 +18,7 @@ from stratamem.llm.base import LLM
 from stratamem.offload.facade import Offload
 from stratamem.offload.runner import InProcessRunner, RunReport
 from stratamem.offload.settings import OffloadSettings
-from stratamem.store.offload.store import SqlOffloadStore
-from stratamem.store.opening import RecordStore
+from stratamem.store.offload.port import OffloadStore
 
 #: Longest sleep of the background task between two looks at its timers.
 MAX_WAIT_S = 60.0
@@ -30,7 +29,7 @@ class EmbeddedOffload:
 
     def __init__(
         self,
-        store: RecordStore,
+        store: OffloadStore,
         clock: Clock,
         llm: LLM | None = None,
         settings: OffloadSettings | None = None,
@@ -38,7 +37,7 @@ class EmbeddedOffload:
         self.clock = clock
         self.runner = InProcessRunner(clock)
         self.offload = Offload(
-            SqlOffloadStore(store), self.runner, llm=llm, settings=settings, clock=clock
+            store, self.runner, llm=llm, settings=settings, clock=clock
         )
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
