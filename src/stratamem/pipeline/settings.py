@@ -15,8 +15,8 @@ MIN_LOG_RETENTION_S = 3600.0
 
 
 class LockScope(StrEnum):
-    SESSION = "session"  # L1, L2, flush lock their session; L3 locks its tenant
-    TENANT = "tenant"  # every locked type locks its tenant
+    SESSION = "session"  # each type's lock as its rule says (`task_type.LockRule`)
+    TENANT = "tenant"  # every type whose rule widens locks its tenant instead
 
 
 class PipelineSettings(BaseSettings):
