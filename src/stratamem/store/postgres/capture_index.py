@@ -7,12 +7,19 @@ counts, its length, the totals) instead of being deleted and written again. A pr
 indexed that way (marked for indexing, or never indexed) is indexed whole.
 
 The caller's transaction holds the session's lock, so no other writer touches these rows, and
-runs in pipeline mode: only the read of the rows waits for the server.
+runs in pipeline mode: only the read of the rows waits for the server. What a capture costs
+is what it sends: one read of the session's last turns (a range of its index, each turn's
+neighbours found here rather than by joins), one call of the tokenizer for every document, and
+the postings, lengths and totals in one statement. The store inserts captured turns already
+unmarked (`fts_dirty` false: they are indexed before the transaction ends), so setting their
+lengths changes no indexed column and rewrites no index entry.
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from stratamem.domain import Layer
@@ -21,30 +28,51 @@ from stratamem.store.postgres.connection import PgConn
 from stratamem.store.postgres.text_index import (
     ADD_TO_TOTALS,
     TOTAL_SHARDS,
-    TURN_FIELDS,
     around,
     array_literal,
-    index_rows,
+    fields,
+    postings,
+    row_length,
     terms,
     text_array,
+    totals_change,
 )
 from stratamem.store.postgres.tokens import Tokenizer
 
-#: Where `around` is among a turn's fields (`text_index._fields`), 1-based as SQL arrays are.
+#: Where `around` is among a turn's fields (`text_index.fields`), 1-based as SQL arrays are.
 _AROUND = 4
 _FIELDS = 5
-_SEQ, _DIRTY = 8, 9
+#: How far back a turn's fields reach: its context is the turn before it, its `around` the one
+#: before that (and the next): the turn before the new ones needs the two before it.
+_REACH = 3
 _TAIL = (
-    TURN_FIELDS.replace(", t.ts FROM", ", t.ts, t.seq, t.fts_dirty FROM")
-    + " WHERE t.tenant = ? AND t.session = ? AND t.seq >= ? ORDER BY t.seq"
+    "SELECT rid, fts_len, text, speaker, ts, seq, fts_dirty FROM turns"
+    " WHERE tenant = ? AND session = ? AND seq >= ? ORDER BY seq"
 )
-_GROW_TERMS = (
-    "INSERT INTO turn_terms (tenant, term, rid, tf) SELECT ?, u.term, ?, u.tf::real[]"
-    " FROM unnest(?::text[], ?::text[]) AS u(term, tf)"
-    f" ON CONFLICT (tenant, term, rid) DO UPDATE SET tf[{_AROUND}] ="
-    f" turn_terms.tf[{_AROUND}] + excluded.tf[{_AROUND}]"
+_WRITE = (
+    "WITH posted AS (INSERT INTO turn_terms (tenant, term, rid, tf)"
+    " SELECT ?, u.term, u.rid, u.tf::real[] FROM unnest(?::text[], ?::bigint[], ?::text[])"
+    f" AS u(term, rid, tf) ON CONFLICT (tenant, term, rid) DO UPDATE SET tf[{_AROUND}] ="
+    f" turn_terms.tf[{_AROUND}] + excluded.tf[{_AROUND}]),"
+    " written AS (UPDATE turns r SET fts_len = u.len, fts_dirty = FALSE"
+    " FROM unnest(?::bigint[], ?::integer[]) AS u(rid, len) WHERE r.rid = u.rid)"
+    + ADD_TO_TOTALS
 )
-_GROW_LENGTH = "WITH grown AS (UPDATE turns SET fts_len = fts_len + ? WHERE rid = ?)"
+
+
+@dataclass(frozen=True)
+class Extension:
+    """A turn's `around` field grown by the next turn: its row, its length before and after,
+    each term's count gained."""
+
+    rid: int
+    old_length: int
+    length: int
+    gained: dict[str, float]
+
+
+#: Positions in a row of `_fielded`: TURN_FIELDS' columns, then the seq and the mark.
+_SEQ, _DIRTY = 8, 9
 
 
 def index_captured(
@@ -52,46 +80,102 @@ def index_captured(
 ) -> None:
     """Index the session's turns from `first_seq` on (just written), and extend the one
     before them."""
-    rows = conn.execute(_TAIL, (tenant, session, first_seq - 1)).fetchall()
-    shard = zlib.crc32(session.encode()) % TOTAL_SHARDS
+    read = conn.execute(_TAIL, (tenant, session, first_seq - _REACH)).fetchall()
+    rows = _fielded(read, first_seq - 1)
     whole = [row for row in rows if int(row[_SEQ]) >= first_seq]
-    for row in rows:
-        if int(row[_SEQ]) < first_seq and not _extended(conn, tokenizer, tenant, row, shard):
-            whole.insert(0, row)
-    index_rows(conn, tokenizer, tenant, Layer.L0, whole, shard)
+    before = [row for row in rows if int(row[_SEQ]) < first_seq]
+    docs = [fields(tenant, Layer.L0, row) for row in whole]
+    extending = bool(before) and _indexed(before[0])
+    if extending:
+        docs += _around_docs(tenant, before[0])
+    tokens = tokenizer.tokens(docs)
+    extension = None
+    if extending:
+        extension = _extension(before[0], tokens[-2][0], tokens[-1][0])
+        tokens = tokens[: len(whole)]
+    if before and extension is None:  # indexed whole, as every new turn
+        whole.insert(0, before[0])
+        tokens[:0] = tokenizer.tokens([fields(tenant, Layer.L0, before[0])])
+    _write(conn, tenant, zlib.crc32(session.encode()) % TOTAL_SHARDS, whole, tokens, extension)
 
 
-def _extended(conn: PgConn, tokenizer: Tokenizer, tenant: str, row: Any, shard: int) -> bool:
-    """Add the next turn's terms to the `around` field of a turn indexed without it; False
-    (nothing written) when the turn was not indexed so."""
-    if row[1] is None or row[_DIRTY]:
-        return False
+def _fielded(rows: Sequence[Any], first_seq: int) -> list[tuple[Any, ...]]:
+    """The rows from `first_seq` on, each as `text_index.TURN_FIELDS` reads it (its
+    neighbours' texts found by sequence number, None where there is none), then its seq and
+    its mark."""
+    texts = {int(row[5]): row[2] for row in rows}
+    return [
+        (row[0], row[1], row[2], row[3], texts.get(seq - 1), texts.get(seq - 2),
+         texts.get(seq + 1), row[4], seq, row[6])
+        for row in rows if (seq := int(row[5])) >= first_seq
+    ]  # fmt: skip
+
+
+def _indexed(row: Any) -> bool:
+    """Whether the turn is in the index as it is (not marked, indexed before)."""
+    return row[1] is not None and not row[_DIRTY]
+
+
+def _around_docs(tenant: str, row: Any) -> list[list[str | None]]:
+    """The turn's `around` field as it was indexed (no next turn) and as it is now."""
     earlier, after = row[5], row[6]
-    before, now = tokenizer.tokens(
-        [
-            [tenant_words(tenant, around(earlier, None))],
-            [tenant_words(tenant, around(earlier, after))],
-        ]
-    )
-    grown = _grown(terms(before), terms(now))
-    if grown is None:
-        return False
-    counts = text_array([_only_around(n) for n in grown.values()])
-    conn.execute(_GROW_TERMS, (tenant, int(row[0]), text_array(list(grown)), counts))
-    added = len(now[0]) - len(before[0])
-    conn.execute(
-        _GROW_LENGTH + ADD_TO_TOTALS,
-        (added, int(row[0]), tenant, Layer.L0.value, shard, 0, added),
-    )
-    return True
+    return [
+        [tenant_words(tenant, around(earlier, None))],
+        [tenant_words(tenant, around(earlier, after))],
+    ]
 
 
-def _grown(before: dict[str, list[float]], now: dict[str, list[float]]) -> dict[str, float] | None:
-    """Each term's count gained; None when a term lost any (the field did not only grow)."""
-    if any(term not in now or now[term][0] < counts[0] for term, counts in before.items()):
+def _extension(row: Any, before: list[str], now: list[str]) -> Extension | None:
+    """How the row's `around` field grew from the tokens `before` to `now`: each term's count
+    gained; None when a term lost any (the field did not only grow)."""
+    old, new = terms([before]), terms([now])
+    if any(term not in new or new[term][0] < counts[0] for term, counts in old.items()):
         return None
-    return {term: counts[0] - before.get(term, [0.0])[0] for term, counts in now.items()
-            if counts[0] != before.get(term, [0.0])[0]}  # fmt: skip
+    gained = {term: counts[0] - old.get(term, [0.0])[0] for term, counts in new.items()
+              if counts[0] != old.get(term, [0.0])[0]}  # fmt: skip
+    old_length = int(row[1])
+    return Extension(int(row[0]), old_length, old_length + len(now) - len(before), gained)
+
+
+def _write(
+    conn: PgConn,
+    tenant: str,
+    shard: int,
+    whole: Sequence[Any],
+    tokens: Sequence[Sequence[Sequence[str]]],
+    extension: Extension | None,
+) -> None:
+    """One statement: the postings of the rows indexed whole and the grown `around` counts of
+    the extended row, every row's length, and the totals' change (after deleting the old
+    postings of a row indexed whole again)."""
+    rids = [int(row[0]) for row in whole]
+    if any(row[1] is not None for row in whole):
+        conn.execute("DELETE FROM turn_terms WHERE rid = ANY(?)", (rids,))
+    names, term_rids, counts = postings(rids, tokens)
+    lengths = [row_length(Layer.L0, columns) for columns in tokens]
+    new_rows, delta = totals_change(whole, lengths)
+    if extension is not None:
+        rids.append(extension.rid)
+        lengths.append(extension.length)
+        delta += extension.length - extension.old_length
+        gained = extension.gained
+        names = _joined(names, text_array(list(gained)))
+        term_rids = _joined(term_rids, "{" + ",".join([str(extension.rid)] * len(gained)) + "}")
+        counts = _joined(counts, text_array([_only_around(n) for n in gained.values()]))
+    conn.execute(
+        _WRITE,
+        (tenant, names, term_rids, counts, rids, lengths, tenant, Layer.L0.value, shard,
+         new_rows, delta),
+    )  # fmt: skip
+
+
+def _joined(first: str, second: str) -> str:
+    """Two array literals as one."""
+    if first == "{}":
+        return second
+    if second == "{}":
+        return first
+    return first[:-1] + "," + second[1:]
 
 
 def _only_around(count: float) -> str:

@@ -105,6 +105,12 @@ class PostgresStore(SqlCoreStore):
         keys = [session_key(tenant, s) for s in sessions]
         return self._pool.writing(keys, [tenant], pipelined=True)
 
+    def _turn_extra(self, tenant: str) -> dict[str, Any]:
+        """Captured turns are indexed before their transaction ends (`_turns_added`): written
+        unmarked, they never enter the index of marked rows, and setting their lengths then
+        rewrites no index entry (an unchanged indexed column keeps the update in place)."""
+        return {"fts_dirty": False}
+
     def _turns_added(self, conn: PgConn, tenant: str, stored: Sequence[Turn]) -> None:
         """Index the new turns and the turn before them (their next neighbour is new), in the
         capture's transaction: a capture is one transaction, and leaves nothing to catch up."""

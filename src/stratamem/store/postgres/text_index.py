@@ -93,7 +93,7 @@ def index_rows(
     totals change in shard `shard` (of `TOTAL_SHARDS`)."""
     if not rows:
         return
-    docs = [_fields(tenant, layer, row) for row in rows]
+    docs = [fields(tenant, layer, row) for row in rows]
     tokens = tokenizer.tokens(docs)
     table = TERM_TABLES[layer]
     rids = [int(row[0]) for row in rows]
@@ -102,13 +102,13 @@ def index_rows(
     conn.execute(
         f"INSERT INTO {table} (tenant, term, rid, tf) SELECT ?, u.term, u.rid, u.tf::real[]"
         " FROM unnest(?::text[], ?::bigint[], ?::text[]) AS u(term, rid, tf)",
-        (tenant, *_postings(rids, tokens)),
+        (tenant, *postings(rids, tokens)),
     )
-    lengths = [sum(len(c) for c in columns) + SCOPE_TOKENS[layer] for columns in tokens]
+    lengths = [row_length(layer, columns) for columns in tokens]
     _write_lengths(conn, tenant, layer, rows, lengths, shard % TOTAL_SHARDS)
 
 
-def _postings(rids: Sequence[int], tokens: Sequence[Sequence[Sequence[str]]]) -> tuple[str, ...]:
+def postings(rids: Sequence[int], tokens: Sequence[Sequence[Sequence[str]]]) -> tuple[str, ...]:
     """The rows' terms, as three array literals (for `unnest`): term, row id, counts per field
     (one literal of an array each). Built here, in one string each: psycopg would adapt a
     list element by element, which costs a capture more than the rest of its indexing."""
@@ -123,6 +123,11 @@ def _postings(rids: Sequence[int], tokens: Sequence[Sequence[Sequence[str]]]) ->
     return text_array(names), "{" + ",".join(term_rids) + "}", text_array(counts)
 
 
+def row_length(layer: Layer, columns: Sequence[Sequence[str]]) -> int:
+    """A row's length in the index: its fields' tokens and its scope tokens."""
+    return sum(len(c) for c in columns) + SCOPE_TOKENS[layer]
+
+
 def array_literal(counts: Sequence[float]) -> str:
     """The literal of an array of counts (whole numbers)."""
     return "{" + ",".join(str(int(c)) for c in counts) + "}"
@@ -134,7 +139,7 @@ def text_array(values: Sequence[str]) -> str:
     return "{" + ",".join(f'"{v}"' for v in quoted) + "}"
 
 
-def _fields(tenant: str, layer: Layer, row: Any) -> list[str | None]:
+def fields(tenant: str, layer: Layer, row: Any) -> list[str | None]:
     if layer is Layer.L1:
         return [tenant_words(tenant, row[2])]
     text, speaker, before, earlier, after, ts = row[2:8]
@@ -173,14 +178,20 @@ def _write_lengths(
 ) -> None:
     """Each row's indexed length, and the tenant's totals raised by the change (one statement)."""
     table = "turns" if layer is Layer.L0 else "memories"
-    new_rows = sum(1 for row in rows if row[1] is None)
-    delta = sum(lengths) - sum(int(row[1] or 0) for row in rows)
+    new_rows, delta = totals_change(rows, lengths)
     conn.execute(
         f"WITH written AS (UPDATE {table} r SET fts_len = u.len, fts_dirty = FALSE"
         "  FROM unnest(?::bigint[], ?::integer[]) AS u(rid, len) WHERE r.rid = u.rid)"
         + ADD_TO_TOTALS,
         ([int(row[0]) for row in rows], list(lengths), tenant, layer.value, shard, new_rows, delta),
     )
+
+
+def totals_change(rows: Sequence[Any], lengths: Sequence[int]) -> tuple[int, int]:
+    """The rows and tokens the totals gain when `rows` (their old lengths in `row[1]`, None
+    for a row never indexed) are indexed with `lengths`."""
+    new_rows = sum(1 for row in rows if row[1] is None)
+    return new_rows, sum(lengths) - sum(int(row[1] or 0) for row in rows)
 
 
 ADD_TO_TOTALS = (
