@@ -45,3 +45,9 @@ def test_a_zero_weight_or_no_terms_turns_feedback_off() -> None:
     assert not RetrievalConfig(feedback_weight=0.0).feedback
     assert RetrievalConfig().weight("vector") == 0.3
     assert RetrievalConfig().weight("anything else") == 1.0
+
+
+def test_feedback_words_are_bounded_by_rows_by_default_and_the_bound_is_positive() -> None:
+    assert RetrievalConfig().feedback_max_rows == 500
+    with pytest.raises(InvalidInput):
+        RetrievalConfig(feedback_max_rows=0)

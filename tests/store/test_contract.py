@@ -179,6 +179,22 @@ def test_bm25_query_syntax_is_never_interpreted(store: Store) -> None:
     assert store.search_text(ACME, Layer.L0, "stars", Filters(), 5)[0].id == "t1"
 
 
+def test_words_in_max_rows_rows_or_more_are_left_out_whatever_the_share(store: Store) -> None:
+    """Below the share's floor (200 rows) only `max_rows` leaves a word out."""
+    store.upsert_memories(
+        ACME,
+        [memory(f"k{i}", f"kayak trip number {i}") for i in range(4)]
+        + [memory("c1", "a canoe on the lake"), memory("c2", "the canoe again")],
+    )
+    query = "kayak canoe"
+    every = {h.id for h in store.search_text(ACME, Layer.L1, query, Filters(), 10, max_share=0.05)}
+    assert every == {"k0", "k1", "k2", "k3", "c1", "c2"}
+    bounded = store.search_text(ACME, Layer.L1, query, Filters(), 10, max_rows=3)
+    assert {h.id for h in bounded} == {"c1", "c2"}
+    both = store.search_text(ACME, Layer.L1, query, Filters(), 10, max_share=0.05, max_rows=2)
+    assert both == []
+
+
 def test_bm25_filters_by_session_and_time(store: Store) -> None:
     store.add_turns(
         ACME,

@@ -78,14 +78,14 @@ def test_turns_rank_the_same(
         assert same(_ranked(postgres, Layer.L0, query, phrases=phrases, fields=fields), expected)
 
 
-@pytest.mark.parametrize("max_share", [None, 0.05])
+@pytest.mark.parametrize("cut", [{}, {"max_share": 0.05}, {"max_rows": 2}])
 def test_memories_rank_the_same(
-    both: tuple[RecordStore, RecordStore], max_share: float | None
+    both: tuple[RecordStore, RecordStore], cut: dict[str, float]
 ) -> None:
     sqlite, postgres = both
     for query in _records()[2]:
-        expected = _ranked(sqlite, Layer.L1, query, max_share=max_share)
-        assert same(_ranked(postgres, Layer.L1, query, max_share=max_share), expected)
+        expected = _ranked(sqlite, Layer.L1, query, **cut)
+        assert same(_ranked(postgres, Layer.L1, query, **cut), expected)
 
 
 def test_filters_apply_the_same(both: tuple[RecordStore, RecordStore]) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from stratamem.errors import InvalidInput
-from stratamem.retrieval.feedback import FEEDBACK_HITS, FEEDBACK_TERMS
+from stratamem.retrieval.feedback import FEEDBACK_HITS, FEEDBACK_MAX_ROWS, FEEDBACK_TERMS
 from stratamem.retrieval.sessions import SESSION_DEPTH, SESSION_WEIGHT
 from stratamem.retrieval.speakers import OTHER_SPEAKER_FACTOR
 from stratamem.store.core.port import TurnFieldWeights
@@ -42,6 +42,9 @@ class RetrievalConfig:
     """Feedback words searched (0: no feedback)."""
     feedback_max_share: float = 0.05
     """Feedback words in more than this share of a tenant's rows are left out."""
+    feedback_max_rows: int = FEEDBACK_MAX_ROWS
+    """Feedback words in this many of a tenant's rows or more are left out, whatever its size
+    (`feedback.py`)."""
     speaker_factor: float = OTHER_SPEAKER_FACTOR
     """Score factor of turns by others when the query names one speaker (1: no preference)."""
     phrases: bool = True
@@ -61,8 +64,8 @@ class RetrievalConfig:
 
     def __post_init__(self) -> None:
         """Refuse, once, a configuration no search could run with."""
-        if self.candidates < 1 or self.rrf_k < 1:
-            raise InvalidInput("candidates and rrf_k must be at least 1")
+        if self.candidates < 1 or self.rrf_k < 1 or self.feedback_max_rows < 1:
+            raise InvalidInput("candidates, rrf_k and feedback_max_rows must be at least 1")
         if self.feedback_hits < 0 or self.feedback_terms < 0 or self.session_depth < 0:
             raise InvalidInput(
                 "feedback_hits, feedback_terms and session_depth must not be negative"

@@ -19,6 +19,13 @@ from stratamem.store.core.fts_query import STOPWORDS, query_terms
 FEEDBACK_HITS = 3
 FEEDBACK_TERMS = 5
 MIN_TERM_CHARS = 4
+#: A feedback word in this many of the tenant's rows or more is left out (as one in more than
+#: `feedback_max_share` of them is): the most frequent words of the best hits are often common
+#: ones, and with only a share as their bound the rows the feedback query ranks grew with the
+#: tenant (5 words of up to 5,000 rows each at 100k memories: 11.4 of 20.8 ms, issue 32). The
+#: LoCoMo dev tenants (about 550 turns) never reach it: there the share's floor, 200 rows,
+#: is the bound, as before.
+FEEDBACK_MAX_ROWS = 500
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 

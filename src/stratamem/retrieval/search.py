@@ -85,7 +85,7 @@ def _search(
                 lists[(layer, "feedback")] = store.search_text(
                     scope, layer, " ".join(terms), request.filters, limit,
                     max_share=config.feedback_max_share, phrases=False,
-                    fields=config.turn_fields,
+                    fields=config.turn_fields, max_rows=config.feedback_max_rows,
                 )  # fmt: skip
     hits = _fused_hits(store, scope, request, lists, config, pool, loaded)
     ranked = session_ranked(hits, config.session_weight, config.rrf_k, config.session_depth)

@@ -194,6 +194,7 @@ class Store(Protocol):
         max_share: float | None = None,
         phrases: bool = True,
         fields: TurnFieldWeights | None = None,
+        max_rows: int | None = None,
     ) -> list[Candidate]:
         """BM25 candidates, best first (higher score is better).
 
@@ -204,7 +205,9 @@ class Store(Protocol):
         (`fts_query.phrase_terms`); a query that is a bag of words, not a text, turns it off.
 
         With `max_share`, query words found in more than that share of the tenant's rows are
-        left out (for machine-made queries, such as feedback words, that may hold common ones).
+        left out (for machine-made queries, such as feedback words, that may hold common ones);
+        with `max_rows`, those found in that many rows or more, whatever the tenant's size
+        (bounds the rows such a query reads; both together: the smaller bound).
         """
 
     def search_vector(

@@ -360,8 +360,9 @@ class SqlCoreStore(ABC):
         max_share: float | None = None,
         phrases: bool = True,
         fields: TurnFieldWeights | None = None,
+        max_rows: int | None = None,
     ) -> list[Candidate]:
-        asked = TextQuery(query, filters, limit, max_share, phrases, fields)
+        asked = TextQuery(query, filters, limit, max_share, phrases, fields, max_rows)
         return self._search_text(scope.tenant, layer, asked)
 
     def search_vector(

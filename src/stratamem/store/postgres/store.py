@@ -143,7 +143,7 @@ class PostgresStore(SqlCoreStore):
     def _search_text(self, tenant: str, layer: Layer, query: TextQuery) -> list[Candidate]:
         keys = text_search.query_keys(self._tokenizer, tenant, query.text, query.phrases)
         asked = (query.filters, query.limit, query.fields)
-        if query.max_share is None:  # the common case: one round trip when nothing waits
+        if not query.leaves_common_out:  # the common case: one round trip when nothing waits
             with self.reading() as conn, conn.raw.pipeline():
                 dirty = text_index.dirty(conn, tenant, layer)
                 found = text_search.ranked(conn, tenant, layer, keys, *asked)
@@ -151,7 +151,7 @@ class PostgresStore(SqlCoreStore):
                     return text_search.candidates(found)
         self._catch_up(tenant, layer)
         with self.reading() as conn:
-            if query.max_share is not None:
+            if query.leaves_common_out:
                 rows, _ = text_search.totals(conn, tenant, layer)
                 keys = text_search.discriminative(conn, tenant, layer, keys, query.common_cap(rows))
             found = text_search.ranked(conn, tenant, layer, keys, *asked)

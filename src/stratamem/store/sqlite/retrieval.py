@@ -28,13 +28,14 @@ def search_text(
     Restricting by the tenant's scope token inside FTS5 costs a walk over all the tenant's rows;
     matching the words in the whole index and joining to check the tenant costs a walk over the
     rows that match anywhere. A capped count of the latter picks the cheaper plan; both give the
-    same answer. With `max_share`, words found in more than that share of the tenant's rows are
-    left out first (they rank little and cost a walk over most rows). With `phrases`, adjacent
-    pairs of the query's words are searched as phrases beside the words. A turn's fields are
-    weighted by `fields` (`turn_context.ranking`).
+    same answer. With `max_share` (`max_rows`), words found in more than that share of the
+    tenant's rows (in that many rows or more) are left out first (they rank little and cost a
+    walk over most rows). With `phrases`, adjacent pairs of the query's words are searched as
+    phrases beside the words. A turn's fields are weighted by `fields`
+    (`turn_context.ranking`).
     """
     terms = query.terms(tenant)
-    if query.max_share is not None:
+    if query.leaves_common_out:
         terms = _discriminative(conn, layer, terms, query.common_cap(tenant_rows))
     expression = terms_expression(terms)
     if expression is None or query.limit <= 0:
