@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import numpy as np
+
 from stratamem.cancelling import cancel_and_wait
 from stratamem.domain import Layer
 from stratamem.embed.base import Embedder
@@ -41,16 +43,24 @@ async def embed_pending(
                     f" for {len(texts)} texts"
                 )
             info = EmbeddingInfo(model=embedder.model, dim=int(vectors.shape[1]))
-            await asyncio.to_thread(store.bind_embedding, info)
-            await asyncio.to_thread(
-                store.store_embeddings,
-                layer,
-                [(p.tenant, p.id) for p in pending],
-                vectors,
-                counts,
-            )
+            items = [(p.tenant, p.id) for p in pending]
+            await asyncio.to_thread(_bind_and_store, store, info, layer, items, vectors, counts)
             done += len(pending)
     return done
+
+
+def _bind_and_store(
+    store: Store,
+    info: EmbeddingInfo,
+    layer: Layer,
+    items: list[tuple[str, str]],
+    vectors: np.ndarray,
+    counts: list[int],
+) -> None:
+    """Bind the model, then store its vectors: one trip to a thread (each trip is a hop of
+    the event loop; an L1 made this one after each commit, bench/drain.py)."""
+    store.bind_embedding(info)
+    store.store_embeddings(layer, items, vectors, counts)
 
 
 def bind_if_known(store: Store, embedder: Embedder) -> None:

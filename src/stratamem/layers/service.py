@@ -52,7 +52,7 @@ from stratamem.stages.checked import Answer, ask_checked
 from stratamem.stages.records import Origin, reason, recordable
 from stratamem.store.core.port import Fence, Filters, Store
 from stratamem.store.evidence.port import EvidenceStore
-from stratamem.store.evidence.receipts import Attempt
+from stratamem.store.evidence.receipts import Attempt, Receipt
 from stratamem.store.failures.records import Failure, FailureKind, FailureStatus
 from stratamem.store.layers.ledger import Outcome, TurnOutcome
 from stratamem.store.layers.port import (
@@ -63,6 +63,7 @@ from stratamem.store.layers.port import (
     LayerStore,
     RereadCommit,
     RetryCommit,
+    SessionState,
 )
 from stratamem.store.lineage.rows import MEMORY, PROFILE, PROFILE_ID, SCENE, Ref
 
@@ -143,17 +144,12 @@ class LayerService:
         """Extract and reconcile the next batch of a session's turns; move its cursor past the
         turns the run settled (covered by an accepted extraction, or quarantined)."""
         session = _session_of(run)
-        done = await self._replayed(run)
+        receipt, state, batch, background = await asyncio.to_thread(self._l1_start, run, session)
+        done = _replay(run, receipt)
         if done is not None:
             return done
-        state = await asyncio.to_thread(self.layers.session_state, run.scope, session)
-        batch = await asyncio.to_thread(
-            self.store.list_turns, run.scope, session, state.cursor_seq,
-            self.settings.max_batch_turns,
-        )  # fmt: skip
         if not batch:
             return StageResult("L1", self.mode, skipped=True)
-        background = await self._background(run.scope, session, state.cursor_seq)
         read = await self._read(run, batch, background)
         if read.interrupted is None:
             return await self._commit_l1(run, run.task_id, state.cursor_seq, read)
@@ -182,12 +178,28 @@ class LayerService:
         await self._embed_new(run.scope, len(plan.memories))
         return result
 
+    def _l1_start(
+        self, run: Run, session: str
+    ) -> tuple[Receipt | None, SessionState, list[Turn], list[Turn]]:
+        """What an L1 reads before its LLM call, in one trip to a thread (they were four, each
+        a thread hop of the event loop: bench/drain.py): the task's receipt, the session's
+        state, the batch past its cursor and the turns shown before it."""
+        receipt = self.evidence.receipt(run.scope, run.task_id)
+        state = self.layers.session_state(run.scope, session)
+        batch = self.store.list_turns(run.scope, session, state.cursor_seq,
+                                      self.settings.max_batch_turns)  # fmt: skip
+        background = self._background_now(run.scope, session, state.cursor_seq) if batch else []
+        return receipt, state, batch, background
+
     async def _background(self, scope: Scope, session: str, cursor: int) -> list[Turn]:
+        return await asyncio.to_thread(self._background_now, scope, session, cursor)
+
+    def _background_now(self, scope: Scope, session: str, cursor: int) -> list[Turn]:
         shown = self.settings.context_turns
         if shown == 0 or cursor == 0:
             return []
         start = max(0, cursor - shown)
-        return await asyncio.to_thread(self.store.list_turns, scope, session, start, cursor - start)
+        return self.store.list_turns(scope, session, start, cursor - start)
 
     async def _read(self, run: Run, batch: Sequence[Turn], background: Sequence[Turn]) -> L1Read:
         """The batch read by the LLM (bisecting, quarantining; `interrupted` by a transport
@@ -589,15 +601,7 @@ class LayerService:
     async def _replayed(self, run: Run) -> StageResult | None:
         """The result of this task's authentic receipt (an earlier attempt committed it);
         `ReceiptConflict` for a receipt that does not verify: it is not taken as done."""
-        receipt = await asyncio.to_thread(self.evidence.receipt, run.scope, run.task_id)
-        if receipt is None:
-            return None
-        if not receipt.authentic:
-            raise ReceiptConflict(
-                f"task {run.task_id}: its receipt does not verify (tampered, or signed with a"
-                " retired key); nothing is taken as done"
-            )
-        return StageResult.replay(receipt.result)
+        return _replay(run, await asyncio.to_thread(self.evidence.receipt, run.scope, run.task_id))
 
     async def _call(
         self, run: Run, stage: str, messages: Any, schema: type[M], read: Callable[[M], R]
@@ -695,6 +699,20 @@ class _FallBack(Exception):
 
 def _attempt_of(run: Run) -> int:
     return 0 if run.attempt is None else run.attempt.attempt
+
+
+def _replay(run: Run, receipt: Receipt | None) -> StageResult | None:
+    """The result an authentic receipt of `run`'s task records (an earlier attempt committed
+    it), None without one; `ReceiptConflict` for a receipt that does not verify: it is not
+    taken as done."""
+    if receipt is None:
+        return None
+    if not receipt.authentic:
+        raise ReceiptConflict(
+            f"task {run.task_id}: its receipt does not verify (tampered, or signed with a"
+            " retired key); nothing is taken as done"
+        )
+    return StageResult.replay(receipt.result)
 
 
 def _session_of(run: Run) -> str:
