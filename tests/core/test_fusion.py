@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stratamem.domain import Layer
-from stratamem.retrieval.fusion import reciprocal_rank_fusion
+from stratamem.retrieval.fusion import Fusion, reciprocal_rank_fusion
 from stratamem.store.core.port import Candidate
 
 
@@ -47,3 +47,21 @@ def test_weights_scale_a_retriever() -> None:
     lists = {(Layer.L0, "bm25"): ranked("lex"), (Layer.L0, "vector"): ranked("sem")}
     fused = reciprocal_rank_fusion(lists, weights={(Layer.L0, "vector"): 2.0})
     assert [f.id for f in fused] == ["sem", "lex"]
+
+
+def test_a_fusion_ranked_then_added_to_ranks_as_one_fusion_of_every_list() -> None:
+    """The search ranks its first lists, adds the feedback lists and ranks again: the second
+    answer must be the one fusion of all lists would give, score for score."""
+    first = {(Layer.L0, "bm25"): ranked("a", "b", "c"), (Layer.L0, "vector"): ranked("c", "d")}
+    later = {(Layer.L0, "feedback"): ranked("d", "e", "a"), (Layer.L1, "bm25"): ranked("a")}
+    weights = {(Layer.L0, "vector"): 0.3, (Layer.L0, "feedback"): 0.3}
+    fusion = Fusion(k=30)
+    for (layer, retriever), candidates in first.items():
+        fusion.add(layer, retriever, candidates, weights.get((layer, retriever), 1.0))
+    assert [f.id for f in fusion.ranked()] == ["c", "a", "b", "d"]
+    for (layer, retriever), candidates in later.items():
+        fusion.add(layer, retriever, candidates, weights.get((layer, retriever), 1.0))
+    every = reciprocal_rank_fusion({**first, **later}, k=30, weights=weights)
+    assert [(f.layer, f.id, f.score, f.ranks, f.scores) for f in fusion.ranked()] == [
+        (f.layer, f.id, f.score, f.ranks, f.scores) for f in every
+    ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from stratamem.domain import Hit, Layer, Scope
 from stratamem.errors import InvalidInput
 from stratamem.retrieval.config import RetrievalConfig
 from stratamem.retrieval.feedback import feedback_terms
-from stratamem.retrieval.fusion import Fused, reciprocal_rank_fusion
+from stratamem.retrieval.fusion import Fused, Fusion
 from stratamem.retrieval.sessions import session_ranked
 from stratamem.retrieval.speakers import prefer_named_speaker
 from stratamem.store.core.port import Candidate, Filters, Store
@@ -72,22 +72,26 @@ def _search(
     config: RetrievalConfig,
 ) -> list[Hit]:
     limit = max(config.candidates, request.k)
+    fusion = Fusion(config.rrf_k)
     lists = candidate_lists(store, scope, request, query_vector, limit, config)
+    for (layer, retriever), candidates in lists.items():
+        fusion.add(layer, retriever, candidates, config.weight(retriever))
     loaded: dict[tuple[Layer, str], Hit] = {}
     pool = request.k * POOL_FACTOR
     if config.feedback:
-        first = _fused_hits(store, scope, request, lists, config, FEEDBACK_POOL, loaded)
+        first = _fused_hits(store, scope, request, fusion, config, FEEDBACK_POOL, loaded)
         terms = feedback_terms(
             request.query, first[: request.k], config.feedback_hits, config.feedback_terms
         )
         if terms:
             for layer in request.layers:
-                lists[(layer, "feedback")] = store.search_text(
+                found = store.search_text(
                     scope, layer, " ".join(terms), request.filters, limit,
                     max_share=config.feedback_max_share, phrases=False,
                     fields=config.turn_fields, max_rows=config.feedback_max_rows,
                 )  # fmt: skip
-    hits = _fused_hits(store, scope, request, lists, config, pool, loaded)
+                fusion.add(layer, "feedback", found, config.weight("feedback"))
+    hits = _fused_hits(store, scope, request, fusion, config, pool, loaded)
     ranked = session_ranked(hits, config.session_weight, config.rrf_k, config.session_depth)
     return ranked[: request.k]
 
@@ -96,20 +100,19 @@ def _fused_hits(
     store: Store,
     scope: Scope,
     request: SearchRequest,
-    lists: dict[tuple[Layer, str], list[Candidate]],
+    fusion: Fusion,
     config: RetrievalConfig,
     pool: int,
     loaded: dict[tuple[Layer, str], Hit],
 ) -> list[Hit]:
-    """Fuse, load the best `pool` (reusing `loaded`), prefer the speaker the query names, and
-    drop repeats: every distinct hit of the pool, best first."""
-    weights = {key: config.weight(key[1]) for key in lists}
-    fused = reciprocal_rank_fusion(lists, k=config.rrf_k, weights=weights)[:pool]
+    """The fusion's best `pool`, loaded (reusing `loaded`), the speaker the query names
+    preferred, repeats dropped: every distinct hit of the pool, best first."""
+    fused = fusion.ranked()[:pool]
     _load_missing(store, scope, fused, loaded)
     hits = [
-        replace(loaded[(f.layer, f.id)], score=f.score, ranks=f.ranks, retriever_scores=f.scores)
+        loaded[key].scored(f.score, dict(f.ranks), dict(f.scores))
         for f in fused
-        if (f.layer, f.id) in loaded  # else deleted between search and load
+        if (key := (f.layer, f.id)) in loaded  # else deleted between search and load
     ]
     preferred = prefer_named_speaker(request.query, hits, config.speaker_factor)
     return without_repeats(preferred)

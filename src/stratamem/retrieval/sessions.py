@@ -13,7 +13,6 @@ session) are left alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from stratamem.domain import Hit
 
@@ -50,9 +49,6 @@ def session_ranked(
 def _lifted(hit: Hit, rank: int, total: float, lift: float) -> Hit:
     """`hit` with the session list's rank and score among its retrievers' (`L0:session`)."""
     name = f"{hit.layer.value}:session"
-    return replace(
-        hit,
-        score=hit.score + lift,
-        ranks={**hit.ranks, name: rank},
-        retriever_scores={**hit.retriever_scores, name: total},
+    return hit.scored(
+        hit.score + lift, {**hit.ranks, name: rank}, {**hit.retriever_scores, name: total}
     )

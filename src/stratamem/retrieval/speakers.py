@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 
 from stratamem.domain import Hit
 
@@ -39,7 +38,7 @@ def prefer_named_speaker(
     if len(named) != 1:
         return list(hits)
     rescored = [
-        replace(h, score=h.score * factor) if h.speaker and h.speaker not in named else h
+        h.scored(h.score * factor) if h.speaker and h.speaker not in named else h
         for h in hits
     ]
     return sorted(rescored, key=lambda h: -h.score)
