@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from stratamem.domain import Layer, MemoryType, Scope
+from stratamem.domain import Hit, Layer, MemoryType, Scope
 from stratamem.errors import (
     EmbeddingMismatch,
     MemoryChanged,
@@ -282,14 +282,16 @@ def test_reset_embeddings_drops_vectors_and_rebinds(store: Store) -> None:
 def test_load_hits_carries_display_fields(store: Store) -> None:
     store.add_turns(ACME, [turn("t1", "hello there")])
     store.upsert_memories(ACME, [memory("m1", "greets people", mtype=MemoryType.PERSONA)])
+    store.upsert_memories(ACME, [memory("m2", "went sailing", session=None, activity=T0 - 5)])
     l0 = store.load_hits(ACME, Layer.L0, ["t1"])["t1"]
-    l1 = store.load_hits(ACME, Layer.L1, ["m1"])["m1"]
-    assert (l0.layer, l0.speaker, l0.session) == (Layer.L0, "Ann", "s1")
-    assert (l1.layer, l1.memory_type, l1.source_turn_ids) == (
-        Layer.L1,
-        MemoryType.PERSONA,
-        ("t1",),
-    )
+    l1 = store.load_hits(ACME, Layer.L1, ["m1", "m2", "unknown"])
+    assert l0 == Hit("t1", Layer.L0, "hello there", "s1", 0.0, T0, speaker="Ann")
+    assert l1 == {
+        "m1": Hit("m1", Layer.L1, "greets people", "s1", 0.0, T0,
+                  memory_type=MemoryType.PERSONA, source_turn_ids=("t1",)),
+        "m2": Hit("m2", Layer.L1, "went sailing", None, 0.0, T0 - 5,
+                  memory_type=MemoryType.EPISODIC, source_turn_ids=("t1",)),
+    }  # fmt: skip
 
 
 def test_stats_count_records_and_pending_embeddings(store: Store) -> None:

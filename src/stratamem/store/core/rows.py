@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from stratamem.domain import Hit, Layer, MemoryRecord, MemoryType, Mode, Role, Turn
@@ -74,26 +75,41 @@ def memory_params(memory: MemoryRecord) -> tuple[Any, ...]:
     )
 
 
-def hit_from_turn(turn: Turn) -> Hit:
+def hit_from_turn_row(row: Any) -> Hit:
+    """A turn's hit (score 0) of a row of `HIT_COLUMNS[Layer.L0]`."""
     return Hit(
-        id=turn.id,
+        id=row["id"],
         layer=Layer.L0,
-        text=turn.text,
-        session=turn.session,
+        text=row["text"],
+        session=row["session"],
         score=0.0,
-        timestamp=turn.timestamp,
-        speaker=turn.speaker,
+        timestamp=row["ts"],
+        speaker=row["speaker"],
     )
 
 
-def hit_from_memory(memory: MemoryRecord) -> Hit:
+def hit_from_memory_row(row: Any) -> Hit:
+    """A memory's hit (score 0; its time: when it happened, else since when it holds) of a
+    row of `HIT_COLUMNS[Layer.L1]`."""
+    start = row["activity_start"]
     return Hit(
-        id=memory.id,
+        id=row["id"],
         layer=Layer.L1,
-        text=memory.content,
-        session=memory.session,
+        text=row["content"],
+        session=row["session"],
         score=0.0,
-        timestamp=memory.activity_start if memory.activity_start is not None else memory.valid_from,
-        memory_type=memory.type,
-        source_turn_ids=memory.source_turn_ids,
+        timestamp=start if start is not None else row["valid_from"],
+        memory_type=MemoryType(row["type"]),
+        source_turn_ids=tuple(json.loads(row["source_turn_ids"])),
     )
+
+
+#: Per layer: the columns a hit shows, their table, and the hit made of such a row.
+HIT_COLUMNS: dict[Layer, tuple[str, str, Callable[[Any], Hit]]] = {
+    Layer.L0: ("id, session, speaker, text, ts", "turns", hit_from_turn_row),
+    Layer.L1: (
+        "id, content, session, activity_start, valid_from, type, source_turn_ids",
+        "memories",
+        hit_from_memory_row,
+    ),
+}

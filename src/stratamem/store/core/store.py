@@ -39,11 +39,10 @@ from stratamem.store.core.port import (
     TurnFieldWeights,
 )
 from stratamem.store.core.rows import (
+    HIT_COLUMNS,
     MEMORY_COLUMNS,
     MEMORY_WRITE_COLUMNS,
     TURN_COLUMNS,
-    hit_from_memory,
-    hit_from_turn,
     memory_from_row,
     memory_params,
     turn_from_row,
@@ -383,16 +382,17 @@ class SqlCoreStore(ABC):
             self._caches.forget(tenant)
 
     def load_hits(self, scope: Scope, layer: Layer, ids: Sequence[str]) -> dict[str, Hit]:
-        if layer is Layer.L0:
-            return {t.id: hit_from_turn(t) for t in self.get_turns(scope, ids)}
+        """Only the columns a hit shows, made into hits at once (not whole turns and memories
+        first, their metadata decoded): a search loads a pool of them, twice."""
         if not ids:
             return {}
+        columns, table, to_hit = HIT_COLUMNS[layer]
         with self.reading() as conn:
             rows = conn.execute(
-                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND id IN ({_marks(ids)})",
+                f"SELECT {columns} FROM {table} WHERE tenant = ? AND id IN ({_marks(ids)})",
                 [scope.tenant, *ids],
             ).fetchall()
-        return {row["id"]: hit_from_memory(memory_from_row(row)) for row in rows}
+        return {row["id"]: to_hit(row) for row in rows}
 
     # -- fencing and statistics --------------------------------------------------------------
     def newest_fence(self, key: str) -> int:

@@ -114,12 +114,13 @@ class VectorCache:
         query = query.astype(np.float32, copy=False)
         mask = self._mask(allowed)
         per_record = self._pieces_per_record()
-        if self.size <= self.exact_max:
+        if self.size <= self.exact_max:  # every vector, scored in place (not copied first)
             positions = np.arange(self.size)
+            scores = self.matrix[: self.size] @ query
         else:
             wanted = max(int(limit * per_record * RESCORE_FACTOR), RESCORE_MIN)
             positions = self._coarse(query, wanted, mask)
-        scores = self.matrix[positions] @ query
+            scores = self.matrix[positions] @ query
         if mask is not None:
             scores = np.where(mask[positions], scores, -np.inf)
         return self._best_records(positions, scores, limit, per_record)
