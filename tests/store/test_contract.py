@@ -252,6 +252,21 @@ def test_vector_search_sees_vectors_written_by_another_connection(
     assert reader.search_vector(ACME, Layer.L0, unit(2), Filters(), 1)[0].id == "t2"
 
 
+def test_vector_search_follows_what_another_connection_changed_and_re_embedded(
+    open_store: StoreFactory,
+) -> None:
+    reader, writer = open_store(), open_store()
+    writer.upsert_memories(ACME, [memory("m1", "first"), memory("m2", "second")])
+    writer.store_embeddings(Layer.L1, [("acme", "m1"), ("acme", "m2")],
+                            np.stack([unit(1), unit(2)]))  # fmt: skip
+    assert reader.search_vector(ACME, Layer.L1, unit(1), Filters(), 2)[0].id == "m1"
+    writer.upsert_memories(ACME, [memory("m1", "changed")])  # its old vector no longer counts
+    assert [c.id for c in reader.search_vector(ACME, Layer.L1, unit(1), Filters(), 2)] == ["m2"]
+    writer.store_embeddings(Layer.L1, [("acme", "m1")], unit(3)[None, :])
+    [best] = reader.search_vector(ACME, Layer.L1, unit(3), Filters(), 1)
+    assert best.id == "m1" and best.score == pytest.approx(1.0)
+
+
 def test_changed_memory_content_needs_a_new_embedding(store: Store) -> None:
     store.upsert_memories(ACME, [memory("m1", "first")])
     store.store_embeddings(Layer.L1, [("acme", "m1")], unit(1)[None, :])

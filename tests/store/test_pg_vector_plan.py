@@ -96,7 +96,8 @@ def test_the_search_of_all_vectors_joins_by_hash_or_merge_right_after_an_import(
     with fresh_store.reading() as conn:
         found = vector_search.search_all(conn, "t1", layer, query, Filters(sessions=("s1",)), 10)
     nearest = fresh_store.search_vector(Scope("t1"), layer, query, Filters(sessions=("s1",)), 10)
-    assert found == nearest
+    assert [c.id for c in found] == [c.id for c in nearest]  # the store scans its cache (float32)
+    assert [c.score for c in found] == pytest.approx([c.score for c in nearest], rel=1e-6)
 
 
 def imported(store: PostgresStore, statistics: str, layer: Layer) -> np.ndarray:

@@ -95,7 +95,15 @@ class PostgresStore(SqlCoreStore):
     def search_vector(
         self, scope: Scope, layer: Layer, vector: np.ndarray, filters: Filters, limit: int
     ) -> list[Candidate]:
-        return self.vectors.search(scope.tenant, layer, vector, filters, limit)
+        """Through the tenant's own HNSW index when it has one; else the core's scan of the
+        tenant's vectors cached in this process (as the SQLite store's: exact up to 2,048
+        vectors, sign bits and exact re-scoring beyond), every hit checked against its row.
+        An exact scan in SQL cost pgvector's per-row work, ~1 µs a vector: 11.4 ms for a tenant
+        of 9,090 memories against SQLite's 1.2 (issue 32)."""
+        found = self.vectors.search_indexed(scope.tenant, layer, vector, filters, limit)
+        if found is not None:
+            return found
+        return super().search_vector(scope, layer, vector, filters, limit)
 
     # -- turns and the text index ------------------------------------------------------------
     def _turn_writing(self, tenant: str, sessions: Sequence[str]) -> AbstractContextManager[Any]:
@@ -160,7 +168,9 @@ class PostgresStore(SqlCoreStore):
     # -- erasing -----------------------------------------------------------------------------
     def erase_session(self, scope: Scope, session: str) -> dict[str, int]:
         with self.writing(key=scope.tenant) as conn:
-            return erase.erase_session(conn, scope.tenant, session)
+            counts = erase.erase_session(conn, scope.tenant, session)
+        self._forget_caches(scope.tenant)
+        return counts
 
     def delete_records(self, conn: Any, tenant: str, layer: Layer, ids: Sequence[str]) -> int:
         """As the core's, and the text index's totals lowered by what went (its rows go with
@@ -182,5 +192,6 @@ class PostgresStore(SqlCoreStore):
         with self.writing(key=scope.tenant) as conn:
             counts = erase.erase_tenant(conn, scope.tenant)
             indexes = self.vectors.forget_tenant(conn, scope.tenant)
+        self._forget_caches(scope.tenant)
         self.vectors.drop_indexes(indexes)
         return counts

@@ -5,9 +5,11 @@ piece among them when the record passes the filters and still has that vector; w
 too few records and more pieces were there, they take more, then every vector of the tenant
 joined to its record (`search_all`):
 
-- exactly, for a tenant without an index of its own: its vectors found through the index on
-  `tenant`, scored in SQL, the nearest kept by a top-N sort. The pieces taken first are exactly
-  the nearest, so the records kept are exactly the best that pass.
+- exactly, without an index: the tenant's vectors found through the index on `tenant`, scored
+  in SQL, the nearest kept by a top-N sort. The pieces taken first are exactly the nearest, so
+  the records kept are exactly the best that pass. The store searches a tenant without an
+  index of its own on its vectors cached in the process instead (`PostgresStore.search_vector`:
+  pgvector scores about a vector a microsecond); this is the truth its recall is measured by.
 - through the tenant's own HNSW index (`vector_index.py`): a partial index holding only that
   tenant's vectors, so the approximate scan never spends its candidates on another tenant's
   vectors (a global index filtered by tenant would: pgvector 0.6 has no iterative index scan, an

@@ -1,9 +1,10 @@
 """`PgVectors`: the PostgreSQL store's vector side (pgvector rows, searches, per-tenant indexes).
 
 Vectors are decoded into pgvector rows after each vector write and before each search
-(`vector_rows.py`); a tenant is searched exactly until it has `ann_min_vectors` vectors in a
-layer, then a background thread builds its own HNSW index (`vector_index.py`) and its searches
-go through it once it is recorded (`vector_search.py`).
+(`vector_rows.py`); once a tenant has `ann_min_vectors` vectors in a layer, a background thread
+builds its own HNSW index (`vector_index.py`) and its searches go through it once it is recorded
+(`vector_search.py`); until then the store scans the tenant's vectors cached in the process
+(`PostgresStore.search_vector`).
 """
 
 from __future__ import annotations
@@ -162,12 +163,16 @@ class PgVectors:
             thread.join()
 
     # -- searching ---------------------------------------------------------------------------
-    def search(
+    def search_indexed(
         self, tenant: str, layer: Layer, vector: np.ndarray, filters: Filters, limit: int
-    ) -> list[Candidate]:
+    ) -> list[Candidate] | None:
+        """The search through the tenant's own HNSW index; None when it has none of the
+        query's dimension (the store then scans its cached vectors)."""
         dim = int(vector.shape[0])
         with self._store.reading() as conn:
             behind, index_dim, pieces = vector_rows.search_state(conn, tenant, layer)
+            if index_dim != dim:
+                return None
             if not behind:
                 return self._search(conn, tenant, layer, vector, filters, limit, index_dim, pieces)
         self.catch_up(tenant, layer, dim)
