@@ -179,11 +179,13 @@ class VectorCaches:
     bytes held, each cache counted again at the `settle` after it was got (its user grows it in
     between), so a settle costs the same with ten tenants as with ten thousand (it summed every
     cache's arrays: 4 % of a worker's CPU after a few thousand tenants, bench/drain.py). Not
-    thread-safe: the store holds its lock around each use.
+    thread-safe: the store holds its lock around each use. `exact_max`: the size up to which
+    each cache's scan is exact (the PostgreSQL store's is its index threshold).
     """
 
-    def __init__(self, max_bytes: int = CACHE_MAX_BYTES) -> None:
+    def __init__(self, max_bytes: int = CACHE_MAX_BYTES, exact_max: int = EXACT_MAX) -> None:
         self.max_bytes = max_bytes
+        self.exact_max = exact_max
         self._caches: OrderedDict[tuple[str, str], VectorCache] = OrderedDict()
         self._counted: dict[tuple[str, str], int] = {}  # bytes of each cache, at its last count
         self._total = 0
@@ -201,7 +203,7 @@ class VectorCaches:
         key = (tenant, layer)
         cache = self._caches.get(key)
         if cache is None or cache.generation != generation or cache.dim != dim:
-            cache = VectorCache(dim=dim, generation=generation)
+            cache = VectorCache(dim=dim, generation=generation, exact_max=self.exact_max)
             self._caches[key] = cache
         self._caches.move_to_end(key)
         self._got.add(key)
