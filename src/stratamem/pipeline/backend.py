@@ -73,11 +73,12 @@ class PipelineBackend(Protocol):
 
     async def release_ack_and_consume(
         self, delivery: Delivery, grant: LockGrant | None, *, consumer: str, now: float,
-        types: Types = None,
+        types: Types = None, block_ms: int = 0,
     ) -> tuple[bool, list[Delivery]]:
-        """`release_and_ack(delivery, grant)`, then `consume(consumer, count=1, block_ms=0,
-        types=types)`, in one round trip: what `release_and_ack` returns, and the next ready
-        task handed to `consumer` (pending for it, as `consume` hands it), if any."""
+        """`release_and_ack(delivery, grant)`, then `consume(consumer, count=1,
+        block_ms=block_ms, types=types)`, in one round trip: what `release_and_ack` returns, and
+        the next task handed to `consumer` (pending for it, as `consume` hands it), if one was
+        ready or came within `block_ms`. The ack is done before the wait begins."""
 
     async def extend(self, delivery: Delivery, *, now: float) -> bool:
         """Heartbeat: reset the idle time of a pending delivery so `reclaim` leaves it alone.

@@ -169,10 +169,11 @@ class SqliteBackend:
 
     async def release_ack_and_consume(
         self, delivery: Delivery, grant: LockGrant | None, *, consumer: str, now: float,
-        types: Types = None,
+        types: Types = None, block_ms: int = 0,
     ) -> tuple[bool, list[Delivery]]:
         acked = await self.release_and_ack(delivery, grant)
-        return acked, await self.consume(consumer, count=1, block_ms=0, now=now, types=types)
+        got = await self.consume(consumer, count=1, block_ms=block_ms, now=now, types=types)
+        return acked, got
 
     async def extend(self, delivery: Delivery, *, now: float) -> bool:
         return await self._call(self._core.extend, delivery.receipt, now)

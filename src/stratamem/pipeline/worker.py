@@ -27,13 +27,13 @@ One delivery goes through `Worker.handle`:
 3. record the execution's end in the log (before the lock is released); on success: the
    registry's cascade (`ExecutorRegistry.cascade`: the layers' L1 -> L2 -> L3) (still under the
    lock), release, enqueue what the executor asked for after release, ack (with nothing to
-   enqueue, release and ack take the consumer's next ready task in the same round trip,
-   `release_ack_and_consume`); on failure: release, then retry with backoff 5 s · 3^attempt up to
-   the retry limit, then a dead letter with the error and the session's timers cleared. A failure
-   that is `Postponed` (a service known down, e.g. an LLM endpoint's open circuit breaker) puts
-   the task back after the wait it names without spending an attempt. Retry, dead letter and ack
-   are owner-checked: when the delivery was reclaimed meanwhile they change nothing and the
-   outcome is `ABORTED`.
+   enqueue, a consumer's release and ack go with its next read: they take, or wait for, its
+   next task in the same round trip, `release_ack_and_consume`); on failure: release, then
+   retry with backoff 5 s · 3^attempt up to the retry limit, then a dead letter with the error
+   and the session's timers cleared. A failure that is `Postponed` (a service known down, e.g.
+   an LLM endpoint's open circuit breaker) puts the task back after the wait it names without
+   spending an attempt. Retry, dead letter and ack are owner-checked: when the delivery was
+   reclaimed meanwhile they change nothing and the outcome is `ABORTED`.
 
 The worker consumes and reclaims only the task types its registry runs (routing). Its consumers
 say when they are free (at start, and after each task) through the backend
@@ -150,8 +150,9 @@ class Worker:
         self._stopping = asyncio.Event()
         self._idle_consumers = 0
         self._free = FreeSignal(backend, self.executors.types, sleep)
-        # a consumer's next delivery, taken with the ack of its last (`release_ack_and_consume`)
-        self._next_for: dict[str, list[Delivery]] = {}
+        # the release and ack each consumer's last task owes, sent with its next read (`_next`,
+        # `release_ack_and_consume`); None when it owes nothing
+        self._owed: dict[str, tuple[Delivery, LockGrant | None] | None] = {}
         self._healed_through = float("-inf")  # dead letters looked at up to this answer
         self._heal_looked_at = float("-inf")
 
@@ -428,11 +429,9 @@ class Worker:
             for follow_up in ctx.after_release:
                 await self.backend.enqueue(follow_up, now=now)
             await self.backend.ack(delivery)
-        elif delivery.consumer in self._next_for and not self._stopping.is_set():
-            _, got = await self.backend.release_ack_and_consume(
-                delivery, grant, consumer=delivery.consumer, now=now, types=self.executors.types()
-            )
-            self._next_for[delivery.consumer] = got
+        elif delivery.consumer in self._owed and not self._stopping.is_set():
+            await self._settle(delivery.consumer)
+            self._owed[delivery.consumer] = (delivery, grant)  # sent with its next read
         else:
             await self.backend.release_and_ack(delivery, grant)
         if res.skipped:
@@ -556,6 +555,8 @@ class Worker:
         stop = asyncio.ensure_future(self._stopping.wait())
         self._free.signal()
         done, _ = await asyncio.wait([stop, *consumers, *duties], return_when=FIRST_COMPLETED)
+        # what ended the worker, read at once: an error of a later step must not leave it unseen
+        errors = [t.exception() for t in done - {stop} if not t.cancelled()]
         self.request_stop()
         for duty in [stop, *duties]:
             if duty not in done:
@@ -565,8 +566,9 @@ class Worker:
             await cancel_and_wait(consumer)
         await self._free.close()
         await self.publish_status(stopped=True)
-        for crashed in done - {stop}:
-            crashed.result()
+        for error in errors:
+            if error is not None:
+                raise error
 
     async def _duties(self) -> int:
         await self.publish_status()
@@ -602,10 +604,10 @@ class Worker:
         return requeued
 
     async def _consume_loop(self, consumer: str) -> None:
-        """Take and handle deliveries until the worker stops (the delivery its last ack took is
-        handled first, even then: it is pending for this consumer)."""
-        self._next_for[consumer] = []
-        while not self._stopping.is_set() or self._next_for[consumer]:
+        """Take and handle deliveries until the worker stops and its last task is acknowledged
+        (a delivery its last ack took is handled, even then: it is pending for it)."""
+        self._owed[consumer] = None
+        while not self._stopping.is_set() or self._owed[consumer] is not None:
             try:
                 self._idle_consumers += 1
                 try:
@@ -613,6 +615,7 @@ class Worker:
                 finally:
                     self._idle_consumers -= 1
                 for delivery, _leased_at in got:
+                    await self._settle(consumer)  # (one is taken at a time: a no-op)
                     await self.handle(delivery)
                     self._free.signal()
             except LOOP_ERRORS as exc:
@@ -624,9 +627,9 @@ class Worker:
     async def _next(self, consumer: str) -> list[tuple[Delivery, float]]:
         """The next deliveries with their lease time (the `now` the backend leased them at)."""
         now = self.clock.now()
-        taken, self._next_for[consumer] = self._next_for[consumer], []
-        if taken:
-            return [(delivery, now) for delivery in taken]
+        owed = self._owed[consumer]
+        if owed is not None:
+            return await self._ack_and_next(consumer, owed, now)
         if not self._reclaimed.empty():
             return [self._reclaimed.get_nowait()]
         got = await self.backend.consume(
@@ -634,6 +637,33 @@ class Worker:
             types=self.executors.types(),
         )  # fmt: skip
         return [(delivery, now) for delivery in got]
+
+    async def _ack_and_next(
+        self, consumer: str, owed: tuple[Delivery, LockGrant | None], now: float
+    ) -> list[tuple[Delivery, float]]:
+        """Release and ack the consumer's last task and take its next in one round trip,
+        waiting for one unless reclaimed deliveries wait here (they come next) or the worker
+        stops (then it takes none)."""
+        delivery, grant = owed
+        if self._stopping.is_set():
+            await self._settle(consumer)
+            return []
+        block_ms = self.settings.consume_block_ms if self._reclaimed.empty() else 0
+        _, got = await self.backend.release_ack_and_consume(
+            delivery, grant, consumer=consumer, now=now, types=self.executors.types(),
+            block_ms=block_ms,
+        )  # fmt: skip
+        self._owed[consumer] = None
+        if got or block_ms or self._reclaimed.empty():
+            return [(d, now) for d in got]
+        return [self._reclaimed.get_nowait()]
+
+    async def _settle(self, consumer: str) -> None:
+        """Send the release and ack the consumer's last task owes, if any."""
+        owed = self._owed.get(consumer)
+        if owed is not None:
+            await self.backend.release_and_ack(*owed)
+            self._owed[consumer] = None
 
     async def _every(self, interval_s: float, duty: Callable[[], Awaitable[int | None]]) -> None:
         while True:
