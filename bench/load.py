@@ -6,10 +6,14 @@ configured embedder) and drives it with `--clients` concurrent clients spread ov
 tenants for `--seconds`: 70 % captures (1-3 messages), 30 % recalls. The second run does the
 same while tenant t0 captures `--import-messages` messages (~1 KB each) in one request. Prints
 requests per second and p50/p95/p99 latency per route for both runs, and the recall p95 of the
-other tenants in the second run against the first (the target: within 2x).
+other tenants in the second run against the first (the target: within 2x). Each run also prints
+the CPU the service spent per request (its processes' user + system time over the timed part,
+divided by the requests: a figure that does not depend on what else the machine runs) and the
+load average at its end. `--runs baseline` runs the first only; `--processes N` is passed to
+`serve` (N API processes on one port).
 
     python bench/load.py [--seconds 60] [--clients 20] [--tenants 5] [--import-messages 1000]
-                         [--embedder local]
+                         [--embedder local] [--runs both|baseline] [--processes N]
 
 Bounded: at most 300 s per run and 200,000 requests in all.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import secrets
 import statistics
@@ -57,14 +62,17 @@ class Run:
     samples: list[Sample] = field(default_factory=list)
     import_s: float | None = None
     import_status: int | None = None
+    cpu_s: float = 0.0
+    load: float = 0.0
 
 
 @contextmanager
-def serve(embedder: str, admin_key: str) -> Iterator[str]:
-    """A fresh `stratamem serve` on 127.0.0.1; its base URL. Stopped (SIGTERM) on exit."""
+def serve(embedder: str, admin_key: str, processes: int | None) -> Iterator[tuple[str, int]]:
+    """A fresh `stratamem serve` on 127.0.0.1; its base URL and pid. Stopped (SIGTERM) on exit."""
     env = {"STRATAMEM_SERVER_ADMIN_KEY": admin_key}
-    with serve_process.serve(embedder, env, "stratamem-load-") as (url, _):
-        yield url
+    args = () if processes is None else ("--processes", str(processes))
+    with serve_process.serve(embedder, env, "stratamem-load-", args) as found:
+        yield found
 
 
 def sentence(rng: random.Random, words: int) -> str:
@@ -120,7 +128,7 @@ async def big_import(client: httpx.AsyncClient, key: str, count: int, run: Run) 
     run.import_s, run.import_status = time.perf_counter() - start, response.status_code
 
 
-async def drive(url: str, admin_key: str, args: argparse.Namespace, run: Run) -> None:
+async def drive(url: str, pid: int, admin_key: str, args: argparse.Namespace, run: Run) -> None:
     tenants = [f"t{i}" for i in range(args.tenants)]
     keys = await keys_for(url, admin_key, tenants)
     limits = httpx.Limits(max_connections=args.clients + 2)
@@ -131,6 +139,7 @@ async def drive(url: str, admin_key: str, args: argparse.Namespace, run: Run) ->
             auth = {"Authorization": f"Bearer {keys[tenant]}"}
             (await client.post("/v1/recall", json=warm, headers=auth, timeout=600))\
                 .raise_for_status()  # fmt: skip
+        cpu_before = serve_process.cpu_seconds(pid)
         start = time.monotonic()
         deadline = start + min(args.seconds, MAX_SECONDS)
         jobs = [
@@ -142,6 +151,8 @@ async def drive(url: str, admin_key: str, args: argparse.Namespace, run: Run) ->
             jobs.append(big_import(client, keys[IMPORTER], args.import_messages, run))
         await asyncio.gather(*jobs)
         run.elapsed_s = time.monotonic() - start
+        run.cpu_s = serve_process.cpu_seconds(pid) - cpu_before
+        run.load = os.getloadavg()[0]
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -150,8 +161,10 @@ def percentile(values: list[float], share: float) -> float:
 
 
 def report(run: Run) -> None:
+    cpu_ms = 1e3 * run.cpu_s / max(len(run.samples), 1)
     print(f"\n== {run.name}: {len(run.samples)} requests in {run.elapsed_s:.1f} s"
-          f" ({len(run.samples) / run.elapsed_s:.1f} req/s)")  # fmt: skip
+          f" ({len(run.samples) / run.elapsed_s:.1f} req/s); service CPU {cpu_ms:.2f} ms a"
+          f" request; load {run.load:.2f}")  # fmt: skip
     print(f"{'route':<14}{'count':>7}{'req/s':>8}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}"
           f"{'non-2xx':>9}")  # fmt: skip
     by_route: dict[str, list[Sample]] = defaultdict(list)
@@ -178,13 +191,17 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, default=5)
     parser.add_argument("--import-messages", type=int, default=1000)
     parser.add_argument("--embedder", default="local")
+    parser.add_argument("--runs", choices=("both", "baseline"), default="both")
+    parser.add_argument("--processes", type=int, default=None, help="serve's --processes")
     args = parser.parse_args()
     admin_key = secrets.token_urlsafe(32)
-    runs = [Run("baseline"), Run("with import")]
+    runs = [Run("baseline"), Run("with import")][: 2 if args.runs == "both" else 1]
     for run in runs:
-        with serve(args.embedder, admin_key) as url:
-            asyncio.run(drive(url, admin_key, args, run))
+        with serve(args.embedder, admin_key, args.processes) as (url, pid):
+            asyncio.run(drive(url, pid, admin_key, args, run))
         report(run)
+    if len(runs) == 1:
+        return
     base, loaded = (others_recall_p95_ms(r) for r in runs)
     ratio = loaded / base
     print(f"\nrecall p95 of the tenants not importing: {base:.1f} ms without the import,"

@@ -1,4 +1,13 @@
-"""Dependencies of the routes, as `Annotated` aliases."""
+"""Dependencies of the routes, as `Annotated` aliases.
+
+Each is `async def` (FastAPI runs a plain `def` dependency in a worker thread, a trip that
+costs every request more than most dependencies' own work; the one that reads the store,
+`current_tenant`, goes to FastAPI's threads for that read alone, not to the loop's executor,
+whose few threads the searches may all hold) and takes the services from the request
+itself rather than through `ServicesDep`: FastAPI solves every dependency of a dependency again
+for each request, cached or not, and on the routes every turn calls that solving was half of
+the time spent outside the route.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +15,7 @@ from typing import Annotated, cast
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from stratamem.api import auth
 from stratamem.api.services import Services
@@ -14,22 +24,28 @@ from stratamem.core import AsyncMemory
 _bearer = HTTPBearer(auto_error=False, description="A tenant's API key, or the admin key.")
 
 
-def get_services(request: Request) -> Services:
-    return cast(Services, request.app.state.services)
+async def get_services(request: Request) -> Services:
+    return services_of(request)
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
 CredentialsDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-def get_memory(services: ServicesDep) -> AsyncMemory:
-    return services.memory
+async def get_memory(request: Request) -> AsyncMemory:
+    return services_of(request).memory
 
 
-def current_tenant(request: Request, services: ServicesDep, credentials: CredentialsDep) -> str:
-    """The caller's tenant, from its key, counted against its limits (sync: FastAPI runs it
-    off the event loop)."""
-    tenant = auth.tenant_of(services.tenants, credentials.credentials if credentials else None)
+def services_of(request: Request) -> Services:
+    return cast(Services, request.app.state.services)
+
+
+async def current_tenant(request: Request, credentials: CredentialsDep) -> str:
+    """The caller's tenant, from its key (looked up in a worker thread: the store's connection
+    may be busy), counted against its limits."""
+    services = services_of(request)
+    token = credentials.credentials if credentials else None
+    tenant = await run_in_threadpool(auth.tenant_of, services.tenants, token)
     services.admit(tenant, declared_length(request.headers.get("content-length")))
     return tenant
 
@@ -42,9 +58,9 @@ def declared_length(value: str | None) -> int:
         return 0
 
 
-def require_admin(services: ServicesDep, credentials: CredentialsDep) -> None:
+async def require_admin(services: ServicesDep, credentials: CredentialsDep) -> None:
     token = credentials.credentials if credentials else None
-    auth.check_admin(services.settings, services.tenants, token)
+    await run_in_threadpool(auth.check_admin, services.settings, services.tenants, token)
 
 
 MemoryDep = Annotated[AsyncMemory, Depends(get_memory)]

@@ -9,7 +9,11 @@ from fastapi.routing import APIRoute
 from stratamem.errors import InvalidInput
 
 
-def reject_unknown_query(request: Request) -> None:
+async def reject_unknown_query(request: Request) -> None:
+    """Async, and nothing to do without a query string: every request of the app passes here,
+    and a sync dependency would cost each one a trip to a worker thread."""
+    if not request.scope.get("query_string"):
+        return
     route = request.scope.get("route")
     if not isinstance(route, APIRoute):
         return

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from stratamem.api import auth
@@ -17,11 +18,13 @@ from stratamem.proxy.anthropic import forwarded
 router = APIRouter(prefix="/anthropic/v1", tags=["proxy"], responses=RESPONSES)
 
 
-def anthropic_tenant(request: Request, services: ServicesDep, credentials: CredentialsDep) -> str:
+async def anthropic_tenant(
+    request: Request, services: ServicesDep, credentials: CredentialsDep
+) -> str:
     """The caller's tenant, from `x-api-key` (as Anthropic's SDKs send a key) or a bearer
-    token, counted against its limits."""
+    token, counted against its limits (`deps.current_tenant`'s way)."""
     token = credentials.credentials if credentials else request.headers.get("x-api-key")
-    tenant = auth.tenant_of(services.tenants, token)
+    tenant = await run_in_threadpool(auth.tenant_of, services.tenants, token)
     services.admit(tenant, declared_length(request.headers.get("content-length")))
     return tenant
 
