@@ -28,7 +28,9 @@ def service_registry(services: Services) -> ExecutorRegistry:
 class Background:
     """Started and stopped by the app's lifespan. `stop_within_s` (serve's shutdown bound)
     caps the worker's grace period: begun with the requests' drain (`begin_stop`), the running
-    tasks then end by the same deadline as the requests in flight."""
+    tasks then end by the same deadline as the requests in flight. With `embedding_poll_s`, the
+    memory's embedding catch-up is also woken that often (the one process of
+    `serve --processes` that embeds also embeds what the others captured)."""
 
     def __init__(
         self,
@@ -36,6 +38,7 @@ class Background:
         settings: PipelineSettings,
         workers: int,
         stop_within_s: float | None = None,
+        embedding_poll_s: float | None = None,
     ) -> None:
         backend = services.require_pipeline()
         clock = services.memory.clock
@@ -54,6 +57,8 @@ class Background:
         self._stop = asyncio.Event()
         self._scheduling: asyncio.Task[None] | None = None
         self._working: asyncio.Task[None] | None = None
+        self._embedding_poll_s = embedding_poll_s
+        self._polling: asyncio.Task[None] | None = None
         self.halted = asyncio.Event()
         """Set when the worker or the scheduler stopped by an error (not asked to stop)."""
 
@@ -66,6 +71,16 @@ class Background:
         if self.consuming:
             self._working = loop.create_task(self.worker.run())
             self._working.add_done_callback(lambda done: self._ended("worker", done))
+        if self._embedding_poll_s is not None:
+            self._polling = loop.create_task(self._poll_embedding(self._embedding_poll_s))
+
+    async def _poll_embedding(self, every_s: float) -> None:
+        while not self._stop.is_set():
+            self._services.memory.start_background()
+            try:
+                await asyncio.wait_for(self._stop.wait(), every_s)
+            except TimeoutError:
+                continue
 
     def _ended(self, part: str, done: asyncio.Task[None]) -> None:
         """A part that ends while nobody asked it to (a bug it did not survive) leaves the
@@ -87,6 +102,9 @@ class Background:
     async def stop(self) -> None:
         """The scheduler stops after its pass; running tasks get the worker's grace period."""
         self.begin_stop()
+        if self._polling is not None:
+            await self._polling
+            self._polling = None
         if self._scheduling is not None:
             await self._scheduling
             self._scheduling = None

@@ -28,8 +28,8 @@ from stratamem.httpretry import redact_url
 from stratamem.llm import LLMClient
 
 __all__ = [
-    "DrainingServer", "GuardedServer", "bind", "limits_of", "load_settings", "serve",
-    "server_config",
+    "DrainingServer", "GuardedServer", "bind", "limits_of", "load_settings", "run_process",
+    "serve", "server_config",
 ]  # fmt: skip
 
 ACCESS_LOGGER = "uvicorn.access"
@@ -78,63 +78,119 @@ class DrainingServer(GuardedServer):
     """The guarded server that, when it starts to stop, also stops the pipeline work beside it:
     the workers take no new task and their running tasks drain alongside the requests in
     flight, under one bound (the worker's grace period is capped by it, see `Background`),
-    instead of getting their own grace period after the requests' bound."""
+    instead of getting their own grace period after the requests' bound. With `stop_on`, a
+    descriptor that becomes readable when the process should stop (the supervisor of
+    `serve --processes` died: `processes.py`), it stops as at SIGTERM."""
 
     def __init__(
-        self, config: uvicorn.Config, limits: ConnectionLimits, background: Background
+        self,
+        config: uvicorn.Config,
+        limits: ConnectionLimits,
+        background: Background,
+        stop_on: int | None = None,
     ) -> None:
         super().__init__(config, limits)
         self.background = background
+        self.stop_on = stop_on
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.stop_on is not None:
+            asyncio.get_running_loop().add_reader(self.stop_on, self._stop_asked)
+        await super().startup(sockets)
+
+    def _stop_asked(self) -> None:
+        if self.stop_on is not None:
+            asyncio.get_running_loop().remove_reader(self.stop_on)
+        self.should_exit = True
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.background.begin_stop()
         await super().shutdown(sockets)
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket (port 0: any free port); `ConfigError` saying what to change."""
+def bind(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
+    """A listening socket (port 0: any free port); `ConfigError` saying what to change. With
+    `reuse_port`, others may bind the same port the same way (`SO_REUSEPORT`: the kernel
+    spreads new connections over the listening ones); without `listen`, it only holds the port."""
     try:
         family, kind, proto = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][:3]
         # With the protocol named, asyncio sets TCP_NODELAY on every accepted connection
         # (without it, each keep-alive answer after the first waits ~40 ms for delayed ACKs).
         sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
     except OSError as exc:
         raise ConfigError(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another"
             " STRATAMEM_SERVER_HOST / STRATAMEM_SERVER_PORT (or --host / --port)"
         ) from exc
-    sock.listen(128)
+    if listen:
+        sock.listen(128)
     return sock
 
 
 def serve(settings: AllSettings, announce: Callable[[str], None]) -> None:
-    """Open the store and pipeline, listen, announce the address and serve until stopped."""
+    """Open the store and pipeline, listen, announce the address and serve until stopped;
+    with `processes` over 1, `processes.supervise` runs that many API processes instead."""
+    server = settings.server
+    if server.processes > 1:
+        from stratamem.api.processes import supervise  # noqa: PLC0415  (imports this module)
+
+        supervise(settings, announce)
+        return
+    run_process(settings, lambda: bind(server.host, server.port), _announcing(settings, announce))
+
+
+Described = Callable[[str, int, AsyncMemory], None]
+"""Told, once the process is ready to serve, its address (host, port) and its memory."""
+
+
+def _announcing(settings: AllSettings, announce: Callable[[str], None]) -> Described:
+    core, server, _ = settings
+
+    def described(host: str, port: int, memory: AsyncMemory) -> None:
+        workers = (
+            f"{server.workers} pipeline consumers"
+            if server.workers
+            else "API only: pipeline tasks are left to `stratamem worker` processes"
+        )
+        announce(
+            f"stratamem listening on http://{host}:{port} ({workers}; data in {core.data_dir};"
+            f" {layers_mode(memory)})"
+        )
+
+    return described
+
+
+def run_process(
+    settings: AllSettings,
+    listen: Callable[[], socket.socket],
+    ready: Described,
+    stop_on: int | None = None,
+    embedding_poll_s: float | None = None,
+) -> None:
+    """Serve in this process on the socket `listen` gives, once the services are open, until
+    SIGTERM / SIGINT (or `stop_on` readable); `ready` is told the address first."""
     core, server, pipeline = settings
     logs.configure()
     check_descriptors(server.max_connections)
     services = Services.open(core, server, pipeline)
     try:
         background = Background(
-            services, pipeline, server.workers, stop_within_s=server.shutdown_timeout_s
-        )
-        sock = bind(server.host, server.port)
+            services, pipeline, server.workers, stop_within_s=server.shutdown_timeout_s,
+            embedding_poll_s=embedding_poll_s,
+        )  # fmt: skip
+        sock = listen()
     except ConfigError:
         asyncio.run(services.aclose())
         raise
     host, port = sock.getsockname()[:2]
-    workers = (
-        f"{server.workers} pipeline consumers" if server.workers
-        else "API only: pipeline tasks are left to `stratamem worker` processes"
-    )
-    announce(
-        f"stratamem listening on http://{host}:{port} ({workers}; data in {core.data_dir};"
-        f" {layers_mode(services.memory)})"
-    )
+    ready(host, port, services.memory)
     app = create_app(services, close_on_shutdown=True, background=background)
     config = server_config(app, server.shutdown_timeout_s)
-    uvicorn_server = DrainingServer(config, limits_of(server), background)
+    uvicorn_server = DrainingServer(config, limits_of(server), background, stop_on)
     previous = signal.signal(signal.SIGTERM, _stopped)
     try:
         uvicorn_server.run(sockets=[sock])

@@ -59,6 +59,11 @@ class ServerSettings(BaseSettings):
     workers: int = Field(
         2, ge=0, le=256, description="Pipeline consumers inside `serve` (0: API only)."
     )
+    processes: int = Field(
+        1, ge=1, le=64, description="API processes `serve` runs on the one port (each its own"
+        " event loop and store connection; the pipeline consumers and the embedding catch-up run"
+        " in the first only).",
+    )
     body_timeout_s: float = Field(
         30.0, gt=0, le=3600, description="Longest wait for a request body to arrive (else 408)."
     )

@@ -36,6 +36,12 @@ from stratamem.store.tenants.port import TenantStore
     default=None,
     help="Pipeline consumers in this process; 0: API only [env STRATAMEM_SERVER_WORKERS; 2].",
 )
+@click.option(
+    "--processes",
+    type=int,
+    default=None,
+    help="API processes on the one port (one core each) [env STRATAMEM_SERVER_PROCESSES; 1].",
+)
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -43,11 +49,12 @@ def serve(
     host: str | None,
     port: int | None,
     workers: int | None,
+    processes: int | None,
 ) -> None:
     """Run the HTTP API, and the pipeline workers, until SIGINT / SIGTERM."""
     server_module = _server_module()
     overrides = settings_from(ctx).model_dump(include={"data_dir", "embedder"}, exclude_unset=True)
-    server = {"host": host, "port": port, "workers": workers}
+    server = {"host": host, "port": port, "workers": workers, "processes": processes}
     settings = server_module.load_settings(config_file, overrides, server)
     server_module.serve(settings, announce=lambda line: click.echo(line, err=True))
 

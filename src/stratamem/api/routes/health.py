@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -56,6 +57,7 @@ async def _gauges(services: Services) -> dict[str, float]:
     stats = await services.memory.stats()
     tenants = await asyncio.to_thread(services.tenants.count_tenants)
     gauges = store_gauges(stats, tenants)
+    gauges["api_process_id"] = float(os.getpid())  # which of `serve --processes` answered
     if services.pipeline is not None:
         depth = (await services.pipeline.depth()).as_dict()
         gauges.update({f"pipeline_{name}": float(n) for name, n in depth.items()})
