@@ -6,6 +6,7 @@ over its whole index, PostgreSQL over the tenant's: they agree when the tenant i
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,26 @@ def test_filters_apply_the_same(both: tuple[RecordStore, RecordStore]) -> None:
     for query in _records()[2]:
         expected = _ranked(sqlite, Layer.L0, query, filters)
         assert same(_ranked(postgres, Layer.L0, query, filters), expected)
+
+
+def test_turns_imported_out_of_order_rank_the_same(pg_server: str, tmp_path: Path) -> None:
+    """An import keeps each turn's sequence number: the later half of each session written
+    first, then the earlier half (whose turns come before ones already indexed), ends as one
+    capture of every turn would have left the index."""
+    turns, _, queries = _records()
+    numbered = []
+    for session in sorted({t.session for t in turns}):
+        mine = [t for t in turns if t.session == session]
+        numbered += [replace(t, seq=n + 1) for n, t in enumerate(mine)]
+    half = [t for t in numbered if t.seq > 3], [t for t in numbered if t.seq <= 3]
+    sqlite = open_url(None, tmp_path / "s.db")
+    postgres = open_url(fresh_pg_url(pg_server), tmp_path)
+    try:
+        sqlite.add_turns(SCOPE, turns)
+        for part in half:
+            postgres.import_turns(SCOPE, part)
+        for query in queries:
+            assert same(_ranked(postgres, Layer.L0, query), _ranked(sqlite, Layer.L0, query))
+    finally:
+        sqlite.close()
+        postgres.close()

@@ -22,7 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stratamem.domain import Layer
+import psycopg
+
+from stratamem.domain import Layer, Turn
 from stratamem.store.core.tenant_words import tenant_words
 from stratamem.store.postgres.connection import PgConn
 from stratamem.store.postgres.text_index import (
@@ -45,43 +47,60 @@ _FIELDS = 5
 #: How far back a turn's fields reach: its context is the turn before it, its `around` the one
 #: before that (and the next): the turn before the new ones needs the two before it.
 _REACH = 3
-_TAIL = (
-    "SELECT rid, fts_len, text, speaker, ts, seq, fts_dirty FROM turns"
-    " WHERE tenant = ? AND session = ? AND seq >= ? ORDER BY seq"
-)
+_COLUMNS = "SELECT rid, fts_len, text, speaker, ts, seq, fts_dirty, id FROM turns"
+_TAIL = _COLUMNS + " WHERE tenant = ? AND session = ? AND seq >= ? ORDER BY seq"
+#: The session's last turns, before the new ones are written.
+_LAST = _COLUMNS + " WHERE tenant = ? AND session = ? ORDER BY seq DESC LIMIT ?"
+#: The rows are named by their ids (a new turn's rid is not read back), numbered from 1 in the
+#: first array; postings and lengths refer to them by that number.
 _WRITE = (
-    "WITH posted AS (INSERT INTO turn_terms (tenant, term, rid, tf)"
-    " SELECT ?, u.term, u.rid, u.tf::real[] FROM unnest(?::text[], ?::bigint[], ?::text[])"
-    f" AS u(term, rid, tf) ON CONFLICT (tenant, term, rid) DO UPDATE SET tf[{_AROUND}] ="
+    "WITH ids AS MATERIALIZED (SELECT t.rid, w.pos FROM unnest(?::text[]) WITH ORDINALITY"
+    " AS w(id, pos) JOIN turns t ON t.tenant = ? AND t.id = w.id),"
+    " posted AS (INSERT INTO turn_terms (tenant, term, rid, tf)"
+    " SELECT ?, u.term, ids.rid, u.tf::real[] FROM unnest(?::text[], ?::bigint[], ?::text[])"
+    " AS u(term, pos, tf) JOIN ids ON ids.pos = u.pos"
+    f" ON CONFLICT (tenant, term, rid) DO UPDATE SET tf[{_AROUND}] ="
     f" turn_terms.tf[{_AROUND}] + excluded.tf[{_AROUND}]),"
     " written AS (UPDATE turns r SET fts_len = u.len, fts_dirty = FALSE"
-    " FROM unnest(?::bigint[], ?::integer[]) AS u(rid, len) WHERE r.rid = u.rid)"
-    + ADD_TO_TOTALS
+    " FROM unnest(?::bigint[], ?::integer[]) AS u(pos, len) JOIN ids ON ids.pos = u.pos"
+    " WHERE r.rid = ids.rid)" + ADD_TO_TOTALS
 )
+
+
+class CaptureConn(PgConn):
+    """A capture's connection: each of its sessions' last turns asked for at once, before the
+    new turns are written, so the answers come with the first insert's (pipeline mode)."""
+
+    def __init__(self, raw: psycopg.Connection[Any], tenant: str, sessions: Sequence[str]) -> None:
+        super().__init__(raw)
+        self.tails = {s: self.execute(_LAST, (tenant, s, _REACH)) for s in sorted(set(sessions))}
 
 
 @dataclass(frozen=True)
 class Extension:
-    """A turn's `around` field grown by the next turn: its row, its length before and after,
+    """A turn's `around` field grown by the next turn: its id, its length before and after,
     each term's count gained."""
 
-    rid: int
+    id: str
     old_length: int
     length: int
     gained: dict[str, float]
 
 
-#: Positions in a row of `_fielded`: TURN_FIELDS' columns, then the seq and the mark.
-_SEQ, _DIRTY = 8, 9
+#: Positions in a row of `_fielded`: TURN_FIELDS' columns, then the seq, the mark, the id.
+_SEQ, _DIRTY, _ID = 8, 9, 10
 
 
 def index_captured(
-    conn: PgConn, tokenizer: Tokenizer, tenant: str, session: str, first_seq: int
-) -> None:
-    """Index the session's turns from `first_seq` on (just written), and extend the one
-    before them."""
-    read = conn.execute(_TAIL, (tenant, session, first_seq - _REACH)).fetchall()
-    rows = _fielded(read, first_seq - 1)
+    conn: PgConn, tokenizer: Tokenizer, tenant: str, session: str, first_seq: int,
+    stored: Sequence[Turn],
+) -> None:  # fmt: skip
+    """Index the session's turns from `first_seq` on (`stored`, just written), and extend the
+    one before them."""
+    known = _known(conn, session, stored)
+    if known is None:  # not simply after the last ones (an import): read as they are now
+        known = conn.execute(_TAIL, (tenant, session, first_seq - _REACH)).fetchall()
+    rows = _fielded(known, first_seq - 1)
     whole = [row for row in rows if int(row[_SEQ]) >= first_seq]
     before = [row for row in rows if int(row[_SEQ]) < first_seq]
     docs = [fields(tenant, Layer.L0, row) for row in whole]
@@ -99,14 +118,28 @@ def index_captured(
     _write(conn, tenant, zlib.crc32(session.encode()) % TOTAL_SHARDS, whole, tokens, extension)
 
 
+def _known(conn: PgConn, session: str, stored: Sequence[Turn]) -> Sequence[Any] | None:
+    """The session's last turns read before the insert and the stored ones, in `_TAIL`'s
+    columns, when the stored ones follow the last ones (None otherwise, or unread)."""
+    if not isinstance(conn, CaptureConn) or session not in conn.tails:
+        return None
+    last = conn.tails[session].fetchall()[::-1]
+    top = int(last[-1][5]) if last else 0
+    new = sorted(stored, key=lambda t: t.seq)
+    if [t.seq for t in new] != list(range(top + 1, top + 1 + len(new))):
+        return None
+    return [*last, *((None, None, t.text, t.speaker, t.timestamp, t.seq, False, t.id)
+                     for t in new)]  # fmt: skip
+
+
 def _fielded(rows: Sequence[Any], first_seq: int) -> list[tuple[Any, ...]]:
     """The rows from `first_seq` on, each as `text_index.TURN_FIELDS` reads it (its
-    neighbours' texts found by sequence number, None where there is none), then its seq and
-    its mark."""
+    neighbours' texts found by sequence number, None where there is none), then its seq, its
+    mark and its id."""
     texts = {int(row[5]): row[2] for row in rows}
     return [
         (row[0], row[1], row[2], row[3], texts.get(seq - 1), texts.get(seq - 2),
-         texts.get(seq + 1), row[4], seq, row[6])
+         texts.get(seq + 1), row[4], seq, row[6], row[7])
         for row in rows if (seq := int(row[5])) >= first_seq
     ]  # fmt: skip
 
@@ -134,7 +167,7 @@ def _extension(row: Any, before: list[str], now: list[str]) -> Extension | None:
     gained = {term: counts[0] - old.get(term, [0.0])[0] for term, counts in new.items()
               if counts[0] != old.get(term, [0.0])[0]}  # fmt: skip
     old_length = int(row[1])
-    return Extension(int(row[0]), old_length, old_length + len(now) - len(before), gained)
+    return Extension(str(row[_ID]), old_length, old_length + len(now) - len(before), gained)
 
 
 def _write(
@@ -148,24 +181,26 @@ def _write(
     """One statement: the postings of the rows indexed whole and the grown `around` counts of
     the extended row, every row's length, and the totals' change (after deleting the old
     postings of a row indexed whole again)."""
-    rids = [int(row[0]) for row in whole]
-    if any(row[1] is not None for row in whole):
-        conn.execute("DELETE FROM turn_terms WHERE rid = ANY(?)", (rids,))
-    names, term_rids, counts = postings(rids, tokens)
+    ids = [str(row[_ID]) for row in whole]
+    again = [int(row[0]) for row in whole if row[1] is not None]
+    if again:
+        conn.execute("DELETE FROM turn_terms WHERE rid = ANY(?)", (again,))
+    names, positions, counts = postings(range(1, len(whole) + 1), tokens)
     lengths = [row_length(Layer.L0, columns) for columns in tokens]
     new_rows, delta = totals_change(whole, lengths)
     if extension is not None:
-        rids.append(extension.rid)
+        ids.append(extension.id)
         lengths.append(extension.length)
         delta += extension.length - extension.old_length
         gained = extension.gained
         names = _joined(names, text_array(list(gained)))
-        term_rids = _joined(term_rids, "{" + ",".join([str(extension.rid)] * len(gained)) + "}")
+        positions = _joined(positions, "{" + ",".join([str(len(ids))] * len(gained)) + "}")
         counts = _joined(counts, text_array([_only_around(n) for n in gained.values()]))
     conn.execute(
         _WRITE,
-        (tenant, names, term_rids, counts, rids, lengths, tenant, Layer.L0.value, shard,
-         new_rows, delta),
+        (text_array(ids), tenant, tenant, names, positions, counts,
+         "{" + ",".join(str(i + 1) for i in range(len(lengths))) + "}", lengths,
+         tenant, Layer.L0.value, shard, new_rows, delta),
     )  # fmt: skip
 
 

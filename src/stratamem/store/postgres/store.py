@@ -16,7 +16,7 @@ erasing (which also lowers the text statistics).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -110,12 +110,16 @@ class PostgresStore(SqlCoreStore):
         return super().search_vector(scope, layer, vector, filters, limit)
 
     # -- turns and the text index ------------------------------------------------------------
-    def _turn_writing(self, tenant: str, sessions: Sequence[str]) -> AbstractContextManager[Any]:
+    @contextmanager
+    def _turn_writing(self, tenant: str, sessions: Sequence[str]) -> Iterator[PgConn]:
         """Captures of one session are serialised by its lock; those of other sessions of the
         tenant run alongside (under the tenant's lock, shared), but never alongside a write
-        that takes the tenant's lock (a layer commit, an erase, the text index's catch-up)."""
+        that takes the tenant's lock (a layer commit, an erase, the text index's catch-up).
+        Each session's last turns are read before the new ones are written, in the round trip
+        of the first insert (`capture_index.Tails`)."""
         keys = [session_key(tenant, s) for s in sessions]
-        return self._pool.writing(keys, [tenant], pipelined=True)
+        with self._pool.writing(keys, [tenant], pipelined=True) as conn:
+            yield capture_index.CaptureConn(conn.raw, tenant, sessions)
 
     def _turn_extra(self, tenant: str) -> dict[str, Any]:
         """Captured turns are indexed before their transaction ends (`_turns_added`): written
@@ -130,7 +134,8 @@ class PostgresStore(SqlCoreStore):
         for turn in stored:
             first[turn.session] = min(first.get(turn.session, turn.seq), turn.seq)
         for session, seq in first.items():
-            capture_index.index_captured(conn, self._tokenizer, tenant, session, seq)
+            mine = [t for t in stored if t.session == session]
+            capture_index.index_captured(conn, self._tokenizer, tenant, session, seq, mine)
 
     def _after_write(self, tenant: str, layer: Layer) -> None:
         if layer is Layer.L1:
