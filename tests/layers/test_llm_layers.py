@@ -107,6 +107,25 @@ async def test_a_restatement_sees_the_memory_it_restates_among_its_neighbours(
         " By the way, round 1." in shown
 
 
+async def test_a_memory_stored_beside_one_with_all_its_words_is_a_restatement(
+    llm_memory: AsyncMemory, scripted_llm: ScriptedLLM
+) -> None:
+    """Numbers aside ("round 13" beside "round 1"): L2's count of any kind leaves it out; a
+    near memory with a word of its own is not novel, but no restatement either."""
+    install_layer_handlers(scripted_llm)
+    fact = "I'm a nurse at the children's hospital"
+    said = {"role": "user", "speaker": "Maria", "text": f"{fact}. By the way, round 1."}
+    await llm_memory.capture("acme", "s1", [said])
+    await llm_memory.flush("acme", "s1")
+    again = said | {"text": f"{fact}. By the way, round 13."}
+    more = said | {"text": f"{fact}, in Porto. By the way, round 14."}
+    await llm_memory.capture("acme", "s2", [again, more])
+    await llm_memory.flush("acme", "s2")
+    marks = {m.content.rsplit(" ", 1)[-1]: (m.metadata.get("novel"), m.metadata.get("restates"))
+             for m in llm_memory.store.list_memories(SCOPE)}  # fmt: skip
+    assert marks == {"1.": (None, None), "13.": (False, True), "14.": (False, None)}
+
+
 async def test_an_exact_repeat_is_skipped_without_asking_the_model(
     llm_memory: AsyncMemory, scripted_llm: ScriptedLLM
 ) -> None:

@@ -62,6 +62,10 @@ def test_l2_runs_on_what_changed_never_on_the_clock_alone() -> None:
     assert worth(scheduling.L2Inputs(10, 8, newest_at=NOW - 10), NOW, settings)  # novel
     assert worth(scheduling.L2Inputs(24, 0, newest_at=NOW - 10), NOW, settings)  # restated
     assert worth(scheduling.L2Inputs(1, 0, newest_at=NOW - 300), NOW, settings)  # quiet
+    restatements = scheduling.L2Inputs(30, 0, newest_at=NOW - 10, restated=7)
+    assert not worth(restatements, NOW, settings)  # 23 of any kind but restatements
+    assert worth(scheduling.L2Inputs(31, 0, newest_at=NOW - 10, restated=7), NOW, settings)
+    assert worth(restatements, NOW + 290, settings)  # the quiet consolidates them too
     assert worth(scheduling.L2Inputs(0, 0, stale=True), NOW, settings)  # a scene to rewrite
 
 
@@ -83,6 +87,9 @@ def test_l2_inputs_count_as_novel_what_l1_did_not_mark_restated() -> None:
 
     memories = [memory(1), memory(2, novel=False), memory(3, supersedes=["m0"])]
     assert scheduling.L2Inputs.of(memories) == scheduling.L2Inputs(3, 2, newest_at=NOW - 1)
+    restating = [*memories, memory(4, novel=False, restates=True)]
+    assert scheduling.L2Inputs.of(restating) == scheduling.L2Inputs(4, 2, newest_at=NOW - 1,
+                                                                    restated=1)  # fmt: skip
 
 
 def test_l3_after_enough_memories_or_quiet_scenes() -> None:

@@ -8,6 +8,7 @@ decisions into records: nothing is destroyed; an updated or merged memory is clo
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 from stratamem.domain import Hit, Layer, MemoryRecord, Mode, Scope
 from stratamem.embed.base import Embedder
 from stratamem.layers.model import Action, NewMemory, Reconciled, stable_id
-from stratamem.layers.scheduling import NOVEL
+from stratamem.layers.scheduling import NOVEL, RESTATES
 from stratamem.layers.schemas import Decision, DecisionChecker, Reconciliation, Shown
 from stratamem.layers.views import Aliases, clip, memory_line
 from stratamem.llm.prompts import Prompt
@@ -33,6 +34,7 @@ _SHOWN_CHARS = 400
 _RRF_K = 60
 #: The fused hit's score key of the memories' vector search (a cosine: unit vectors).
 _VECTOR = f"{Layer.L1.value}:vector"
+_WORD = re.compile(r"\w+")
 #: Fused hits read per neighbour wanted, among which the most similar by vector are kept.
 _POOL_FACTOR = 4
 
@@ -158,6 +160,19 @@ def repeated(memory: NewMemory, group: Sequence[MemoryRecord]) -> MemoryRecord |
     return next((m for m in group if _norm(m.content) == key), None)
 
 
+def restates(memory: NewMemory, group: Sequence[MemoryRecord]) -> bool:
+    """Whether an existing memory of `group` has every word of the new one, numbers aside:
+    kept beside it, the new one restates it (`bench/layers_cost.py`: "… round 13" beside
+    "… round 1"). A changed number the model did not call an update ("Priya is 35" beside
+    "Priya is 34", stored) counts as one too; an update or merge never does (it is novel)."""
+    words = _words(memory.content)
+    return any(words <= _words(m.content) for m in group)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if not w.isdigit()}
+
+
 def offline_decisions(
     memories: Sequence[NewMemory], neighbours: Sequence[Sequence[MemoryRecord]]
 ) -> list[Reconciled]:
@@ -208,12 +223,14 @@ def plan(
     mode: Mode,
     made_by: str = "",
     near: Collection[int] = (),
+    restated: Collection[int] = (),
 ) -> L1Plan:
     """Records to write: new memories (ids from `id_seed`) and the versions they close.
 
     `made_by` (a prompt tag such as `l1_extract@v1`) goes into each memory's metadata; a memory
     of `near` (indices that had a near neighbour) stored as a memory of its own is marked not
-    novel there (`scheduling.NOVEL`: the L2 schedule counts novel ones).
+    novel there (`scheduling.NOVEL`: the L2 schedule counts novel ones), and one of `restated`
+    (`restates`: a neighbour has all its words) as a restatement (`scheduling.RESTATES`).
     """
     out = L1Plan([], [], {a.value: 0 for a in Action})
     for decision in decisions:
@@ -228,7 +245,8 @@ def plan(
         if made_by:
             record = replace(record, metadata={**record.metadata, "made_by": made_by})
         if decision.index in near and not olds:
-            record = replace(record, metadata={**record.metadata, NOVEL: False})
+            marks = {NOVEL: False, **({RESTATES: True} if decision.index in restated else {})}
+            record = replace(record, metadata={**record.metadata, **marks})
         out.memories.append(record)
         out.made[decision.index] = (new_id,)
         out.supersedes.extend(Supersede(old.id, new_id) for old in olds)

@@ -76,6 +76,9 @@ def l3_due_by_count(tenant: TenantState, settings: LayerSettings) -> bool:
 #: The metadata key L1 sets to false on a memory it stored although an existing one was near
 #: (`l1_reconcile.plan`): a restatement or detail of what the scenes already hold.
 NOVEL = "novel"
+#: The metadata key L1 sets to true on a memory it stored beside an existing one that has all
+#: its words, numbers aside (`l1_reconcile.restates`): a restatement.
+RESTATES = "restates"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,8 @@ class L2Inputs:
     last_turn_at: float | None = None
     """When the tenant's newest turn was said: a tenant still talking is not quiet, however
     long ago its last memory was written."""
+    restated: int = 0
+    """How many of the changed memories restate one the scenes were given (`RESTATES`)."""
 
     @classmethod
     def of(
@@ -101,8 +106,9 @@ class L2Inputs:
         last_turn_at: float | None = None,
     ) -> L2Inputs:
         novel = sum(1 for m in memories if m.metadata.get(NOVEL, True) is not False)
+        restated = sum(1 for m in memories if m.metadata.get(RESTATES) is True)
         newest = max((m.created_at for m in memories), default=None)
-        return cls(len(memories), novel, newest, stale, last_turn_at)
+        return cls(len(memories), novel, newest, stale, last_turn_at, restated)
 
     @property
     def active_at(self) -> float | None:
@@ -113,13 +119,17 @@ class L2Inputs:
 
 def l2_worth_running(inputs: L2Inputs, now: float, settings: LayerSettings) -> bool:
     """Whether an L2 should consolidate now (a flush's always does): a scene to write again,
-    `l2_min_novel` novel memories or `l2_min_changed` of any kind, or fewer once the tenant
-    wrote none and said nothing for `catch_up_quiet_s` (a session whose turns come a minute
-    apart writes memories every L1, eight turns, apart: its memories alone looked quiet after
-    each L1 and every L1 cost an L2). Nothing changed: never, however long ago the last."""
+    `l2_min_novel` novel memories or `l2_min_changed` of any kind but restatements (a memory
+    whose nearest neighbour says nearly the same adds nothing a scene lacks), or fewer, and
+    restatements, once the tenant wrote none and said nothing for `catch_up_quiet_s` (a
+    session whose turns come a minute apart writes memories every L1, eight turns, apart: its
+    memories alone looked quiet after each L1 and every L1 cost an L2). Nothing changed:
+    never, however long ago the last."""
     if inputs.stale:
         return True
-    if inputs.novel >= settings.l2_min_novel or inputs.changed >= settings.l2_min_changed:
+    if inputs.novel >= settings.l2_min_novel:
+        return True
+    if inputs.changed - inputs.restated >= settings.l2_min_changed:
         return True
     active = inputs.active_at
     quiet = active is not None and now - active >= settings.catch_up_quiet_s

@@ -222,8 +222,10 @@ class LayerService:
         existing = {m.id: m for group in neighbours for m in group}
         made_by = "offline@v1" if self.llm is None else load_prompt("l1_extract").tag
         near = {i for i, group in enumerate(neighbours) if group}
+        restated = {i for i in near if l1_reconcile.restates(proposed[i], neighbours[i])}
         plan = l1_reconcile.plan(run.scope, _session_of(run), proposed, decisions, existing,
-                                 id_seed, self.clock.now(), self.mode, made_by, near)  # fmt: skip
+                                 id_seed, self.clock.now(), self.mode, made_by, near,
+                                 restated)  # fmt: skip
         return plan, notes
 
     async def _decide(
