@@ -9,11 +9,13 @@ requests per second and p50/p95/p99 latency per route for both runs, and the rec
 other tenants in the second run against the first (the target: within 2x). Each run also prints
 the CPU the service spent per request (its processes' user + system time over the timed part,
 divided by the requests: a figure that does not depend on what else the machine runs) and the
-load average at its end. `--runs baseline` runs the first only; `--processes N` is passed to
-`serve` (N API processes on one port).
+load average at its end. `--runs baseline` runs the first only; `--processes N` and
+`--workers N` are passed to `serve` (N API processes on one port; N pipeline consumers, 0 for
+the request path's CPU alone, without the layers' work; with `--embedder hash` there is
+hardly any embedding either).
 
     python bench/load.py [--seconds 60] [--clients 20] [--tenants 5] [--import-messages 1000]
-                         [--embedder local] [--runs both|baseline] [--processes N]
+                         [--embedder local] [--runs both|baseline] [--processes N] [--workers N]
 
 Bounded: at most 300 s per run and 200,000 requests in all.
 """
@@ -67,10 +69,13 @@ class Run:
 
 
 @contextmanager
-def serve(embedder: str, admin_key: str, processes: int | None) -> Iterator[tuple[str, int]]:
+def serve(
+    embedder: str, admin_key: str, processes: int | None, workers: int | None = None
+) -> Iterator[tuple[str, int]]:
     """A fresh `stratamem serve` on 127.0.0.1; its base URL and pid. Stopped (SIGTERM) on exit."""
     env = {"STRATAMEM_SERVER_ADMIN_KEY": admin_key}
-    args = () if processes is None else ("--processes", str(processes))
+    args = [] if processes is None else ["--processes", str(processes)]
+    args += [] if workers is None else ["--workers", str(workers)]
     with serve_process.serve(embedder, env, "stratamem-load-", args) as found:
         yield found
 
@@ -193,11 +198,12 @@ def main() -> None:
     parser.add_argument("--embedder", default="local")
     parser.add_argument("--runs", choices=("both", "baseline"), default="both")
     parser.add_argument("--processes", type=int, default=None, help="serve's --processes")
+    parser.add_argument("--workers", type=int, default=None, help="serve's --workers")
     args = parser.parse_args()
     admin_key = secrets.token_urlsafe(32)
     runs = [Run("baseline"), Run("with import")][: 2 if args.runs == "both" else 1]
     for run in runs:
-        with serve(args.embedder, admin_key, args.processes) as (url, pid):
+        with serve(args.embedder, admin_key, args.processes, args.workers) as (url, pid):
             asyncio.run(drive(url, pid, admin_key, args, run))
         report(run)
     if len(runs) == 1:
