@@ -4,7 +4,7 @@ can neither start again nor commit a receipt, and windows are read back as recor
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 
@@ -76,3 +76,11 @@ def test_work_the_log_never_saw_still_commits(evidence: SqlEvidenceStore) -> Non
     evidence.record_receipt(SCOPE, ReceiptDraft("t9", "flush", 11.0, attempt=unseen), None)
     assert evidence.receipt(SCOPE, "t9") is not None
     assert evidence.executions(SCOPE) == []
+
+
+def test_an_attempts_json_is_its_fields_in_order() -> None:
+    """What the Redis stamp script fills the grant's token into (`"token": 0,`) and receipts
+    sign: every field, in the dataclass's order, and read back the same."""
+    attempt = Attempt("t1", 2, 3, None, "w", 12.5)
+    assert list(attempt.to_json().items()) == list(asdict(attempt).items())
+    assert Attempt.from_json(attempt.to_json()) == attempt
