@@ -3,6 +3,7 @@ one runs, and the listing is written from `cli.main.COMMANDS`, held here to each
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -86,3 +87,20 @@ def test_the_package_s_public_names_resolve_lazily() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True)  # fmt: skip
     assert done.stdout.strip() == "ok"
+
+
+def test_the_command_runs_numpy_on_one_blas_thread_unless_told_otherwise() -> None:
+    code = (
+        "import os, sys\n"
+        "sys.argv = ['stratamem', '--help']\n"
+        "from stratamem.cli.main import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'), 'numpy' in sys.modules, file=sys.stderr)\n"
+    )
+    for given, expected in ((None, "1 False"), ("2", "2 False")):
+        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+        if given is not None:
+            env["OPENBLAS_NUM_THREADS"] = given
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, check=True)  # fmt: skip
+        assert done.stderr.strip().splitlines()[-1] == expected

@@ -175,7 +175,22 @@ def cli(ctx: click.Context, data_dir: Path | None, embedder: str | None) -> None
     ctx.obj["embedder"] = embedder
 
 
+#: numpy's BLAS threads for stratamem's processes unless the environment names its own: a
+#: search multiplies one query by a tenant's vectors, which a second thread does not speed up
+#: (memory bound at 100k 384-d vectors: 27.7 ms with one thread or two) and slows when the cores
+#: are shared (9,090 vectors at load 3-10 on 2 cores: 0.6 ms with one thread, 2.9 with two; its
+#: threads spin after each product beside the store's and the workers' own).
+BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1"}
+
+
+def default_blas_threads(environ: MutableMapping[str, str]) -> None:
+    """Set `BLAS_THREADS` in `environ` where it names none; read by numpy when it loads."""
+    for name, value in BLAS_THREADS.items():
+        environ.setdefault(name, value)
+
+
 def main() -> None:
+    default_blas_threads(os.environ)  # before any command loads numpy
     cli()
 
 
