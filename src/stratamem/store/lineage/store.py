@@ -18,14 +18,7 @@ from typing import Any, Protocol
 from stratamem.domain import Layer, MemoryRecord, MemoryType, Mode, Scene, Scope, Turn
 from stratamem.errors import NotFound
 from stratamem.store import erasure
-from stratamem.store.core.rows import (
-    MEMORY_COLUMNS,
-    MEMORY_WRITE_COLUMNS,
-    TURN_COLUMNS,
-    memory_from_row,
-    memory_params,
-    turn_from_row,
-)
+from stratamem.store.core import rows as core_rows
 from stratamem.store.core.scope_tokens import memory_fts_scope
 from stratamem.store.layers.rows import SCENE_COLUMNS, scene_from_row, scene_params
 from stratamem.store.lineage import cascade, rows
@@ -53,7 +46,7 @@ class ForgettingStore(SqlStore, Protocol):
 
 #: Failure records of these stages showed memories of the whole tenant to the model.
 _TENANT_WIDE_STAGES = ("L1-reconcile", "L2", "L3")
-_MEMORY_MARKS = ", ".join("?" for _ in MEMORY_WRITE_COLUMNS.split(","))
+_MEMORY_MARKS = ", ".join("?" for _ in core_rows.MEMORY_WRITE_COLUMNS.split(","))
 _SCENE_MARKS = ", ".join("?" for _ in SCENE_COLUMNS.split(","))
 _NEUTRAL_TITLE = "Memories"
 
@@ -176,13 +169,13 @@ class _Forgetting:
     def _rederive(self, found: cascade.Cascade) -> list[tuple[MemoryRecord, list[Turn]]]:
         out = []
         for memory_id, turn_ids in found.rederive.items():
-            memory = memory_from_row(self.conn.execute(
-                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND id = ?",
+            memory = core_rows.memory_from_row(self.conn.execute(
+                f"SELECT {core_rows.MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND id = ?",
                 (self.tenant, memory_id),
             ).fetchone())  # fmt: skip
             marks = ", ".join("?" for _ in turn_ids)
-            turns = [turn_from_row(r) for r in self.conn.execute(
-                f"SELECT {TURN_COLUMNS} FROM turns WHERE tenant = ? AND id IN ({marks})"
+            turns = [core_rows.turn_from_row(r) for r in self.conn.execute(
+                f"SELECT {core_rows.TURN_COLUMNS} FROM turns WHERE tenant = ? AND id IN ({marks})"
                 " ORDER BY ts, seq", (self.tenant, *turn_ids),
             ).fetchall()]  # fmt: skip
             out.append((memory, turns))
@@ -221,11 +214,11 @@ class _Forgetting:
             "SELECT max(version) FROM profile_versions WHERE tenant = ?", (self.tenant,)
         ).fetchone()
         found = self.conn.execute(
-            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND valid_to IS NULL"
+            f"SELECT {core_rows.MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND valid_to IS NULL"
             " AND type IN (?, ?) ORDER BY rid",
             (self.tenant, MemoryType.PERSONA.value, MemoryType.INSTRUCTION.value),
         ).fetchall()
-        left = [m for m in map(memory_from_row, found) if m.id not in erased]
+        left = [m for m in map(core_rows.memory_from_row, found) if m.id not in erased]
         return replace(affected, profile_version=int(newest[0]) + 1, profile_memories=left)
 
     def _memories(self, ids: Sequence[str]) -> list[MemoryRecord]:
@@ -233,10 +226,10 @@ class _Forgetting:
             return []
         marks = ", ".join("?" for _ in ids)
         found = self.conn.execute(
-            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND id IN ({marks})",
+            f"SELECT {core_rows.MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND id IN ({marks})",
             (self.tenant, *ids),
         ).fetchall()
-        by_id = {m.id: m for m in map(memory_from_row, found)}
+        by_id = {m.id: m for m in map(core_rows.memory_from_row, found)}
         return [by_id[i] for i in ids if i in by_id]
 
     # -- writing ---------------------------------------------------------------------------
@@ -263,9 +256,9 @@ class _Forgetting:
 
     def _insert_memories(self, memories: Sequence[MemoryRecord]) -> None:
         self.conn.executemany(
-            f"INSERT INTO memories ({MEMORY_WRITE_COLUMNS}) VALUES ({_MEMORY_MARKS})"
+            f"INSERT INTO memories ({core_rows.MEMORY_WRITE_COLUMNS}) VALUES ({_MEMORY_MARKS})"
             " ON CONFLICT (tenant, id) DO NOTHING",
-            [memory_params(m) for m in memories],
+            [core_rows.memory_params(m) for m in memories],
         )
 
     def _purge(self, refs: Sequence[Ref]) -> None:
