@@ -372,6 +372,12 @@ class RedisBackend:
             enqueued_at=float(fields["at"]),
         )
 
+    def _script_deliveries(self, reply: Any, consumer: str) -> list[Delivery]:
+        """The deliveries of a script's reads: {key index, entries} per stream read."""
+        return [self._delivery(eid, raw, consumer, 1)
+                for _index, entries in reply or []
+                for eid, raw in _with_fields(entries)]  # fmt: skip
+
     def _owned_args(self, delivery: Delivery) -> tuple[list[str], list[Any]]:
         keys = [self.keys.tasks(delivery.task.type), self.keys.stamps]
         field = _stamp_field(delivery.task.type, delivery.receipt)
@@ -420,7 +426,7 @@ class RedisBackend:
         """Up to `count` ready entries of `types`, the first types' first, in one round trip."""
         keys = [self.keys.tasks(t) for t in types]
         reply: Any = await self._read_now(keys=keys, args=[GROUP, consumer, count])
-        return _entries(self, reply, consumer)
+        return self._script_deliveries(reply, consumer)
 
     async def _read(
         self, consumer: str, types: Sequence[TaskType], count: int, block_ms: int | None
@@ -444,12 +450,19 @@ class RedisBackend:
         keys, args = self._owned_args(delivery)
         return bool(await self._owned_ack(keys=keys, args=args) == 1)
 
+    def _release_args(
+        self, delivery: Delivery, grant: LockGrant | None
+    ) -> tuple[list[str], list[Any]]:
+        """The release-and-ack script's keys and arguments: the owned entry's, then the lock's."""
+        keys, args = self._owned_args(delivery)
+        keys.append("" if grant is None else self.keys.lock(grant.key))
+        args.append("" if grant is None else grant.owner)
+        return keys, args
+
     @_translated
     async def release_and_ack(self, delivery: Delivery, grant: LockGrant | None) -> bool:
-        keys, args = self._owned_args(delivery)
-        lock = "" if grant is None else self.keys.lock(grant.key)
-        owner = "" if grant is None else grant.owner
-        return bool(await self._release_and_ack(keys=[*keys, lock], args=[*args, owner]) == 1)
+        keys, args = self._release_args(delivery, grant)
+        return bool(await self._release_and_ack(keys=keys, args=args) == 1)
 
     @_translated
     async def release_ack_and_consume(
@@ -458,9 +471,7 @@ class RedisBackend:
     ) -> tuple[bool, list[Delivery]]:
         wanted = _types(types)
         await self._ensure_groups(wanted)
-        keys, args = self._owned_args(delivery)
-        keys.append("" if grant is None else self.keys.lock(grant.key))
-        args.append("" if grant is None else grant.owner)
+        keys, args = self._release_args(delivery, grant)
         extra = self._take_extra(consumer, 1)
         if extra:  # taken already by a read over several streams: handed over first
             return int(await self._release_and_ack(keys=keys, args=args)) == 1, extra
@@ -468,7 +479,7 @@ class RedisBackend:
             return await self._release_ack_and_wait(keys, args, consumer, wanted[0], block_ms)
         keys += [self.keys.tasks(t) for t in wanted]
         acked, reply = await self._release_ack_and_read(keys=keys, args=[*args, consumer, 1])
-        got = _entries(self, reply, consumer)
+        got = self._script_deliveries(reply, consumer)
         if got or not block_ms or not wanted:
             return int(acked) == 1, got
         got = await self._read(consumer, wanted, 1, block_ms)  # several types: as `consume`
@@ -921,17 +932,6 @@ def _untimed_writes(connection_class: type) -> type:
     return _UNTIMED[connection_class]
 
 
-def _entries(backend: RedisBackend, reply: Any, consumer: str) -> list[Delivery]:
-    """The deliveries of a script's reads: {key index, entries} per stream read."""
-    out: list[Delivery] = []
-    for _index, entries in reply or []:
-        for eid, flat in entries:
-            if flat:
-                raw = dict(zip(flat[0::2], flat[1::2], strict=True))
-                out.append(backend._delivery(eid, raw, consumer, 1))
-    return out
-
-
 async def _reply(conn: Any) -> Any:
     """The next reply on `conn`, an error reply as its exception (the replies after it are
     still to be read)."""
@@ -945,8 +945,13 @@ def _read_entries(reply: Any) -> list[tuple[Any, dict[Any, Any]]]:
     """The (entry id, fields) of a raw XREADGROUP reply: a map of streams (RESP3) or a list of
     pairs (RESP2), None when the wait timed out; entries deleted meanwhile left out."""
     streams = reply.items() if isinstance(reply, dict) else reply or []
-    return [(eid, dict(zip(flat[0::2], flat[1::2], strict=True)))
-            for _stream, entries in streams for eid, flat in entries if flat]  # fmt: skip
+    return [entry for _stream, entries in streams for entry in _with_fields(entries)]
+
+
+def _with_fields(entries: Any) -> list[tuple[Any, dict[Any, Any]]]:
+    """(entry id, fields) of raw stream entries, each a flat list of names and values; entries
+    deleted meanwhile (no fields) left out."""
+    return [(eid, dict(zip(flat[0::2], flat[1::2], strict=True))) for eid, flat in entries if flat]
 
 
 def _stamp_field(task_type: TaskType, entry_id: str) -> str:
