@@ -13,6 +13,7 @@ two different sessions never share a lock or a timer.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -119,19 +120,15 @@ class TaskTypes:
         return [timer for declared in self for timer in declared.timers]
 
 
-_table: list[TaskTypes] = []
-
-
+@functools.cache
 def registered() -> TaskTypes:
     """Every part's task types (`stratamem.task_types`): the one table the pipeline reads.
 
     Imported at first use, not with this module: the table imports the parts' declarations,
     which import this module."""
-    if not _table:
-        from stratamem.task_types import TABLE  # noqa: PLC0415 - the parts import this module
+    from stratamem.task_types import TABLE  # noqa: PLC0415 - the parts import this module
 
-        _table.append(TABLE)
-    return _table[0]
+    return TABLE
 
 
 def task_type(value: str | TaskType) -> TaskType:
