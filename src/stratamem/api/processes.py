@@ -34,7 +34,7 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 
 from stratamem import logs
-from stratamem.api.server import bind, layers_mode, run_process
+from stratamem.api.server import bind, layers_mode, run_process, where_tasks_run
 from stratamem.api.settings import AllSettings
 from stratamem.core import AsyncMemory
 from stratamem.errors import ConfigError
@@ -88,11 +88,8 @@ def supervise(settings: AllSettings, announce: Callable[[str], None]) -> None:
             started.append((child, mine))
         layers = _await_ready(started, stopping)
         if layers is not None:
-            workers = (
-                f"{server.workers} pipeline consumers in the first" if server.workers
-                else "API only: pipeline tasks are left to `stratamem worker` processes"
-            )  # fmt: skip
             pids = ", ".join(str(child.pid) for child, _ in started)
+            workers = where_tasks_run(server.workers, " in the first")
             announce(
                 f"stratamem listening on http://{host}:{port} ({count} API processes, pids"
                 f" {pids}; {workers}; data in {core.data_dir}; {layers})"

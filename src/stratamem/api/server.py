@@ -151,17 +151,20 @@ def _announcing(settings: AllSettings, announce: Callable[[str], None]) -> Descr
     core, server, _ = settings
 
     def described(host: str, port: int, memory: AsyncMemory) -> None:
-        workers = (
-            f"{server.workers} pipeline consumers"
-            if server.workers
-            else "API only: pipeline tasks are left to `stratamem worker` processes"
-        )
         announce(
-            f"stratamem listening on http://{host}:{port} ({workers}; data in {core.data_dir};"
-            f" {layers_mode(memory)})"
+            f"stratamem listening on http://{host}:{port} ({where_tasks_run(server.workers)};"
+            f" data in {core.data_dir}; {layers_mode(memory)})"
         )
 
     return described
+
+
+def where_tasks_run(workers: int, within: str = "") -> str:
+    """How the announcement says where pipeline tasks run: `workers` consumers (`within` the
+    process that runs them), or none."""
+    if workers:
+        return f"{workers} pipeline consumers{within}"
+    return "API only: pipeline tasks are left to `stratamem worker` processes"
 
 
 def run_process(
