@@ -12,10 +12,14 @@ divided by the requests: a figure that does not depend on what else the machine 
 load average at its end. `--runs baseline` runs the first only; `--processes N` and
 `--workers N` are passed to `serve` (N API processes on one port; N pipeline consumers, 0 for
 the request path's CPU alone, without the layers' work; with `--embedder hash` there is
-hardly any embedding either).
+hardly any embedding either). `--text zipf` draws the words from a vocabulary of
+`--vocabulary` made-up words with Zipf-distributed frequencies (rank r drawn in proportion to
+1/r, as in natural text) instead of the default 20 words (`--text words20`, the figures before
+it), in which every recall's words are in much of the tenant's rows and its BM25 walks them all.
 
     python bench/load.py [--seconds 60] [--clients 20] [--tenants 5] [--import-messages 1000]
                          [--embedder local] [--runs both|baseline] [--processes N] [--workers N]
+                         [--text words20|zipf] [--vocabulary 5000]
 
 Bounded: at most 300 s per run and 200,000 requests in all.
 """
@@ -49,6 +53,43 @@ WORDS = [
 ]  # fmt: skip
 
 
+ZIPF_SEED = 7
+SYLLABLES = ["ka", "lo", "mi", "ren", "tu", "sa", "vel", "do", "ni", "por", "ax", "be", "chi",
+             "fen", "gru", "hal", "jo", "ku", "mar", "os"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The words sentences are drawn from, and their cumulative weights (None: uniform)."""
+
+    words: list[str]
+    cum_weights: list[float] | None = None
+
+    def draw(self, rng: random.Random, count: int) -> list[str]:
+        if self.cum_weights is None:
+            return [rng.choice(self.words) for _ in range(count)]
+        return rng.choices(self.words, cum_weights=self.cum_weights, k=count)
+
+
+def zipf_vocabulary(size: int) -> Vocabulary:
+    """`size` distinct made-up words of 2-4 syllables, the word of rank r weighted 1/r."""
+    rng, words, seen = random.Random(ZIPF_SEED), [], set()
+    while len(words) < size:
+        word = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+    total, cumulative = 0.0, []
+    for rank in range(1, size + 1):
+        total += 1.0 / rank
+        cumulative.append(total)
+    return Vocabulary(words, cumulative)
+
+
+def vocabulary_for(args: argparse.Namespace) -> Vocabulary:
+    return zipf_vocabulary(args.vocabulary) if args.text == "zipf" else Vocabulary(WORDS)
+
+
 @dataclass
 class Sample:
     route: str
@@ -60,6 +101,7 @@ class Sample:
 @dataclass
 class Run:
     name: str
+    text: str = "words20"
     elapsed_s: float = 0.0
     samples: list[Sample] = field(default_factory=list)
     import_s: float | None = None
@@ -80,8 +122,8 @@ def serve(
         yield found
 
 
-def sentence(rng: random.Random, words: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(words)).capitalize() + "."
+def sentence(rng: random.Random, words: int, vocabulary: Vocabulary = Vocabulary(WORDS)) -> str:
+    return " ".join(vocabulary.draw(rng, words)).capitalize() + "."
 
 
 async def keys_for(url: str, admin_key: str, tenants: list[str]) -> dict[str, str]:
@@ -98,7 +140,7 @@ async def keys_for(url: str, admin_key: str, tenants: list[str]) -> dict[str, st
 
 async def client_loop(
     client: httpx.AsyncClient, tenant: str, key: str, rng: random.Random, deadline: float,
-    run: Run, budget: list[int],
+    run: Run, budget: list[int], vocabulary: Vocabulary,
 ) -> None:  # fmt: skip
     headers = {"Authorization": f"Bearer {key}"}
     session = f"s{rng.randrange(1000)}"
@@ -107,11 +149,11 @@ async def client_loop(
         if rng.random() < CAPTURE_SHARE:
             route = "/v1/capture"
             messages = [{"role": rng.choice(["user", "assistant"]),
-                         "content": sentence(rng, rng.randint(8, 24))}
+                         "content": sentence(rng, rng.randint(8, 24), vocabulary)}
                         for _ in range(rng.randint(1, 3))]  # fmt: skip
             body: dict[str, object] = {"session": session, "messages": messages}
         else:
-            route, body = "/v1/recall", {"query": sentence(rng, rng.randint(3, 8))}
+            route, body = "/v1/recall", {"query": sentence(rng, rng.randint(3, 8), vocabulary)}
         start = time.perf_counter()
         try:
             status = (await client.post(route, json=body, headers=headers)).status_code
@@ -120,10 +162,12 @@ async def client_loop(
         run.samples.append(Sample(route, tenant, time.perf_counter() - start, status))
 
 
-async def big_import(client: httpx.AsyncClient, key: str, count: int, run: Run) -> None:
+async def big_import(
+    client: httpx.AsyncClient, key: str, count: int, run: Run, vocabulary: Vocabulary
+) -> None:
     rng = random.Random(99)
     messages = [{"role": "user" if i % 2 == 0 else "assistant",
-                 "content": " ".join(sentence(rng, 12) for _ in range(10))[:940]}
+                 "content": " ".join(sentence(rng, 12, vocabulary) for _ in range(10))[:940]}
                 for i in range(count)]  # fmt: skip
     start = time.perf_counter()
     response = await client.post(
@@ -138,6 +182,7 @@ async def drive(url: str, pid: int, admin_key: str, args: argparse.Namespace, ru
     keys = await keys_for(url, admin_key, tenants)
     limits = httpx.Limits(max_connections=args.clients + 2)
     budget = [MAX_REQUESTS // 2]
+    vocabulary = vocabulary_for(args)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
         for tenant in tenants:  # warm up: the embedding model loads on the first query
             warm = {"query": "warm up"}
@@ -149,11 +194,11 @@ async def drive(url: str, pid: int, admin_key: str, args: argparse.Namespace, ru
         deadline = start + min(args.seconds, MAX_SECONDS)
         jobs = [
             client_loop(client, tenants[i % len(tenants)], keys[tenants[i % len(tenants)]],
-                        random.Random(i), deadline, run, budget)
+                        random.Random(i), deadline, run, budget, vocabulary)
             for i in range(args.clients)
         ]  # fmt: skip
         if run.name == "with import":
-            jobs.append(big_import(client, keys[IMPORTER], args.import_messages, run))
+            jobs.append(big_import(client, keys[IMPORTER], args.import_messages, run, vocabulary))
         await asyncio.gather(*jobs)
         run.elapsed_s = time.monotonic() - start
         run.cpu_s = serve_process.cpu_seconds(pid) - cpu_before
@@ -167,7 +212,7 @@ def percentile(values: list[float], share: float) -> float:
 
 def report(run: Run) -> None:
     cpu_ms = 1e3 * run.cpu_s / max(len(run.samples), 1)
-    print(f"\n== {run.name}: {len(run.samples)} requests in {run.elapsed_s:.1f} s"
+    print(f"\n== {run.name} ({run.text}): {len(run.samples)} requests in {run.elapsed_s:.1f} s"
           f" ({len(run.samples) / run.elapsed_s:.1f} req/s); service CPU {cpu_ms:.2f} ms a"
           f" request; load {run.load:.2f}")  # fmt: skip
     print(f"{'route':<14}{'count':>7}{'req/s':>8}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}"
@@ -199,9 +244,12 @@ def main() -> None:
     parser.add_argument("--runs", choices=("both", "baseline"), default="both")
     parser.add_argument("--processes", type=int, default=None, help="serve's --processes")
     parser.add_argument("--workers", type=int, default=None, help="serve's --workers")
+    parser.add_argument("--text", choices=("words20", "zipf"), default="words20")
+    parser.add_argument("--vocabulary", type=int, default=5000, help="words of --text zipf")
     args = parser.parse_args()
     admin_key = secrets.token_urlsafe(32)
-    runs = [Run("baseline"), Run("with import")][: 2 if args.runs == "both" else 1]
+    text = args.text if args.text == "words20" else f"zipf over {args.vocabulary} words"
+    runs = [Run("baseline", text), Run("with import", text)][: 2 if args.runs == "both" else 1]
     for run in runs:
         with serve(args.embedder, admin_key, args.processes, args.workers) as (url, pid):
             asyncio.run(drive(url, pid, admin_key, args, run))
