@@ -14,6 +14,12 @@ per task between 10 % and 90 % (`cpu_ms_per_task`, from /proc, start-up left out
 little on the machine's load) and the run's load average: on a shared machine whose cores are
 busy, the fraction measures the machine, and the CPU per task says what the code costs.
 
+`--count-writes` runs the workers with `bench/sqlite_count` (which slows them: take rates from
+plain runs) and adds, per SQLite file, the write transactions a task (`BEGIN IMMEDIATE`s over
+the tasks started in the execution log, the whole run), how many of them first found the file
+busy, and the milliseconds a task spent in `BEGIN IMMEDIATE` and `COMMIT`: each write
+transaction serialises the processes on that file, and that count does not depend on the load.
+
     python bench/drain.py [--processes 1,2,4] [--sessions 0] [--backend sqlite|redis] [--json]
 
 `--sessions 0` (the default) sizes each run to about `--seconds` of work at capacity.
@@ -111,6 +117,9 @@ def run(processes: int, args: Any) -> dict[str, Any]:
         fill(data, sessions)
         prefix = f"bench:drain:{uuid.uuid4().hex}:"
         env = worker_env(data, llm, args.backend, prefix, args)
+        if args.count_writes:
+            env["PYTHONPATH"] = f"{ROOT / 'bench' / 'sqlite_count'}{os.pathsep}{env['PYTHONPATH']}"
+            env["SQLITE_COUNT_OUT"] = str(Path(tmp) / "count")
         procs = [spawn(env, Path(tmp) / f"w{n}.log", f"w{n}") for n in range(processes)]
         try:
             marks = watch(data, sessions, procs)
@@ -119,6 +128,7 @@ def run(processes: int, args: Any) -> dict[str, Any]:
             if args.backend == "redis":
                 drop_prefix(prefix)
         calls = len(llm.calls("L1")) + len(llm.calls("L1-reconcile"))
+        writes = counted_writes(Path(tmp)) if args.count_writes else {}
     done = sessions - marks["left"]
     per_task = calls / max(done, 1)
     rate = 0.8 * sessions / (marks["t90"] - marks["t10"])
@@ -129,7 +139,27 @@ def run(processes: int, args: Any) -> dict[str, Any]:
             "fraction": round(rate / capacity, 3),
             "first_task_s": round(marks["t_first"], 2),
             "cpu_ms_per_task": round(1000 * marks["cpu_s"] / (0.8 * sessions), 1),
-            "load": os.getloadavg()[0]}  # fmt: skip
+            "load": os.getloadavg()[0], **writes}  # fmt: skip
+
+
+def counted_writes(tmp: Path) -> dict[str, Any]:
+    """Per SQLite file, write transactions, busy first tries and ms in BEGIN/COMMIT a task."""
+    counts: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    for dump in tmp.glob("count-*.json"):
+        got = json.loads(dump.read_text())
+        for name, n in got["counts"].items():
+            counts[name] = counts.get(name, 0) + n
+        for name, s in got["seconds"].items():
+            seconds[name] = seconds.get(name, 0) + s
+    tasks = max(sum(n for name, n in counts.items() if name.endswith(" task")), 1)
+    files = sorted({name.split(" ")[0] for name in counts})
+    return {"writes_per_task": {
+        f: {"writes": round(counts.get(f"{f} write", 0) / tasks, 2),
+            "busy_first": round(counts.get(f"{f} write busy", 0) / tasks, 2),
+            "ms_in_begin_commit": round(
+                1000 * (seconds.get(f"{f} write", 0) + seconds.get(f"{f} commit", 0)) / tasks, 1)}
+        for f in files}}  # fmt: skip
 
 
 def cpu_seconds(pid: int) -> float:
@@ -197,6 +227,8 @@ def main() -> None:
     parser.add_argument("--backend", choices=["sqlite", "redis"], default="sqlite")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a STRATAMEM_* variable for the workers (repeatable)")
+    parser.add_argument("--count-writes", action="store_true",
+                        help="count SQLite write transactions a task (bench/sqlite_count)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results = [run(int(n), args) for n in args.processes.split(",")]
