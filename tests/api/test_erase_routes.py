@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import httpx
 
+from stratamem.api import Services
+from stratamem.offload.task_types import OFFLOAD_L1_TIMER
 from tests.api.conftest import ADMIN, Caller, message
 
 
@@ -69,3 +71,18 @@ async def test_deleting_a_tenant_revokes_its_keys_and_erases_everything(
     headers = {"Authorization": f"Bearer {issued.json()['token']}"}
     stats = (await client.get("/v1/stats", headers=headers)).json()
     assert stats["L0"]["records"] == 0 and stats["L1"]["records"] == 0
+
+
+async def test_erasing_a_session_disarms_its_offload_timers(
+    client: httpx.AsyncClient, services: Services, alice: Caller
+) -> None:
+    """A tool result below the batch arms the summaries' timer; the key names the session, so
+    forgetting the session must not leave it behind in the pipeline."""
+    pair = {"call_id": "c1", "tool": "labs", "result": "shingles panel positive"}
+    path = "/v1/offload/sessions/clinic/tool-results"
+    assert (await client.post(path, json={"pairs": [pair]}, headers=alice.headers)).is_success
+    assert services.pipeline is not None
+    key = OFFLOAD_L1_TIMER.key(alice.tenant, "clinic")
+    assert await services.pipeline.get_timer(key) is not None
+    assert (await client.delete("/v1/sessions/clinic", headers=alice.headers)).status_code == 200
+    assert await services.pipeline.get_timer(key) is None

@@ -56,7 +56,8 @@ def test_every_type_locks_and_times_as_before() -> None:
     found = {(scope, t.name): lock_key_for(Task(t, "t", "s"), scope)
              for scope in LockScope for t in registered()}  # fmt: skip
     assert found == LOCKS
-    assert session_timer_keys("t", "s") == ["l2/t/s", "l2max/t/s", "offload-l2/t/s"]
+    timers = ["l2/t/s", "l2max/t/s", "offload-l1/t/s", "offload-l2/t/s"]
+    assert session_timer_keys("t", "s") == timers
 
 
 def test_a_task_is_of_the_registered_type_whatever_names_it() -> None:
