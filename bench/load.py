@@ -34,9 +34,10 @@ import secrets
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -102,6 +103,7 @@ class Sample:
 class Run:
     name: str
     text: str = "words20"
+    rate: float | None = None
     elapsed_s: float = 0.0
     samples: list[Sample] = field(default_factory=list)
     import_s: float | None = None
@@ -142,24 +144,53 @@ async def client_loop(
     client: httpx.AsyncClient, tenant: str, key: str, rng: random.Random, deadline: float,
     run: Run, budget: list[int], vocabulary: Vocabulary,
 ) -> None:  # fmt: skip
-    headers = {"Authorization": f"Bearer {key}"}
+    """A closed-loop client: its next request leaves when the last one is answered."""
     session = f"s{rng.randrange(1000)}"
     while time.monotonic() < deadline and budget[0] > 0:
         budget[0] -= 1
-        if rng.random() < CAPTURE_SHARE:
-            route = "/v1/capture"
-            messages = [{"role": rng.choice(["user", "assistant"]),
-                         "content": sentence(rng, rng.randint(8, 24), vocabulary)}
-                        for _ in range(rng.randint(1, 3))]  # fmt: skip
-            body: dict[str, object] = {"session": session, "messages": messages}
-        else:
-            route, body = "/v1/recall", {"query": sentence(rng, rng.randint(3, 8), vocabulary)}
-        start = time.perf_counter()
-        try:
-            status = (await client.post(route, json=body, headers=headers)).status_code
-        except httpx.TimeoutException:
-            status = 0  # counted as an error, with the time it took to give up
-        run.samples.append(Sample(route, tenant, time.perf_counter() - start, status))
+        await one_request(client, tenant, key, session, rng, vocabulary, run, time.perf_counter())
+
+
+async def paced_clients(
+    client: httpx.AsyncClient, keys: dict[str, str], deadline: float, run: Run,
+    budget: list[int], vocabulary: Vocabulary, rate: float,
+) -> None:  # fmt: skip
+    """Open loop: request k leaves at start + k / rate whatever the service does, and its
+    latency counts from then (a request that waits for a free connection waits in its figure:
+    no coordinated omission)."""
+    rng, tenants = random.Random(0), sorted(keys)
+    sessions = {tenant: f"s{rng.randrange(1000)}" for tenant in tenants}
+    perf_start, start, pending = time.perf_counter(), time.monotonic(), set()
+    for k in range(budget[0]):
+        if start + k / rate >= deadline:
+            break
+        await asyncio.sleep(max(0.0, start + k / rate - time.monotonic()))
+        tenant = tenants[k % len(tenants)]
+        request = one_request(client, tenant, keys[tenant], sessions[tenant], rng, vocabulary,
+                              run, perf_start + k / rate)  # fmt: skip
+        pending.add(asyncio.ensure_future(request))
+        pending = {job for job in pending if not job.done()}
+    await asyncio.gather(*pending)
+
+
+async def one_request(
+    client: httpx.AsyncClient, tenant: str, key: str, session: str, rng: random.Random,
+    vocabulary: Vocabulary, run: Run, start: float,
+) -> None:  # fmt: skip
+    headers = {"Authorization": f"Bearer {key}"}
+    if rng.random() < CAPTURE_SHARE:
+        route = "/v1/capture"
+        messages = [{"role": rng.choice(["user", "assistant"]),
+                     "content": sentence(rng, rng.randint(8, 24), vocabulary)}
+                    for _ in range(rng.randint(1, 3))]  # fmt: skip
+        body: dict[str, object] = {"session": session, "messages": messages}
+    else:
+        route, body = "/v1/recall", {"query": sentence(rng, rng.randint(3, 8), vocabulary)}
+    try:
+        status = (await client.post(route, json=body, headers=headers)).status_code
+    except httpx.TimeoutException:
+        status = 0  # counted as an error, with the time it took to give up
+    run.samples.append(Sample(route, tenant, time.perf_counter() - start, status))
 
 
 async def big_import(
@@ -192,10 +223,12 @@ async def drive(url: str, pid: int, admin_key: str, args: argparse.Namespace, ru
         cpu_before = serve_process.cpu_seconds(pid)
         start = time.monotonic()
         deadline = start + min(args.seconds, MAX_SECONDS)
-        jobs = [
+        jobs: list[Coroutine[Any, Any, None]] = [
             client_loop(client, tenants[i % len(tenants)], keys[tenants[i % len(tenants)]],
                         random.Random(i), deadline, run, budget, vocabulary)
             for i in range(args.clients)
+        ] if args.rate is None else [
+            paced_clients(client, keys, deadline, run, budget, vocabulary, args.rate)
         ]  # fmt: skip
         if run.name == "with import":
             jobs.append(big_import(client, keys[IMPORTER], args.import_messages, run, vocabulary))
@@ -212,9 +245,10 @@ def percentile(values: list[float], share: float) -> float:
 
 def report(run: Run) -> None:
     cpu_ms = 1e3 * run.cpu_s / max(len(run.samples), 1)
-    print(f"\n== {run.name} ({run.text}): {len(run.samples)} requests in {run.elapsed_s:.1f} s"
-          f" ({len(run.samples) / run.elapsed_s:.1f} req/s); service CPU {cpu_ms:.2f} ms a"
-          f" request; load {run.load:.2f}")  # fmt: skip
+    offered = "closed loop" if run.rate is None else f"open loop, {run.rate:g} req/s offered"
+    print(f"\n== {run.name} ({run.text}, {offered}): {len(run.samples)} requests in"
+          f" {run.elapsed_s:.1f} s ({len(run.samples) / run.elapsed_s:.1f} req/s); service CPU"
+          f" {cpu_ms:.2f} ms a request; load {run.load:.2f}")  # fmt: skip
     print(f"{'route':<14}{'count':>7}{'req/s':>8}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}"
           f"{'non-2xx':>9}")  # fmt: skip
     by_route: dict[str, list[Sample]] = defaultdict(list)
@@ -238,6 +272,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--rate", type=float, default=None,
+                        help="open loop: requests a second offered (at most --clients open)")
     parser.add_argument("--tenants", type=int, default=5)
     parser.add_argument("--import-messages", type=int, default=1000)
     parser.add_argument("--embedder", default="local")
@@ -249,7 +285,8 @@ def main() -> None:
     args = parser.parse_args()
     admin_key = secrets.token_urlsafe(32)
     text = args.text if args.text == "words20" else f"zipf over {args.vocabulary} words"
-    runs = [Run("baseline", text), Run("with import", text)][: 2 if args.runs == "both" else 1]
+    runs = [Run("baseline", text, args.rate), Run("with import", text, args.rate)]
+    runs = runs[: 2 if args.runs == "both" else 1]
     for run in runs:
         with serve(args.embedder, admin_key, args.processes, args.workers) as (url, pid):
             asyncio.run(drive(url, pid, admin_key, args, run))

@@ -54,6 +54,8 @@ CASES: list[tuple[str, list[str], Check | None]] = [
      None),
     ("load.py", ["--seconds", "2", "--clients", "2", "--tenants", "2", "--import-messages", "10",
                  "--embedder", "hash:64"], None),
+    ("load.py", ["--rate", "20", "--seconds", "2", "--clients", "4", "--tenants", "2",
+                 "--runs", "baseline", "--embedder", "hash:64"], None),
     ("soak.py", ["--seconds", "3", "--clients", "2", "--drain-s", "30", "--embedder",
                  "hash:64"], None),
     ("idle_connections.py", ["--connections", "5", "--probes", "3"], None),
