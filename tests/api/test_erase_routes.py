@@ -86,3 +86,21 @@ async def test_erasing_a_session_disarms_its_offload_timers(
     assert await services.pipeline.get_timer(key) is not None
     assert (await client.delete("/v1/sessions/clinic", headers=alice.headers)).status_code == 200
     assert await services.pipeline.get_timer(key) is None
+
+
+async def test_deleting_a_tenant_disarms_its_sessions_timers(
+    client: httpx.AsyncClient, services: Services, alice: Caller, bob: Caller
+) -> None:
+    """Every session's armed timer names the tenant: deleting the tenant disarms them all, and
+    another tenant's timer for a session of the same name stays armed."""
+    pair = {"call_id": "c1", "tool": "labs", "result": "shingles panel positive"}
+    for caller, session in ((alice, "clinic"), (alice, "trip"), (bob, "clinic")):
+        path = f"/v1/offload/sessions/{session}/tool-results"
+        assert (await client.post(path, json={"pairs": [pair]}, headers=caller.headers)).is_success
+    assert services.pipeline is not None
+    keys = [OFFLOAD_L1_TIMER.key(alice.tenant, s) for s in ("clinic", "trip")]
+    assert all([await services.pipeline.get_timer(key) is not None for key in keys])
+    deleted = await client.delete(f"/v1/admin/tenants/{alice.tenant}", headers=ADMIN)
+    assert deleted.status_code == 200, deleted.text
+    assert [await services.pipeline.get_timer(key) for key in keys] == [None, None]
+    assert await services.pipeline.get_timer(OFFLOAD_L1_TIMER.key(bob.tenant, "clinic"))

@@ -60,6 +60,14 @@ def test_list_sessions_in_time_order(store: Store) -> None:
     assert store.list_sessions(ACME) == ["early", "late"]
 
 
+def test_sessions_with_data_names_each_once_and_only_the_tenants(store: Store) -> None:
+    store.add_turns(ACME, [turn("a", "x", session="late"), turn("b", "y", session="late")])
+    store.add_turns(ACME, [turn("c", "z", session="early")])
+    store.add_turns(Scope("other"), [turn("d", "w", session="theirs")])
+    assert store.sessions_with_data(ACME) == ["early", "late"]
+    assert store.sessions_with_data(Scope("nobody")) == []
+
+
 def test_upsert_memories_replaces_by_id(store: Store) -> None:
     store.upsert_memories(ACME, [memory("m1", "likes tea")])
     store.upsert_memories(ACME, [memory("m1", "likes green tea")])

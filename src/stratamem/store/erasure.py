@@ -58,6 +58,18 @@ def erase_session_rest(conn: SqlConn, tenant: str, session: str) -> int:
     return other
 
 
+def tenant_sessions(conn: SqlConn, tenant: str) -> list[str]:
+    """Every session name the tenant has a row of, in any table keyed by (tenant, session):
+    what a tenant's erase must also clear outside the store (the pipeline's session timers)."""
+    union = " UNION ".join(
+        f"SELECT session FROM {table} WHERE tenant = ?"
+        for table in ("turns", *SESSION_TABLES, *BOOKKEEPING_TABLES)
+    )
+    count = 1 + len(SESSION_TABLES) + len(BOOKKEEPING_TABLES)
+    rows = conn.execute(f"SELECT session FROM ({union}) AS s ORDER BY session", (tenant,) * count)
+    return [row[0] for row in rows.fetchall()]
+
+
 def erase_tenant(conn: SqlConn, tenant: str) -> dict[str, int]:
     """Delete every row of `tenant` in `TENANT_TABLES` and its bookkeeping, in the caller's
     transaction; counts of deleted rows by kind (`turns`, `memories`, `other`)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter
@@ -16,7 +17,8 @@ from stratamem.api.schemas import (
     TenantIn,
     TenantOut,
 )
-from stratamem.domain import check_ident
+from stratamem.domain import Scope, check_ident
+from stratamem.pipeline.timers import clear_session_timers
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=ERRORS)
 
@@ -32,10 +34,16 @@ def list_tenants(_: AdminDep, services: ServicesDep) -> list[dict[str, Any]]:
 
 
 @router.delete("/tenants/{tenant}", response_model=ErasedOut)
-def delete_tenant(tenant: str, _: AdminDep, services: ServicesDep) -> dict[str, Any]:
+async def delete_tenant(tenant: str, _: AdminDep, services: ServicesDep) -> dict[str, Any]:
     """Delete a tenant: its keys stop working at once, then all its data (turns, memories,
-    scenes, profile, offload records) is erased, then the tenant and its keys are removed."""
-    erased = services.tenants.delete_tenant(check_ident(tenant, "tenant"))
+    scenes, profile, offload records) is erased, every session's pending timers are cleared
+    from the pipeline, then the tenant and its keys are removed."""
+    check_ident(tenant, "tenant")
+    sessions = await asyncio.to_thread(services.memory.store.sessions_with_data, Scope(tenant))
+    erased = await asyncio.to_thread(services.tenants.delete_tenant, tenant)
+    if services.pipeline is not None:
+        for session in sessions:
+            await clear_session_timers(services.pipeline, tenant, session)
     return {"tenant": tenant, "session": None, "erased": erased}
 
 

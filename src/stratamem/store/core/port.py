@@ -157,6 +157,10 @@ class Store(Protocol):
     def list_sessions(self, scope: Scope) -> list[str]:
         """Sessions of the tenant that have turns."""
 
+    def sessions_with_data(self, scope: Scope) -> list[str]:
+        """Every session of the tenant with a row anywhere (turns, layer, offload or
+        bookkeeping records), by name."""
+
     # -- L1 memories -------------------------------------------------------------------------
     def upsert_memories(
         self,

@@ -25,7 +25,7 @@ import numpy as np
 
 from stratamem.domain import Hit, Layer, MemoryRecord, Scope, Turn
 from stratamem.errors import EmbeddingMismatch, MemoryChanged, NotFound, StoreError
-from stratamem.store import fencing
+from stratamem.store import erasure, fencing
 from stratamem.store.core import vector_search
 from stratamem.store.core.filters import filter_sql
 from stratamem.store.core.pieces import embedding_pieces, embedding_text, fair_share, vector_blobs
@@ -306,6 +306,10 @@ class SqlCoreStore(ABC):
                 (scope.tenant,),
             ).fetchall()
         return [row[0] for row in rows]
+
+    def sessions_with_data(self, scope: Scope) -> list[str]:
+        with self.reading() as conn:
+            return erasure.tenant_sessions(conn, scope.tenant)
 
     # -- L1 memories -------------------------------------------------------------------------
     def upsert_memories(
