@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -12,6 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from stratamem.cli.main import cli
+from stratamem.offload.task_types import OFFLOAD_L1, OFFLOAD_L1_TIMER
+from stratamem.pipeline.sqlite_backend import SqliteBackend
+from stratamem.pipeline.task import Task
 
 SAMPLE = Path(__file__).parent.parent / "src" / "stratamem" / "samples" / "conversation.jsonl"
 
@@ -124,3 +128,37 @@ def test_erase_a_session_then_a_tenant(tmp_path: Path) -> None:
     assert code == 0 and json.loads(out)["erased"]["turns"] == 12
     code, out, _ = run(tmp_path, "stats", "--tenant", "maya", "--json")
     assert json.loads(out)["L0"]["records"] == 0
+
+
+def test_erase_disarms_the_erased_sessions_pipeline_timers(tmp_path: Path) -> None:
+    """The embedded pipeline's session timers name the session: the CLI's erase of a session or
+    of a whole tenant clears them, as the service's routes do; another tenant's stay."""
+    run(tmp_path, "capture", "--tenant", "maya", "--session", "a", "--text", "first note")
+    run(tmp_path, "capture", "--tenant", "maya", "--session", "b", "--text", "second note")
+    armed = [("maya", "a"), ("maya", "b"), ("bob", "a")]
+
+    async def arm() -> None:
+        backend = SqliteBackend(tmp_path / "pipeline.db")
+        for tenant, session in armed:
+            task = Task(OFFLOAD_L1, tenant, session)
+            await backend.set_timer(OFFLOAD_L1_TIMER.key(tenant, session), task, due_at=9e9)
+        await backend.close()
+
+    async def left() -> list[tuple[str, str]]:
+        backend = SqliteBackend(tmp_path / "pipeline.db")
+        found = [(t, s) for t, s in armed
+                 if await backend.get_timer(OFFLOAD_L1_TIMER.key(t, s)) is not None]  # fmt: skip
+        await backend.close()
+        return found
+
+    asyncio.run(arm())
+    assert run(tmp_path, "erase", "--tenant", "maya", "--session", "a", "--yes")[0] == 0
+    assert asyncio.run(left()) == [("maya", "b"), ("bob", "a")]
+    assert run(tmp_path, "erase", "--tenant", "maya", "--yes")[0] == 0
+    assert asyncio.run(left()) == [("bob", "a")]
+
+
+def test_erase_creates_no_pipeline_file(tmp_path: Path) -> None:
+    run(tmp_path, "capture", "--tenant", "maya", "--session", "a", "--text", "a note")
+    assert run(tmp_path, "erase", "--tenant", "maya", "--yes")[0] == 0
+    assert not (tmp_path / "pipeline.db").exists()

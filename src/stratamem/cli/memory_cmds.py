@@ -3,6 +3,7 @@ stats."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,10 @@ from stratamem.cli.common import (
 )
 from stratamem.cli.importing import read_jsonl
 from stratamem.datasets import locomo
-from stratamem.domain import Hit, Layer, MemoryType, Role
+from stratamem.domain import Hit, Layer, MemoryType, Role, Scope
+from stratamem.pipeline.runner import SQLITE_FILE, open_backend
+from stratamem.pipeline.settings import PipelineSettings
+from stratamem.pipeline.timers import clear_session_timers
 from stratamem.sync import Memory
 from stratamem.timestamps import utc_text
 
@@ -266,6 +270,7 @@ def erase(
     if not yes:
         click.confirm(f"Erase {what}? This cannot be undone.", abort=True)
     with open_memory(ctx, existing=True) as memory:
+        sessions = [session] if session is not None else []
         if session is not None:
             erased = memory.erase_session(tenant, session)
         elif turn_id is not None:
@@ -273,8 +278,26 @@ def erase(
         elif memory_id is not None:
             erased = memory.erase_memory(tenant, memory_id)
         else:
+            sessions = memory.core.store.sessions_with_data(Scope(tenant))
             erased = memory.erase_tenant(tenant)
+        settings = memory.core.settings
+    if sessions:
+        asyncio.run(_clear_timers(settings.data_dir, tenant, sessions))
     print_json({"tenant": tenant, "session": session, "erased": erased})
+
+
+async def _clear_timers(data_dir: Path, tenant: str, sessions: list[str]) -> None:
+    """Disarm the erased sessions' pending timers in the configured pipeline backend (a SQLite
+    pipeline that was never created holds none: it is not created here)."""
+    pipeline = PipelineSettings()
+    if pipeline.backend == "sqlite" and not (data_dir / SQLITE_FILE).exists():
+        return
+    backend = open_backend(pipeline, data_dir)
+    try:
+        for name in sessions:
+            await clear_session_timers(backend, tenant, name)
+    finally:
+        await backend.close()
 
 
 @click.command()
