@@ -2,7 +2,8 @@
 
 Two phases per queue, both with the consumers in this process:
 - throughput: N tasks enqueued up front, then W consumers drain them (tasks per second from the
-  first start to the last finish);
+  first start to the last finish; and this process's CPU time a task, enqueueing and consuming,
+  from the first enqueue to the last finish: steadier than the rate on a shared machine);
 - latency: tasks enqueued one by one at a fixed rate below saturation (a fifth of the measured
   throughput, at most 500/s); enqueue-to-start latency p50 / p99.
 
@@ -67,10 +68,12 @@ class Figures:
     tasks_per_s: float
     p50_start_ms: float
     p99_start_ms: float
+    cpu_ms_per_task: float
 
     def as_dict(self) -> dict[str, float]:
         return {
             "tasks_per_s": round(self.tasks_per_s, 1),
+            "cpu_ms_per_task": round(self.cpu_ms_per_task, 3),
             "p50_start_ms": round(self.p50_start_ms, 2),
             "p99_start_ms": round(self.p99_start_ms, 2),
         }
@@ -88,9 +91,11 @@ async def _measure(
     recorder: Recorder, enqueue: Enqueue, tasks: int, *, timeout_s: float
 ) -> Figures:
     recorder.reset(tasks)
+    cpu_start = time.process_time()
     for _ in range(tasks):
         await enqueue(time.time())
     await asyncio.wait_for(recorder.done.wait(), timeout_s)
+    cpu_ms = (time.process_time() - cpu_start) * 1000 / tasks
     tps = tasks / max(recorder.last_end - recorder.first_start, 1e-9)
     rate = min(LATENCY_MAX_RATE_PER_S, tps * LATENCY_SHARE_OF_THROUGHPUT)
     paced = min(LATENCY_TASKS_MAX, max(50, int(rate * 2)))
@@ -101,7 +106,7 @@ async def _measure(
         await enqueue(time.time())
     await asyncio.wait_for(recorder.done.wait(), timeout_s)
     ms = [s * 1000 for s in recorder.starts]
-    return Figures(tps, _percentile(ms, 0.5), _percentile(ms, 0.99))
+    return Figures(tps, _percentile(ms, 0.5), _percentile(ms, 0.99), cpu_ms)
 
 
 # -- ours -------------------------------------------------------------------------------------
@@ -206,6 +211,7 @@ def _median(runs: list[Figures]) -> Figures:
         statistics.median(f.tasks_per_s for f in runs),
         statistics.median(f.p50_start_ms for f in runs),
         statistics.median(f.p99_start_ms for f in runs),
+        statistics.median(f.cpu_ms_per_task for f in runs),
     )
 
 
@@ -233,5 +239,6 @@ async def run_bench(
         **mine.as_dict(),
         "baseline": {"name": "saq", **theirs.as_dict()},
         "ratio": round(mine.tasks_per_s / theirs.tasks_per_s, 2),
+        "cpu_ratio": round(theirs.cpu_ms_per_task / max(mine.cpu_ms_per_task, 1e-9), 2),
         "runs": {"ours": [f.as_dict() for f in ours], "saq": [f.as_dict() for f in base]},
     }
