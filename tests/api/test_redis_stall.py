@@ -99,6 +99,28 @@ async def test_a_stalled_redis_fails_a_command_within_the_bound(proxy: StallingP
         await backend.close()
 
 
+async def test_a_stalled_redis_fails_a_lock_on_its_consumers_connection_within_the_bound(
+    proxy: StallingProxy,
+) -> None:
+    """A delivery's lock goes on its consumer's own connection, not the pool's: it keeps the
+    command's bound, and the connection is made again once the server answers."""
+    backend = RedisBackend(f"redis://127.0.0.1:{proxy.port}/0", prefix=f"test:{uuid.uuid4().hex}:")
+    try:
+        await backend.enqueue(Task(L1, "t", "s"), now=0.0)
+        [delivery] = await backend.consume("c", count=1, block_ms=0, now=0.0)
+        assert await backend.acquire_for(delivery, "a", "w", ttl_ms=30_000, now=0.0)
+        proxy.flowing.clear()
+        with pytest.raises(BackendUnavailable):
+            await asyncio.wait_for(backend.acquire_for(delivery, "b", "w", ttl_ms=30_000, now=0.0),
+                                   timeout=ANSWER_WITHIN_S)  # fmt: skip
+        proxy.flowing.set()
+        assert await backend.acquire_for(delivery, "c", "w", ttl_ms=30_000, now=0.0)
+    finally:
+        proxy.flowing.set()
+        await backend.drop_all()
+        await backend.close()
+
+
 async def test_routes_that_need_a_stalled_redis_answer_503_within_a_commands_bound(
     proxy: StallingProxy, tmp_path: Path
 ) -> None:

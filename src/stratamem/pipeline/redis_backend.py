@@ -70,6 +70,8 @@ BLOCK_CAP_S = 1.0
 again)."""
 WAIT_FREE_CAP_S = 1.0
 """The longest one BLPOP of `wait_free` blocks a connection (its caller waits again)."""
+BLOCKING_TIMEOUT_S = max(BLOCK_CAP_S, WAIT_FREE_CAP_S) + COMMAND_TIMEOUT_S
+"""The timeout of the blocking reads' client: their longest wait and a command's time."""
 REQUEUE_ATTEMPTS = 5
 
 ACQUIRE_LUA = """
@@ -322,7 +324,7 @@ class RedisBackend:
 
     def __init__(self, url: str, *, prefix: str = "stratamem:pipeline:") -> None:
         self._redis = _client(url, COMMAND_TIMEOUT_S)
-        self._blocking = _client(url, max(BLOCK_CAP_S, WAIT_FREE_CAP_S) + COMMAND_TIMEOUT_S)
+        self._blocking = _client(url, BLOCKING_TIMEOUT_S)
         self.keys = RedisKeys(prefix)
         self._acquire = self._redis.register_script(ACQUIRE_LUA)
         self._renew = self._redis.register_script(RENEW_LUA)
@@ -343,6 +345,9 @@ class RedisBackend:
         # Entries one blocking read over several streams returned beyond `count`: they are
         # pending for their consumer already, and handed to it first at its next `consume`.
         self._extra: dict[str, deque[Delivery]] = {}
+        # Each consumer's own connection (`_exchange`), and the consumers using theirs now.
+        self._own: dict[str, Any] = {}
+        self._own_busy: set[str] = set()
 
     async def _ensure_groups(self, types: Iterable[TaskType]) -> None:
         for task_type in types:
@@ -496,20 +501,15 @@ class RedisBackend:
         block = min(block_ms, int(BLOCK_CAP_S * 1000))
         script = self._release_and_ack
         stream = self.keys.tasks(task_type)
-        pool = self._blocking.connection_pool
-        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
-        try:
-            await conn.send_packed_command(conn.pack_commands([
-                ("EVALSHA", script.sha, len(keys), *keys, *args),
-                ("XREADGROUP", "GROUP", GROUP, consumer, "COUNT", 1, "BLOCK", block,
-                 "STREAMS", stream, ">"),
-            ]))  # fmt: skip
-            acked, reply = await _reply(conn), await _reply(conn)
-        except BaseException:
-            await conn.disconnect(nowait=True)
-            raise
-        finally:
-            await pool.release(conn)
+        commands = [
+            ("EVALSHA", script.sha, len(keys), *keys, *args),
+            ("XREADGROUP", "GROUP", GROUP, consumer, "COUNT", 1, "BLOCK", block,
+             "STREAMS", stream, ">"),
+        ]  # fmt: skip
+        replies = await self._exchange(consumer, commands, timeout_s=BLOCKING_TIMEOUT_S)
+        if replies is None:  # its connection is in use: one of the blocking pool's
+            replies = await _exchange_on_pool(self._blocking, commands)
+        acked, reply = replies
         if isinstance(reply, Exception):
             raise reply
         if isinstance(acked, NoScriptError):  # a restarted server: load it, ack again
@@ -518,6 +518,52 @@ class RedisBackend:
             raise acked
         got = [self._delivery(eid, raw, consumer, 1) for eid, raw in _read_entries(reply)]
         return int(acked) == 1, got
+
+    async def _exchange(
+        self, consumer: str, commands: list[tuple[Any, ...]], *, timeout_s: float
+    ) -> list[Any] | None:
+        """Send `commands` at once on `consumer`'s own connection and read their replies (an
+        error reply as its exception), each within `timeout_s` (its socket timeout: a reply
+        late is the client's `TimeoutError`). Its own, made on first use, so a task's round
+        trips skip the pool's get and release and the client's command path (about a tenth of
+        a task's CPU); None when that connection is in use (a consumer name several coroutines
+        share, as the reclaimer's): the caller goes through a pool. A connection that failed
+        midway is dropped (the next exchange connects again)."""
+        if consumer in self._own_busy:
+            return None
+        conn = self._own.get(consumer)
+        if conn is None:
+            pool = self._blocking.connection_pool
+            conn = self._own[consumer] = pool.make_connection()  # type: ignore[no-untyped-call]
+        self._own_busy.add(consumer)
+        conn.socket_timeout = timeout_s
+        try:
+            await conn.send_packed_command(conn.pack_commands(commands))
+            return [await _reply(conn) for _ in commands]
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+        finally:
+            self._own_busy.discard(consumer)
+
+    async def _run_script(
+        self, consumer: str, script: Any, keys: list[str], args: list[Any]
+    ) -> Any:
+        """EVALSHA of `script` on `consumer`'s own connection (`_exchange`), with the client's
+        rules: `COMMAND_TIMEOUT_S` for the reply, a broken connection retried once (on a fresh
+        one); through the client when that connection is in use or the server does not have
+        the script (a restarted server: the client loads it)."""
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        try:
+            replies = await self._exchange(consumer, [command], timeout_s=COMMAND_TIMEOUT_S)
+        except RedisConnectionError:
+            replies = await self._exchange(consumer, [command], timeout_s=COMMAND_TIMEOUT_S)
+        reply = None if replies is None else replies[0]
+        if replies is None or isinstance(reply, NoScriptError):
+            return await script(keys=keys, args=args)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     @_translated
     async def extend(self, delivery: Delivery, *, now: float) -> bool:
@@ -676,7 +722,8 @@ class RedisBackend:
         keys, args = self._owned_args(delivery)
         keys += [self.keys.lock(key), self.keys.fence(key)]
         body = "" if stamp is None else json.dumps(replace(stamp, token=0).to_json())
-        token = await self._owned_acquire(keys=keys, args=[*args, owner, ttl_ms, body])
+        args += [owner, ttl_ms, body]
+        token = await self._run_script(delivery.consumer, self._owned_acquire, keys, args)
         if token is None:
             raise DeliveryLost(f"delivery {delivery.receipt} is no longer {delivery.consumer}'s")
         return LockGrant(key=key, owner=owner, token=int(token)) if int(token) else None
@@ -873,6 +920,9 @@ class RedisBackend:
         return len(found)
 
     async def close(self) -> None:
+        for conn in self._own.values():
+            await conn.disconnect()
+        self._own.clear()
         await self._redis.aclose()
         await self._blocking.aclose()
 
@@ -933,12 +983,27 @@ def _untimed_writes(connection_class: type) -> type:
 
 
 async def _reply(conn: Any) -> Any:
-    """The next reply on `conn`, an error reply as its exception (the replies after it are
-    still to be read)."""
+    """The next reply on `conn` (within its socket timeout: an explicit timeout would answer
+    None, not an error, when it passed), an error reply as its exception (the replies after it
+    are still to be read)."""
     try:
         return await conn.read_response()
     except ResponseError as exc:
         return exc
+
+
+async def _exchange_on_pool(client: aioredis.Redis, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """`RedisBackend._exchange` on a connection of `client`'s pool."""
+    pool = client.connection_pool
+    conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+    try:
+        await conn.send_packed_command(conn.pack_commands(commands))
+        return [await _reply(conn) for _ in commands]
+    except BaseException:
+        await conn.disconnect(nowait=True)
+        raise
+    finally:
+        await pool.release(conn)
 
 
 def _read_entries(reply: Any) -> list[tuple[Any, dict[Any, Any]]]:
