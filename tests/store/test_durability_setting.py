@@ -14,7 +14,8 @@ from stratamem.store.sqlite import SqliteStore
 
 
 def level(store: SqliteStore) -> int:
-    with store.reading() as conn:
+    """The writer's level (the readers never commit)."""
+    with store.writing() as conn:
         return int(conn.execute("PRAGMA synchronous").fetchone()[0])
 
 

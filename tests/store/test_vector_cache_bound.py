@@ -87,9 +87,10 @@ def _searched(store: SqliteStore, scope: Scope, query: np.ndarray) -> list[str]:
 def test_the_row_counts_that_steer_full_text_plans_stay_few(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "m.db")
     try:
-        for i in range(2 * _SIZES_MAX + 10):
-            store._tenant_rows(f"tenant-{i}", Layer.L1)
-            assert len(store._sizes) <= _SIZES_MAX
+        with store.reading() as conn:
+            for i in range(2 * _SIZES_MAX + 10):
+                store._tenant_rows(conn, f"tenant-{i}", Layer.L1)
+                assert len(store._sizes) <= _SIZES_MAX
     finally:
         store.close()
 
