@@ -80,6 +80,13 @@ class Settings(BaseSettings):
         " process dies, but may lose the last commits on power loss or an OS crash; `full` syncs"
         " every commit to disk (slower writes).",
     )
+    sqlite_readers: int = Field(
+        3,
+        ge=0,
+        le=16,
+        description="SQLite: read-only connections a process keeps beside its writer, so reads"
+        " (recalls, searches) need not wait for writes; 0 reads on the writer.",
+    )
     background_embedding: bool = Field(
         True, description="Embed captured records in background batches while the memory is open."
     )

@@ -11,11 +11,14 @@ from typing import Any
 
 import pytest
 
+from stratamem.config import Settings
+from stratamem.core import AsyncMemory
 from stratamem.domain import Layer, Scope
 from stratamem.errors import StoreError
 from stratamem.store.core.port import Filters
 from stratamem.store.core.store import meta, set_meta
 from stratamem.store.sqlite import SqliteStore
+from stratamem.store.sqlite.readers import DEFAULT_READERS
 from tests.store.helpers import turn
 
 ACME = Scope("acme")
@@ -170,3 +173,17 @@ def test_without_readers_everything_reads_on_the_writer(tmp_path: Path) -> None:
         assert store.get_turns(ACME, ["a1"]) == []
     finally:
         store.close()
+
+
+async def test_the_setting_reaches_the_store(tmp_path: Path) -> None:
+    assert Settings(data_dir=tmp_path).sqlite_readers == DEFAULT_READERS
+    default = AsyncMemory.open(Settings(data_dir=tmp_path / "a"), embedder=None)
+    single = AsyncMemory.open(Settings(data_dir=tmp_path / "b", sqlite_readers=0), embedder=None)
+    try:
+        assert isinstance(default.store, SqliteStore) and isinstance(single.store, SqliteStore)
+        assert default.store.readers is not None
+        assert default.store.readers.size == DEFAULT_READERS
+        assert single.store.readers is None
+    finally:
+        await default.aclose()
+        await single.aclose()

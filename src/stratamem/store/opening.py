@@ -30,6 +30,7 @@ from stratamem.store.offload.port import OffloadStore
 from stratamem.store.offload.store import SqlOffloadStore
 from stratamem.store.sql import SqlStore
 from stratamem.store.sqlite import SqliteStore
+from stratamem.store.sqlite.readers import DEFAULT_READERS
 from stratamem.store.tenants.port import TenantStore
 from stratamem.store.tenants.store import SqlTenantStore
 
@@ -51,6 +52,9 @@ class StoreSettings(Protocol):
 
     @property
     def sqlite_synchronous(self) -> str: ...
+
+    @property
+    def sqlite_readers(self) -> int: ...
 
     @property
     def pg_vector_index_min(self) -> int: ...
@@ -96,17 +100,17 @@ def open_store(settings: StoreSettings) -> RecordStore:
     unset)."""
     return open_url(
         settings.store_url, settings.store_path, settings.sqlite_synchronous,
-        settings.pg_vector_index_min,
+        settings.pg_vector_index_min, settings.sqlite_readers,
     )  # fmt: skip
 
 
 def open_url(
     url: str | None, default_path: Path, synchronous: str = "normal",
-    vector_index_min: int | None = None,
+    vector_index_min: int | None = None, readers: int = DEFAULT_READERS,
 ) -> RecordStore:  # fmt: skip
     if url is None or url.startswith(SQLITE_SCHEME):
         path = default_path if url is None else Path(url.removeprefix(SQLITE_SCHEME))
-        return SqliteStore(path, synchronous)
+        return SqliteStore(path, synchronous, readers)
     if url.startswith(POSTGRES_SCHEMES):
         return _postgres(url, vector_index_min)
     raise ConfigError(

@@ -164,5 +164,9 @@ class ReaderPool:
         return self._shut > 0
 
     @property
+    def size(self) -> int:
+        return self._size
+
+    @property
     def opened(self) -> int:
         return self._opened
