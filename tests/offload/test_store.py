@@ -27,9 +27,14 @@ def test_tenants_never_see_each_other(offload_store: SqlOffloadStore) -> None:
     assert offload_store.boundary(b, "s").version == 0
 
 
-def test_sqlite_failures_are_store_errors(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "x.db")
+@pytest.mark.parametrize(
+    ("readers", "message"), [(0, "offload store"), (3, "the store is closed")]
+)
+def test_sqlite_failures_are_store_errors(tmp_path: Path, readers: int, message: str) -> None:
+    """On the writer, SQLite's own error (a closed connection) comes back typed; with readers,
+    the pool refuses to lend one of a closed store, typed too."""
+    store = SqliteStore(tmp_path / "x.db", readers=readers)
     offload = SqlOffloadStore(store)
     store.close()
-    with pytest.raises(StoreError, match="offload store"):
+    with pytest.raises(StoreError, match=message):
         offload.list_entries(Scope("t"), "s")
