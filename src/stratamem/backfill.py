@@ -24,11 +24,13 @@ async def embed_pending(
     batch_size: int,
     max_records: int | None = None,
     tenant: str | None = None,
+    layers: tuple[Layer, ...] = (Layer.L1, Layer.L0),
 ) -> int:
-    """Embed records that have no vector yet (every tenant's, or only `tenant`'s), L1 first,
-    each as its pieces (a turn: one vector per sentence); return how many were embedded."""
+    """Embed records of `layers` that have no vector yet (every tenant's, or only `tenant`'s),
+    in that order, each as its pieces (a turn: one vector per sentence); return how many were
+    embedded."""
     done = 0
-    for layer in (Layer.L1, Layer.L0):
+    for layer in layers:
         while max_records is None or done < max_records:
             limit = batch_size if max_records is None else min(batch_size, max_records - done)
             pending = await asyncio.to_thread(store.pending_embeddings, layer, limit, tenant)
@@ -47,6 +49,18 @@ async def embed_pending(
             await asyncio.to_thread(_bind_and_store, store, info, layer, items, vectors, counts)
             done += len(pending)
     return done
+
+
+async def embed_added(store: Store, embedder: Embedder, batch_size: int, tenant: str) -> None:
+    """Embed up to a batch of the tenant's pending memories now: one stated directly is one
+    text, so it is searchable by meaning when the call returns (captured turns wait for the
+    background). An embedder that fails leaves them to the background catch-up."""
+    try:
+        await embed_pending(store, embedder, batch_size, batch_size, tenant, (Layer.L1,))
+    except EmbeddingMismatch:
+        raise
+    except EmbeddingError as exc:
+        log.warning("embedding an added memory failed, left to the background: %s", exc)
 
 
 def _bind_and_store(

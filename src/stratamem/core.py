@@ -392,8 +392,16 @@ class AsyncMemory:
             metadata=metadata,
         )  # fmt: skip
         if created:
+            await self._embed_added(tenant)
             self.start_background()
         return (record, created) if tell_new else record
+
+    async def _embed_added(self, tenant: str) -> None:
+        """A memory the caller just added is found by meaning as soon as the call returns."""
+        if self.fair_embedder is not None and self.settings.background_embedding:
+            await backfill.embed_added(
+                self.store, self.fair_embedder, self.settings.embed_batch_size, tenant
+            )
 
     async def list_memories(
         self,
