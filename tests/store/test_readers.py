@@ -187,3 +187,18 @@ async def test_the_setting_reaches_the_store(tmp_path: Path) -> None:
     finally:
         await default.aclose()
         await single.aclose()
+
+
+def test_readers_open_the_writers_file_after_a_change_of_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Readers open when first needed: a store opened by a relative path still reads its own
+    file after the process changed its working directory (not an empty one created there)."""
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    store = SqliteStore(Path("rel.db"), readers=1)
+    store.add_turns(ACME, [turn("r1", "kept where it was written")])
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert [t.id for t in store.get_turns(ACME, ["r1"])] == ["r1"]
+    assert not (tmp_path / "elsewhere" / "rel.db").exists()
+    store.close()

@@ -59,7 +59,8 @@ class SqliteStore(SqlCoreStore):
         self._sizes: dict[tuple[str, Layer], tuple[int, float]] = {}
         with self._lock:
             migrate(self._conn)
-        self.readers = ReaderPool(lambda: connect_reader(path), readers) if readers else None
+        where = path.resolve()  # readers open later, maybe after a change of directory
+        self.readers = ReaderPool(lambda: connect_reader(where), readers) if readers else None
 
     def close(self) -> None:
         if self.readers is not None:
