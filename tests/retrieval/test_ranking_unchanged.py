@@ -4,7 +4,9 @@ Refactors for speed (the fusions, the feedback pass, the vector cache) must not 
 corpus of turns by three speakers over eight sessions, and manual memories, is searched by 40
 queries under the product's defaults and with the per-session list on, and every query's top 20
 (hit, fused score, retriever ranks) must equal what the search gave at e260b8d
-(`data/ranking_e260b8d.json`). A change meant to move the ranking regenerates the file with
+(`data/ranking_e260b8d.json`), regenerated once since: equal cosines, which this embedder gives
+often, ranked in an order that depended on the CPU (store/core/vectors.py), now by record. A
+change meant to move the ranking regenerates the file with
 `python tests/retrieval/test_ranking_unchanged.py` and says why, with its recall figures.
 """
 

@@ -9,6 +9,13 @@ Up to `EXACT_MAX` vectors the scan is exact. Beyond it, a first pass ranks every
 Hamming distance of its sign bits (binary quantisation: 48 bytes per 384-d vector, a scan of
 100k vectors reads under 5 MB) and the best `RESCORE_FACTOR * limit` candidates are re-scored
 exactly. The figures behind these choices are in docs/vector-index.md.
+
+The order of the best candidates is the same on every machine and every run: the fast float32
+scores pick them (with every one near the last place kept), and they are ranked by scores
+computed again with float64 sums, ties by record id (the order records were written, not
+embedded). A float32 sum's last bit depends on the CPU's vector width, and the selection's
+order of equal scores on its sort kernels, so equal cosines (frequent with the hashing
+embedder) came back in another order on another CPU.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ FIRST_CAPACITY = 64
 #: Bytes of vectors the caches of one store keep (about 170,000 384-d vectors); beyond it, the
 #: caches of the (tenant, layer)s searched least recently are dropped (reloaded when searched).
 CACHE_MAX_BYTES = 256 * 2**20
+#: Candidates within this much of the last selected score are ranked again too: float32 sums of
+#: one cosine differ by far less between CPUs.
+TIE_SLACK = 1e-5
 
 
 def sign_codes(vectors: np.ndarray) -> np.ndarray:
@@ -123,7 +133,7 @@ class VectorCache:
             scores = self.matrix[positions] @ query
         if mask is not None:
             scores = np.where(mask[positions], scores, -np.inf)
-        return self._best_records(positions, scores, limit, per_record)
+        return self._best_records(positions, scores, query, limit, per_record)
 
     def _mask(self, allowed: np.ndarray | None) -> np.ndarray | None:
         """Which positions may be returned, or None for all (nothing overwritten or excluded)."""
@@ -137,8 +147,9 @@ class VectorCache:
         return max(1.0, (self.size - self._dead) / max(1, len(self._positions)))
 
     def _best_records(
-        self, positions: np.ndarray, scores: np.ndarray, limit: int, per_record: float
-    ) -> list[tuple[int, float]]:
+        self, positions: np.ndarray, scores: np.ndarray, query: np.ndarray, limit: int,
+        per_record: float,
+    ) -> list[tuple[int, float]]:  # fmt: skip
         """The best `limit` records among scored positions, each once, at its best score.
 
         Repeats are dropped by one `np.unique` over the best-first candidates (it returns each
@@ -147,16 +158,28 @@ class VectorCache:
         count = min(int(limit * per_record * PIECES_FACTOR) if per_record > 1 else limit,
                     len(positions))  # fmt: skip
         while True:
-            best = np.argpartition(-scores, count - 1)[:count]
-            best = best[np.argsort(-scores[best], kind="stable")]
-            best = best[np.isfinite(scores[best])]
+            best, best_scores = self._ranked(positions, scores, query, count)
             rids = self.rids[positions[best]]
             _, first = np.unique(rids, return_index=True)
             first.sort()
             if len(first) >= limit or count == len(positions) or len(best) < count:
                 kept = first[:limit]
-                return list(zip(rids[kept].tolist(), scores[best[kept]].tolist(), strict=True))
+                return list(zip(rids[kept].tolist(), best_scores[kept].tolist(), strict=True))
             count = min(count * 2, len(positions))
+
+    def _ranked(
+        self, positions: np.ndarray, scores: np.ndarray, query: np.ndarray, count: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Indexes into `positions` of at least the `count` best finite scores, best first, and
+        their scores, in an order every machine and every run gives (module docstring): ties by
+        record id, as a record's place in the cache is when the catch-up embedded it."""
+        chosen = np.argpartition(-scores, count - 1)[:count]
+        floor = scores[chosen].min()
+        chosen = np.flatnonzero((scores >= floor - TIE_SLACK) & np.isfinite(scores))
+        rows = self.matrix[positions[chosen]].astype(np.float64)
+        exact = (rows @ query.astype(np.float64)).astype(np.float32)
+        order = np.lexsort((self.rids[positions[chosen]], -exact))
+        return chosen[order], exact[order]
 
     def _coarse(self, query: np.ndarray, count: int, mask: np.ndarray | None) -> np.ndarray:
         """Positions of the `count` vectors whose sign bits differ least from the query's."""
