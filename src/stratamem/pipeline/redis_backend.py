@@ -45,6 +45,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError, WatchError
 
+from stratamem.pipeline import resp
 from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, Types, new_dead_id, retry_timer_key
 from stratamem.pipeline.errors import BackendUnavailable, DeadLetterNotFound, DeliveryLost
 from stratamem.pipeline.task import (
@@ -523,12 +524,13 @@ class RedisBackend:
         self, consumer: str, commands: list[tuple[Any, ...]], *, timeout_s: float
     ) -> list[Any] | None:
         """Send `commands` at once on `consumer`'s own connection and read their replies (an
-        error reply as its exception), each within `timeout_s` (its socket timeout: a reply
-        late is the client's `TimeoutError`). Its own, made on first use, so a task's round
-        trips skip the pool's get and release and the client's command path (about a tenth of
-        a task's CPU); None when that connection is in use (a consumer name several coroutines
-        share, as the reclaimer's): the caller goes through a pool. A connection that failed
-        midway is dropped (the next exchange connects again)."""
+        error reply as its exception), all within `timeout_s` (also the write's and the
+        connect's socket timeout: a reply late is the client's `TimeoutError`). Its own, made
+        on first use, so a task's round trips skip the pool's get and release and the client's
+        command path (about a tenth of a task's CPU), packed and parsed by `resp` (another
+        sixth); None when that connection is in use (a consumer name several coroutines share,
+        as the reclaimer's): the caller goes through a pool. A connection that failed midway,
+        or read past the replies, is dropped (the next exchange connects again)."""
         if consumer in self._own_busy:
             return None
         conn = self._own.get(consumer)
@@ -538,8 +540,11 @@ class RedisBackend:
         self._own_busy.add(consumer)
         conn.socket_timeout = timeout_s
         try:
-            await conn.send_packed_command(conn.pack_commands(commands))
-            return [await _reply(conn) for _ in commands]
+            await conn.send_packed_command([resp.pack(commands)])
+            replies, in_step = await resp.read_replies(conn._reader, len(commands), timeout_s)
+            if not in_step:
+                await conn.disconnect(nowait=True)
+            return replies
         except BaseException:
             await conn.disconnect(nowait=True)
             raise
