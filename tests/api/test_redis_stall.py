@@ -121,6 +121,29 @@ async def test_a_stalled_redis_fails_a_lock_on_its_consumers_connection_within_t
         await backend.close()
 
 
+async def test_enqueues_on_their_own_connection_keep_the_bound_and_run_side_by_side(
+    proxy: StallingProxy,
+) -> None:
+    """An enqueue goes on the backend's own connection for enqueues (the pool's when another
+    enqueue has it): it keeps the command's bound, and works again once the server answers."""
+    backend = RedisBackend(f"redis://127.0.0.1:{proxy.port}/0", prefix=f"test:{uuid.uuid4().hex}:")
+    try:
+        await asyncio.gather(*(backend.enqueue(Task(L1, "t", f"s{i}"), now=0.0) for i in range(20)))
+        assert (await backend.depth()).ready == 20
+        proxy.flowing.clear()
+        with pytest.raises(BackendUnavailable):
+            await asyncio.wait_for(backend.enqueue(Task(L1, "t", "late"), now=0.0),
+                                   timeout=ANSWER_WITHIN_S)  # fmt: skip
+        proxy.flowing.set()
+        await backend.enqueue(Task(L1, "t", "again"), now=0.0)
+        sessions = {t.session for t in await backend.list_tasks(limit=100)}
+        assert {f"s{i}" for i in range(20)} | {"again"} <= sessions
+    finally:
+        proxy.flowing.set()
+        await backend.drop_all()
+        await backend.close()
+
+
 async def test_routes_that_need_a_stalled_redis_answer_503_within_a_commands_bound(
     proxy: StallingProxy, tmp_path: Path
 ) -> None:

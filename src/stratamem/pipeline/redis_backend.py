@@ -74,6 +74,9 @@ WAIT_FREE_CAP_S = 1.0
 BLOCKING_TIMEOUT_S = max(BLOCK_CAP_S, WAIT_FREE_CAP_S) + COMMAND_TIMEOUT_S
 """The timeout of the blocking reads' client: their longest wait and a command's time."""
 REQUEUE_ATTEMPTS = 5
+ENQUEUER = "<enqueue>"
+"""The name of `enqueue`'s own connection (`RedisBackend._exchange`; no consumer's name: a
+worker's consumers are `<worker>-<n>`)."""
 
 ACQUIRE_LUA = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -394,8 +397,12 @@ class RedisBackend:
     @_translated
     async def enqueue(self, task: Task, *, now: float) -> None:
         await self._ensure_groups([task.type])
-        record = {"task": task.to_json(), "at": repr(now)}
-        await self._redis.xadd(self.keys.tasks(task.type), record)  # type: ignore[arg-type]
+        stream, body = self.keys.tasks(task.type), task.to_json()
+        reply = await self._on_own(ENQUEUER, ("XADD", stream, "*", "task", body, "at", repr(now)))
+        if reply is None:  # another enqueue has that connection now
+            await self._redis.xadd(stream, {"task": body, "at": repr(now)})
+        elif isinstance(reply[0], Exception):
+            raise reply[0]
 
     @_translated
     async def consume(
@@ -551,18 +558,22 @@ class RedisBackend:
         finally:
             self._own_busy.discard(consumer)
 
+    async def _on_own(self, name: str, command: tuple[Any, ...]) -> list[Any] | None:
+        """`command` on `name`'s own connection (`_exchange`), with the client's rules:
+        `COMMAND_TIMEOUT_S` for the reply, a broken connection retried once (on a fresh one);
+        None when that connection is in use."""
+        try:
+            return await self._exchange(name, [command], timeout_s=COMMAND_TIMEOUT_S)
+        except RedisConnectionError:
+            return await self._exchange(name, [command], timeout_s=COMMAND_TIMEOUT_S)
+
     async def _run_script(
         self, consumer: str, script: Any, keys: list[str], args: list[Any]
     ) -> Any:
-        """EVALSHA of `script` on `consumer`'s own connection (`_exchange`), with the client's
-        rules: `COMMAND_TIMEOUT_S` for the reply, a broken connection retried once (on a fresh
-        one); through the client when that connection is in use or the server does not have
-        the script (a restarted server: the client loads it)."""
-        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
-        try:
-            replies = await self._exchange(consumer, [command], timeout_s=COMMAND_TIMEOUT_S)
-        except RedisConnectionError:
-            replies = await self._exchange(consumer, [command], timeout_s=COMMAND_TIMEOUT_S)
+        """EVALSHA of `script` on `consumer`'s own connection (`_on_own`); through the client
+        when that connection is in use or the server does not have the script (a restarted
+        server: the client loads it)."""
+        replies = await self._on_own(consumer, ("EVALSHA", script.sha, len(keys), *keys, *args))
         reply = None if replies is None else replies[0]
         if replies is None or isinstance(reply, NoScriptError):
             return await script(keys=keys, args=args)
