@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import pq
 from psycopg.rows import RowMaker
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -188,15 +189,39 @@ class PgPool:
         so the transaction costs a round trip per result read, not one per statement; for
         callers that read what they need through `fetchone` / `fetchall` only (not `rowcount`)."""
         shared, exclusive = sorted(set(shared_keys)), sorted(set(lock_keys))
-        with (
-            translated_errors(),
-            self.pool.connection() as conn,
-            conn.pipeline() if pipelined else nullcontext(),
-            conn.transaction(),
+        locking = (_locking_sql(len(shared), len(exclusive)), [*shared, *exclusive])
+        with translated_errors(), self.pool.connection() as conn:
+            if pipelined:
+                with _pipelined_transaction(conn):
+                    if shared or exclusive:
+                        conn.execute(*locking)
+                    yield PgConn(conn)
+                return
+            with conn.transaction():
+                if shared or exclusive:
+                    conn.execute(*locking)
+                yield PgConn(conn)
+
+
+@contextmanager
+def _pipelined_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """BEGIN … COMMIT in one pipeline, synced once, at the end: the transaction's round trips
+    are its reads and its commit. psycopg's `transaction()` in pipeline mode nests pipelines
+    and syncs at each level: a capture waited for the server five times (BEGIN alone, its
+    read, the statements after it, COMMIT, the outer pipeline), now twice (issue 32). Whatever
+    fails (a statement, which aborts the rest of the pipeline, or the caller's code between
+    them), the transaction is rolled back before the connection goes back to the pool."""
+    try:
+        with conn.pipeline():
+            conn.execute(b"BEGIN")
+            yield
+            conn.execute(b"COMMIT")
+    except BaseException:
+        if conn.pgconn.status == pq.ConnStatus.OK and (
+            conn.pgconn.transaction_status != pq.TransactionStatus.IDLE
         ):
-            if shared or exclusive:
-                conn.execute(_locking_sql(len(shared), len(exclusive)), [*shared, *exclusive])
-            yield PgConn(conn)
+            conn.rollback()
+        raise
 
 
 def _locking_sql(shared: int, exclusive: int) -> bytes:
