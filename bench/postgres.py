@@ -7,9 +7,14 @@
   cost). Words are a Zipf-distributed vocabulary, as bench/store.py.
 - capture: turns stored per second by 8 concurrent writers (each its own session, one tenant),
   in one process (8 threads) and in two (4 threads each), on each store; each process opens one
-  store, as an API process does, before the clock starts. With the CPU seconds of the writing
-  processes and of the PostgreSQL server against the wall clock, and the load average (the
-  machine may be shared: read the ratios).
+  store, as an API process does, before the clock starts; each phase writes into a database of
+  its own (a new SQLite file, a new PostgreSQL database), and counts afterwards that it holds
+  every turn. SQLite runs twice: at its default `synchronous=NORMAL` (in WAL, no sync at commit:
+  the last commits may be lost on power loss) and at `FULL` (a sync at every commit, as
+  PostgreSQL's `synchronous_commit=on`, which the bench never turns off); the ratios give
+  PostgreSQL against both. With the CPU seconds of the writing processes and of the PostgreSQL
+  server against the wall clock, and the load average (the machine may be shared: read the
+  ratios).
 - recall: with `--locomo PATH`, `stratamem eval locomo` on each store (same embedder): R@10.
 
     python bench/postgres.py [--tenant-rows 100000] [--total-rows 1000000] [--queries 200]
@@ -36,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from answers import require_filled  # bench/answers.py
+from answers import NothingToMeasure, require_filled  # bench/answers.py
 from stratamem.domain import Layer, MemoryRecord, MemoryType, Mode, Role, Scope, Turn
 from stratamem.store.core.port import Filters
 from stratamem.store.opening import RecordStore, open_url
@@ -134,12 +139,14 @@ def _writer(store: RecordStore, name: str, count: int) -> None:
         store.add_turns(SCOPE, [Turn(f"{name}-{i}", SCOPE.tenant, name, Role.USER, text, at)])
 
 
-def _process(url: str, path: str, names: list[str], count: int, ready: Any, cpu: Any) -> None:
+def _process(
+    url: str, synchronous: str, names: list[str], count: int, ready: Any, cpu: Any
+) -> None:
     """One API process: one store, shared by its writer threads, opened before the clock. A
     process that cannot open its store breaks the barrier, so the bench fails instead of
     waiting for it for ever."""
     try:
-        store = open_url(url, Path(path))
+        store = open_url(url, Path("unused.db"), synchronous)
     except BaseException:
         ready.abort()
         raise
@@ -158,17 +165,18 @@ def _process(url: str, path: str, names: list[str], count: int, ready: Any, cpu:
 
 
 def capture_figures(
-    url: str, path: Path, processes: int, count: int, server: Path | None
+    url: str, synchronous: str, processes: int, count: int, server: Path | None
 ) -> dict[str, Any]:
-    """Turns stored per second by 8 writers in `processes` processes, and where the time went:
-    the CPU seconds of the writing processes and of the database server (`server`: a
-    PostgreSQL data directory) against the wall-clock seconds, and the share of samples in which
-    the server's backends were running, waiting for a lock, flushing WAL or waiting for the
-    writers."""
+    """Turns stored per second by 8 writers in `processes` processes into the empty store at
+    `url`, and where the time went: the CPU seconds of the writing processes and of the
+    database server (`server`: a PostgreSQL data directory) against the wall-clock seconds, and
+    the share of samples in which the server's backends were running, waiting for a lock,
+    flushing WAL or waiting for the writers."""
     names = [f"w{processes}-{i}" for i in range(8)]
     groups = [names[i::processes] for i in range(processes)]
     ready, cpu = multiprocessing.Barrier(processes + 1), multiprocessing.Queue()
-    procs = [multiprocessing.Process(target=_process, args=(url, str(path), g, count, ready, cpu))
+    procs = [multiprocessing.Process(target=_process, args=(url, synchronous, g, count, ready,
+                                                            cpu))
              for g in groups]  # fmt: skip
     for proc in procs:
         proc.start()
@@ -186,11 +194,23 @@ def capture_figures(
         proc.join()
     if server is not None:
         sampler.join()
+    require_captured(url, 8 * count)
     return {"per_s": round(8 * count / wall, 1), "wall_s": round(wall, 2),
             "client_cpu_s": round(client, 2),
             "server_cpu_s": round(server_cpu_s(server) - server_before, 2),
             "load_1min": os.getloadavg()[0],
             **({"server_backends": shares(waits)} if waits else {})}  # fmt: skip
+
+
+def require_captured(url: str, expected: int) -> None:
+    """The phase's store holds every turn its writers sent, and nothing else."""
+    store = open_url(url, Path("unused.db"))
+    try:
+        held = int(store.stats(SCOPE)[Layer.L0.value]["records"])
+    finally:
+        store.close()
+    if held != expected:
+        raise NothingToMeasure(f"capture: {held} turns stored, {expected} sent")
 
 
 #: What a PostgreSQL backend serving a writer is doing, from `pg_stat_activity`.
@@ -296,17 +316,30 @@ def searched(url: str | None, root: Path, args: argparse.Namespace) -> dict[str,
 
 def ratios(figures: dict[str, Any]) -> dict[str, float]:
     pg, lite = figures["postgres"], figures["sqlite"]
-    found = {
-        "capture_2_process_postgres_over_sqlite": pg["capture_2_process"]["per_s"]
-        / lite["capture_2_process"]["per_s"],
-        "capture_postgres_2_over_1_process": pg["capture_2_process"]["per_s"]
-        / pg["capture_1_process"]["per_s"],
-    }
+    found = {}
+    for processes in (1, 2):
+        phase = f"capture_{processes}_process"
+        for sqlite_level, label in (("", "sqlite"), ("_full", "sqlite_full")):
+            found[f"{phase}_postgres_over_{label}"] = (
+                pg[phase]["per_s"] / lite[phase + sqlite_level]["per_s"]
+            )
+    found["capture_postgres_2_over_1_process"] = (
+        pg["capture_2_process"]["per_s"] / pg["capture_1_process"]["per_s"]
+    )
     if "search" in pg:
         found["hybrid_p95_postgres_over_sqlite"] = (
             pg["search"]["hybrid"]["p95_ms"] / lite["search"]["hybrid"]["p95_ms"]
         )
     return {name: round(value, 2) for name, value in found.items()}
+
+
+def fresh_database(server: Any, url: str | None, root: Path, name: str) -> str:
+    """The URL of a new, empty database for one phase: a SQLite file, or a database of the
+    PostgreSQL server (`url` names its default one)."""
+    if url is None:
+        return f"sqlite:{root / name}.db"
+    server.psql(f"CREATE DATABASE {name};")
+    return str(server.get_uri(name))
 
 
 def main() -> None:
@@ -328,11 +361,12 @@ def main() -> None:
         for kind, url in (("sqlite", None), ("postgres", pg_url)):
             figures[kind] = {} if args.no_search else {"search": searched(url, root, args)}
             for processes in (1, 2):
-                capture_url = url or f"sqlite:{root / f'capture{processes}.db'}"
-                figures[kind][f"capture_{processes}_process"] = capture_figures(
-                    capture_url, root / "unused.db", processes, args.captures,
-                    None if url is None else root / "pg",
-                )  # fmt: skip
+                for level in ("normal", "full") if url is None else ("",):
+                    phase = f"capture_{processes}_process" + ("_full" if level == "full" else "")
+                    figures[kind][phase] = capture_figures(
+                        fresh_database(server, url, root, phase), level or "normal", processes,
+                        args.captures, None if url is None else root / "pg",
+                    )  # fmt: skip
             if args.locomo is not None:
                 eval_url = None
                 if url is not None:
