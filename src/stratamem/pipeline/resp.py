@@ -43,13 +43,13 @@ def _arg(value: Any) -> bytes:
 
 def pack(commands: Sequence[Sequence[Any]]) -> bytes:
     """The RESP request of `commands` (each a name and its arguments: bytes, str, int, float)."""
-    parts: list[bytes] = []
+    out = bytearray()
     for command in commands:
-        parts.append(b"*%d\r\n" % len(command))
+        out += b"*%d\r\n" % len(command)
         for value in command:
-            data = _arg(value)
-            parts += (b"$%d\r\n" % len(data), data, CRLF)
-    return b"".join(parts)
+            data = value.encode() if type(value) is str else _arg(value)
+            out += b"$%d\r\n%b\r\n" % (len(data), data)
+    return bytes(out)
 
 
 class _Push:

@@ -48,11 +48,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from enum import StrEnum
+from typing import Any
 
 from stratamem.cancelling import cancel_and_wait
 from stratamem.clock import Clock, SystemClock
@@ -274,7 +276,7 @@ class Worker:
         """The lock (None: it stayed busy), taken while checking and extending the delivery
         (`DeliveryLost`); without an execution log the delivery is stamped in the same step,
         and that stamp is returned (with the grant's token)."""
-        owner = f"{self.name}:{delivery.task.id}:{uuid.uuid4().hex[:8]}"
+        owner = f"{self.name}:{delivery.task.id}:{os.urandom(4).hex()}"
         ttl_ms = self.settings.lock_ttl_ms
         deadline = self.clock.now() + self.settings.lock_wait_s
         backoff = self.settings.lock_backoff_initial_s
@@ -379,17 +381,18 @@ class Worker:
         self, executor: Executor, ctx: ExecutionContext, delivery: Delivery, grant: LockGrant | None
     ) -> ExecResult | Exception:
         """Run the executor under the keeper. The executor's own error is returned as a value
-        (it is the task's failure); errors of the keeper itself propagate (they are bugs)."""
+        (it is the task's failure); errors of the keeper itself propagate (they are bugs). A
+        job that ends at its first step (it needs no wait) ends before the keeper's first
+        heartbeat would: it runs without one (a keeper task, its wait and its cancellation were
+        a twentieth of a no-op task's CPU on Redis)."""
         job = asyncio.ensure_future(executor(ctx))
-        keeper = asyncio.ensure_future(self._keep_alive(delivery, grant))
         try:
-            await asyncio.wait({job, keeper}, return_when=FIRST_COMPLETED)
-            lost = not job.done()
+            await asyncio.sleep(0)  # the job's first step runs now
+            lost = False if job.done() else await self._watch(job, delivery, grant)
         finally:
             if not job.done():
                 job.cancel()
                 await asyncio.wait({job})
-            await cancel_and_wait(keeper)
         if lost:
             raise LockLost(f"lost the lock or lease of {ctx.task.type} {ctx.task.id}")
         error = job.exception()
@@ -398,6 +401,19 @@ class Worker:
         if isinstance(error, Exception):
             return error
         raise error
+
+    async def _watch(
+        self, job: asyncio.Future[ExecResult], delivery: Delivery, grant: LockGrant | None
+    ) -> bool:
+        """Wait for `job` while the keeper keeps its delivery and lock; whether the keeper
+        ended first (one of them was lost)."""
+        keeper = asyncio.ensure_future(self._keep_alive(delivery, grant))
+        either: set[asyncio.Future[Any]] = {job, keeper}
+        try:
+            await asyncio.wait(either, return_when=FIRST_COMPLETED)
+            return not job.done()
+        finally:
+            await cancel_and_wait(keeper)
 
     async def _keep_alive(self, delivery: Delivery, grant: LockGrant | None) -> None:
         """Heartbeat the delivery, then renew the lock; returns when either is lost. The
