@@ -88,3 +88,26 @@ async def test_more_than_the_replies_is_out_of_step_and_a_closed_stream_an_error
         await resp.read_replies(reader, 1, 1.0)
     with pytest.raises(RedisTimeoutError):
         await resp.read_replies(asyncio.StreamReader(), 1, 0.01)
+
+
+async def test_the_watchdog_closes_an_exchange_past_its_deadline_and_only_that_one() -> None:
+    """A server that accepts and never answers: the watched read ends, and the watchdog says
+    it was the deadline; a read that is answered in time is left alone."""
+    silent = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    watchdog = resp.Watchdog(tick_s=0.01)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        live_reader, live_writer = await asyncio.open_connection(*REDIS)
+        watchdog.watch(writer.transport, 0.05)
+        watchdog.watch(live_writer.transport, 5.0)
+        live_writer.write(resp.pack([("PING",)]))
+        assert await resp.read_replies(live_reader, 1, None) == ([b"PONG"], True)
+        assert not watchdog.done(live_writer.transport)
+        with pytest.raises(RedisConnectionError):
+            await resp.read_replies(reader, 1, None)
+        assert watchdog.done(writer.transport)
+        live_writer.close()
+    finally:
+        watchdog.close()
+        silent.close()

@@ -44,6 +44,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError, WatchError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from stratamem.pipeline import resp
 from stratamem.pipeline.backend import DELIVERY_LIMIT_ERROR, Types, new_dead_id, retry_timer_key
@@ -352,6 +353,7 @@ class RedisBackend:
         # Each consumer's own connection (`_exchange`), and the consumers using theirs now.
         self._own: dict[str, Any] = {}
         self._own_busy: set[str] = set()
+        self._watchdog = resp.Watchdog()  # the bound of their exchanges
 
     async def _ensure_groups(self, types: Iterable[TaskType]) -> None:
         for task_type in types:
@@ -548,7 +550,16 @@ class RedisBackend:
         conn.socket_timeout = timeout_s
         try:
             await conn.send_packed_command([resp.pack(commands)])
-            replies, in_step = await resp.read_replies(conn._reader, len(commands), timeout_s)
+            transport = conn._writer.transport
+            self._watchdog.watch(transport, timeout_s)
+            try:
+                replies, in_step = await resp.read_replies(conn._reader, len(commands), None)
+            except RedisConnectionError as exc:
+                if self._watchdog.done(transport):
+                    raise RedisTimeoutError(f"no reply from Redis within {timeout_s} s") from exc
+                raise
+            finally:
+                self._watchdog.done(transport)
             if not in_step:
                 await conn.disconnect(nowait=True)
             return replies
@@ -939,6 +950,7 @@ class RedisBackend:
         for conn in self._own.values():
             await conn.disconnect()
         self._own.clear()
+        self._watchdog.close()
         await self._redis.aclose()
         await self._blocking.aclose()
 
