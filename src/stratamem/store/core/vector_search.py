@@ -26,12 +26,21 @@ _OVERFETCH = 4
 
 def refresh_cache(conn: SqlConn, cache: VectorCache, tenant: str, layer: Layer) -> None:
     """Load the vectors written since the cache last looked."""
-    table = TABLES[layer]
-    rows = conn.execute(
-        f"SELECT rid, embedding, emb_seq FROM {table}"
+    add_new_vectors(cache, ask_new_vectors(conn, tenant, layer, cache.max_seq).fetchall())
+
+
+def ask_new_vectors(conn: SqlConn, tenant: str, layer: Layer, since_seq: int) -> Any:
+    """The query of the tenant's vectors written after `since_seq` (a cursor: on PostgreSQL,
+    sent in a pipeline with the search's other first question, `PostgresStore.search_vector`)."""
+    return conn.execute(
+        f"SELECT rid, embedding, emb_seq FROM {TABLES[layer]}"
         " WHERE tenant = ? AND emb_seq > ? ORDER BY emb_seq",
-        (tenant, cache.max_seq),
-    ).fetchall()
+        (tenant, since_seq),
+    )
+
+
+def add_new_vectors(cache: VectorCache, rows: list[Any]) -> None:
+    """Put the rows `ask_new_vectors` read into the cache."""
     if rows:
         cache.add([r[0] for r in rows], [r[1] for r in rows], max(r[2] for r in rows))
 

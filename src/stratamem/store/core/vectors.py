@@ -232,6 +232,10 @@ class VectorCaches:
         self._got.add(key)
         return cache
 
+    def peek(self, tenant: str, layer: str) -> VectorCache | None:
+        """The cache of (tenant, layer) if there is one, not counted as used."""
+        return self._caches.get((tenant, layer))
+
     def settle(self) -> None:
         for key in self._got:
             if (cache := self._caches.get(key)) is not None:

@@ -10,6 +10,7 @@ of changed, re-embedded or erased content is never matched, even before it is re
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,15 +43,36 @@ def behind(conn: PgConn, tenant: str, layer: Layer) -> bool:
     return bool(row[0])
 
 
-def search_state(conn: PgConn, tenant: str, layer: Layer) -> tuple[bool, int | None, float]:
-    """In one query: `behind`, and the dimension and pieces per record of the tenant's index
-    (None, 0 without one)."""
-    row = conn.execute(
-        f"SELECT {_BEHIND.format(records=RECORD_TABLES[layer])}, i.dim, i.pieces_per_record"
+@dataclass(frozen=True)
+class SearchState:
+    """What a vector search must know first, read in one query: whether the tenant has
+    vectors not yet decoded (`behind`), the dimension and pieces per record of its own index
+    (None, 0 without one), and the embedding generation (a new model starts again at 1)."""
+
+    behind: bool
+    index_dim: int | None
+    pieces: float
+    generation: str
+
+
+def ask_search_state(conn: PgConn, tenant: str, layer: Layer) -> Any:
+    """The query of the tenant's `SearchState` (a cursor, read by `search_state_of`)."""
+    return conn.execute(
+        f"SELECT {_BEHIND.format(records=RECORD_TABLES[layer])}, i.dim, i.pieces_per_record,"
+        " (SELECT value FROM meta WHERE key = 'emb_generation')"
         " FROM (SELECT 1) one LEFT JOIN vector_indexes i ON i.tenant = ? AND i.layer = ?",
         (tenant, tenant, layer.value, tenant, layer.value),
-    ).fetchone()
-    return bool(row[0]), None if row[1] is None else int(row[1]), float(row[2] or 0.0)
+    )
+
+
+def search_state_of(cursor: Any) -> SearchState:
+    row = cursor.fetchone()
+    return SearchState(bool(row[0]), None if row[1] is None else int(row[1]),
+                       float(row[2] or 0.0), str(row[3] or "0"))  # fmt: skip
+
+
+def search_state(conn: PgConn, tenant: str, layer: Layer) -> SearchState:
+    return search_state_of(ask_search_state(conn, tenant, layer))
 
 
 def catch_up_batch(conn: PgConn, tenant: str, layer: Layer, dim: int) -> int:

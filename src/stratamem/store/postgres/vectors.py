@@ -163,31 +163,16 @@ class PgVectors:
             thread.join()
 
     # -- searching ---------------------------------------------------------------------------
-    def search_indexed(
-        self, tenant: str, layer: Layer, vector: np.ndarray, filters: Filters, limit: int
-    ) -> list[Candidate] | None:
-        """The search through the tenant's own HNSW index; None when it has none of the
-        query's dimension (the store then scans its cached vectors)."""
-        dim = int(vector.shape[0])
-        with self._store.reading() as conn:
-            behind, index_dim, pieces = vector_rows.search_state(conn, tenant, layer)
-            if index_dim != dim:
-                return None
-            if not behind:
-                return self._search(conn, tenant, layer, vector, filters, limit, index_dim, pieces)
-        self.catch_up(tenant, layer, dim)
-        with self._store.reading() as conn:
-            _, index_dim, pieces = vector_rows.search_state(conn, tenant, layer)
-            return self._search(conn, tenant, layer, vector, filters, limit, index_dim, pieces)
-
     @staticmethod
-    def _search(
+    def search_index(
         conn: PgConn, tenant: str, layer: Layer, vector: np.ndarray, filters: Filters,
-        limit: int, index_dim: int | None, pieces: float,
+        limit: int, state: vector_rows.SearchState,
     ) -> list[Candidate]:  # fmt: skip
+        """The search through the tenant's own HNSW index (`state`, read on `conn`); the exact
+        search in SQL if it has none of the query's dimension."""
         index = None
-        if index_dim is not None and index_dim == vector.shape[0]:
-            index = vector_search.AnnIndex(index_dim, pieces)
+        if state.index_dim is not None and state.index_dim == vector.shape[0]:
+            index = vector_search.AnnIndex(state.index_dim, state.pieces)
         return vector_search.search(conn, tenant, layer, vector, filters, limit, index)
 
     # -- forgetting --------------------------------------------------------------------------

@@ -1,9 +1,16 @@
-"""A PostgreSQL capture waits for the server twice: once for what it reads (the session's last
+"""How often the PostgreSQL store waits for the server (issue 32: on a busy machine each wait
+costs a wake-up of the backend and of the client, more than the work of a small query).
+
+A capture waits for the server twice: once for what it reads (the session's last
 turns and the new turn's sequence number, sent with the locks and BEGIN in one pipeline) and once
 for the rest of its writes and COMMIT. psycopg's own `transaction()` in pipeline mode synced at
 each of its nested pipelines: five waits a capture (issue 32, capture throughput). A capture that
 fails, on the server or in our code between its statements, is rolled back before its connection
-serves the next one."""
+serves the next one.
+
+A vector search of a tenant below the index threshold, its vectors cached in the process, waits
+twice too: for the tenant's state (has it an index? which model?) together with the vectors
+written since the cache looked, then for the hits' rows. It was four queries, each waited for."""
 
 from __future__ import annotations
 
@@ -14,13 +21,14 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import numpy as np
 import psycopg
 import pytest
 from psycopg import pq
 
-from stratamem.domain import Layer, Role, Scope, Turn
+from stratamem.domain import Layer, MemoryRecord, MemoryType, Mode, Role, Scope, Turn
 from stratamem.errors import StoreError
-from stratamem.store.core.port import Filters
+from stratamem.store.core.port import EmbeddingInfo, Filters
 from stratamem.store.postgres.connection import session_key
 from stratamem.store.postgres.store import PostgresStore
 from stratamem.store.postgres.tokens import Tokenizer
@@ -29,6 +37,7 @@ from tests.stores import fresh_pg_url
 pytestmark = pytest.mark.postgres
 
 SCOPE = Scope("t1")
+DIM = 16
 
 
 def turn(n: int, session: str = "s1") -> Turn:
@@ -78,6 +87,27 @@ def test_a_capture_waits_for_the_server_twice(store: PostgresStore) -> None:
         store.add_turns(SCOPE, [turn(8)])
     assert waits(lines) == 2
     assert [t.seq for t in store.list_turns(SCOPE, "s1")] == list(range(1, 9))
+
+
+def test_a_cached_vector_search_waits_for_the_server_twice(store: PostgresStore) -> None:
+    store.bind_embedding(EmbeddingInfo("m", DIM))
+    memories = [MemoryRecord(f"m{i}", SCOPE.tenant, MemoryType.EPISODIC, f"fact {i}",
+                             valid_from=1e9, created_at=1e9, updated_at=1e9, mode=Mode.MANUAL)
+                for i in range(20)]  # fmt: skip
+    store.upsert_memories(SCOPE, memories)
+    vectors = np.random.default_rng(3).normal(size=(20, DIM)).astype(np.float32)
+    store.store_embeddings(Layer.L1, [(SCOPE.tenant, m.id) for m in memories], vectors)
+    for n in range(6):  # the cache filled, the statements prepared
+        store.search_vector(SCOPE, Layer.L1, vectors[n], Filters(), 5)
+    with traced(store) as lines:
+        found = store.search_vector(SCOPE, Layer.L1, vectors[7], Filters(), 5)
+    assert waits(lines) == 2
+    assert found[0].id == "m7"
+    store.store_embeddings(Layer.L1, [(SCOPE.tenant, "m7")], -vectors[7:8])  # a new vector
+    with traced(store) as lines:
+        found = store.search_vector(SCOPE, Layer.L1, vectors[7], Filters(), 20)
+    assert waits(lines) == 2
+    assert found[-1].id == "m7"
 
 
 def test_a_capture_refused_by_the_server_is_rolled_back(store: PostgresStore) -> None:
