@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
@@ -116,9 +116,10 @@ class SqlCoreStore(ABC):
         return self.writing(key=tenant)
 
     def _turns_added(  # noqa: B027 - a hook, as above
-        self, conn: Any, tenant: str, stored: Sequence[Turn]
+        self, conn: Any, tenant: str, stored: Sequence[Turn], rids: Mapping[str, int]
     ) -> None:
-        """Bookkeeping of new turns, inside their transaction."""
+        """Bookkeeping of new turns (their row ids by turn id in `rids`), inside their
+        transaction."""
 
     def _after_write(self, tenant: str, layer: Layer) -> None:  # noqa: B027 - a hook, as above
         """Called after a committed write of the tenant's rows of `layer`."""
@@ -131,12 +132,15 @@ class SqlCoreStore(ABC):
         sequence number; a turn whose id the tenant has already is left as it is. How many
         were written."""
         stored: list[Turn] = []
+        rids: dict[str, int] = {}
         with self._turn_writing(scope.tenant, [t.session for t in turns]) as conn:
             for turn in turns:
                 extra = self._turn_extra(scope.tenant)
-                if _insert_turn(conn, scope.tenant, turn, turn.seq, extra) is not None:
+                written = _insert_turn(conn, scope.tenant, turn, turn.seq, extra)
+                if written is not None:
+                    rids[turn.id] = written[1]
                     stored.append(replace(turn, tenant=scope.tenant))
-            self._turns_added(conn, scope.tenant, stored)
+            self._turns_added(conn, scope.tenant, stored, rids)
         if stored:
             self._after_write(scope.tenant, Layer.L0)
         return len(stored)
@@ -262,16 +266,18 @@ class SqlCoreStore(ABC):
     # -- L0 turns ----------------------------------------------------------------------------
     def add_turns(self, scope: Scope, turns: Sequence[Turn]) -> list[Turn]:
         stored: list[Turn] = []
+        rids: dict[str, int] = {}
         with self._turn_writing(scope.tenant, [t.session for t in turns]) as conn:
             next_seq: dict[str, int] = {}
             for turn in turns:
                 extra = self._turn_extra(scope.tenant)
-                seq = _insert_turn(conn, scope.tenant, turn, next_seq.get(turn.session), extra)
-                if seq is None:
+                written = _insert_turn(conn, scope.tenant, turn, next_seq.get(turn.session), extra)
+                if written is None:
                     continue
+                seq, rids[turn.id] = written
                 next_seq[turn.session] = seq + 1
                 stored.append(replace(turn, tenant=scope.tenant, seq=seq))
-            self._turns_added(conn, scope.tenant, stored)
+            self._turns_added(conn, scope.tenant, stored, rids)
         if stored:
             self._after_write(scope.tenant, Layer.L0)
         return stored
@@ -459,19 +465,19 @@ _NEXT_SEQ = (
 
 def _insert_turn(
     conn: SqlConn, tenant: str, turn: Turn, seq: int | None, extra: dict[str, Any]
-) -> int | None:
+) -> tuple[int, int] | None:
     """Write one turn (one statement) unless the tenant has its id already; its sequence number
-    (None when it was there already)."""
+    and row id (None when it was there already)."""
     marks = "".join(", ?" for _ in extra)
     rows = conn.execute(
         f"INSERT INTO turns ({_TURN_COLUMNS}{''.join(f', {c}' for c in extra)})"
         f" VALUES (?, ?, ?, {_NEXT_SEQ}, ?, ?, ?, ?, ?, ?{marks})"
-        " ON CONFLICT (tenant, id) DO NOTHING RETURNING seq",
+        " ON CONFLICT (tenant, id) DO NOTHING RETURNING seq, rid",
         (tenant, turn.id, turn.session, seq, tenant, turn.session, turn.role.value, turn.speaker,
          turn.text, turn.timestamp, json.dumps(turn.metadata, ensure_ascii=False),
          turn.timestamp, *extra.values()),
     ).fetchall()  # fmt: skip
-    return int(rows[0][0]) if rows else None
+    return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
 
 def _check_current(conn: SqlConn, tenant: str, memory_ids: Sequence[str]) -> None:

@@ -18,7 +18,7 @@ lengths changes no indexed column and rewrites no index entry.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,11 +51,13 @@ _COLUMNS = "SELECT rid, fts_len, text, speaker, ts, seq, fts_dirty, id FROM turn
 _TAIL = _COLUMNS + " WHERE tenant = ? AND session = ? AND seq >= ? ORDER BY seq"
 #: The session's last turns, before the new ones are written.
 _LAST = _COLUMNS + " WHERE tenant = ? AND session = ? ORDER BY seq DESC LIMIT ?"
-#: The rows are named by their ids (a new turn's rid is not read back), numbered from 1 in the
-#: first array; postings and lengths refer to them by that number.
+#: The rows are numbered from 1 in the first array (their rids: a new turn's is read back with
+#: its sequence number); postings and lengths refer to them by that number. They were named by
+#: their ids, joined to the turns: planned on tables never analysed (a new database, a tenant's
+#: first turns) the join read every turn of the tenant at each capture (301 for 2 ids, issue 32).
 _WRITE = (
-    "WITH ids AS MATERIALIZED (SELECT t.rid, w.pos FROM unnest(?::text[]) WITH ORDINALITY"
-    " AS w(id, pos) JOIN turns t ON t.tenant = ? AND t.id = w.id),"
+    "WITH ids AS MATERIALIZED (SELECT w.rid, w.pos FROM unnest(?::bigint[]) WITH ORDINALITY"
+    " AS w(rid, pos)),"
     " posted AS (INSERT INTO turn_terms (tenant, term, rid, tf)"
     " SELECT ?, u.term, ids.rid, u.tf::real[] FROM unnest(?::text[], ?::bigint[], ?::text[])"
     " AS u(term, pos, tf) JOIN ids ON ids.pos = u.pos"
@@ -78,26 +80,26 @@ class CaptureConn(PgConn):
 
 @dataclass(frozen=True)
 class Extension:
-    """A turn's `around` field grown by the next turn: its id, its length before and after,
+    """A turn's `around` field grown by the next turn: its rid, its length before and after,
     each term's count gained."""
 
-    id: str
+    rid: int
     old_length: int
     length: int
     gained: dict[str, float]
 
 
-#: Positions in a row of `_fielded`: TURN_FIELDS' columns, then the seq, the mark, the id.
-_SEQ, _DIRTY, _ID = 8, 9, 10
+#: Positions in a row of `_fielded`: TURN_FIELDS' columns, then the seq, the mark (then the id).
+_SEQ, _DIRTY = 8, 9
 
 
 def index_captured(
     conn: PgConn, tokenizer: Tokenizer, tenant: str, session: str, first_seq: int,
-    stored: Sequence[Turn],
+    stored: Sequence[Turn], rids: Mapping[str, int],
 ) -> None:  # fmt: skip
-    """Index the session's turns from `first_seq` on (`stored`, just written), and extend the
-    one before them."""
-    known = _known(conn, session, stored)
+    """Index the session's turns from `first_seq` on (`stored`, just written, their row ids by
+    turn id in `rids`), and extend the one before them."""
+    known = _known(conn, session, stored, rids)
     if known is None:  # not simply after the last ones (an import): read as they are now
         known = conn.execute(_TAIL, (tenant, session, first_seq - _REACH)).fetchall()
     rows = _fielded(known, first_seq - 1)
@@ -118,7 +120,9 @@ def index_captured(
     _write(conn, tenant, zlib.crc32(session.encode()) % TOTAL_SHARDS, whole, tokens, extension)
 
 
-def _known(conn: PgConn, session: str, stored: Sequence[Turn]) -> Sequence[Any] | None:
+def _known(
+    conn: PgConn, session: str, stored: Sequence[Turn], rids: Mapping[str, int]
+) -> Sequence[Any] | None:
     """The session's last turns read before the insert and the stored ones, in `_TAIL`'s
     columns, when the stored ones follow the last ones (None otherwise, or unread)."""
     if not isinstance(conn, CaptureConn) or session not in conn.tails:
@@ -128,7 +132,7 @@ def _known(conn: PgConn, session: str, stored: Sequence[Turn]) -> Sequence[Any] 
     new = sorted(stored, key=lambda t: t.seq)
     if [t.seq for t in new] != list(range(top + 1, top + 1 + len(new))):
         return None
-    return [*last, *((None, None, t.text, t.speaker, t.timestamp, t.seq, False, t.id)
+    return [*last, *((rids[t.id], None, t.text, t.speaker, t.timestamp, t.seq, False, t.id)
                      for t in new)]  # fmt: skip
 
 
@@ -167,7 +171,7 @@ def _extension(row: Any, before: list[str], now: list[str]) -> Extension | None:
     gained = {term: counts[0] - old.get(term, [0.0])[0] for term, counts in new.items()
               if counts[0] != old.get(term, [0.0])[0]}  # fmt: skip
     old_length = int(row[1])
-    return Extension(str(row[_ID]), old_length, old_length + len(now) - len(before), gained)
+    return Extension(int(row[0]), old_length, old_length + len(now) - len(before), gained)
 
 
 def _write(
@@ -181,7 +185,7 @@ def _write(
     """One statement: the postings of the rows indexed whole and the grown `around` counts of
     the extended row, every row's length, and the totals' change (after deleting the old
     postings of a row indexed whole again)."""
-    ids = [str(row[_ID]) for row in whole]
+    rids = [int(row[0]) for row in whole]
     again = [int(row[0]) for row in whole if row[1] is not None]
     if again:
         conn.execute("DELETE FROM turn_terms WHERE rid = ANY(?)", (again,))
@@ -189,16 +193,16 @@ def _write(
     lengths = [row_length(Layer.L0, columns) for columns in tokens]
     new_rows, delta = totals_change(whole, lengths)
     if extension is not None:
-        ids.append(extension.id)
+        rids.append(extension.rid)
         lengths.append(extension.length)
         delta += extension.length - extension.old_length
         gained = extension.gained
         names = _joined(names, text_array(list(gained)))
-        positions = _joined(positions, "{" + ",".join([str(len(ids))] * len(gained)) + "}")
+        positions = _joined(positions, "{" + ",".join([str(len(rids))] * len(gained)) + "}")
         counts = _joined(counts, text_array([_only_around(n) for n in gained.values()]))
     conn.execute(
         _WRITE,
-        (text_array(ids), tenant, tenant, names, positions, counts,
+        (rids, tenant, names, positions, counts,
          "{" + ",".join(str(i + 1) for i in range(len(lengths))) + "}", lengths,
          tenant, Layer.L0.value, shard, new_rows, delta),
     )  # fmt: skip

@@ -15,7 +15,7 @@ erasing (which also lowers the text statistics).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -184,7 +184,9 @@ class PostgresStore(SqlCoreStore):
         rewrites no index entry (an unchanged indexed column keeps the update in place)."""
         return {"fts_dirty": False}
 
-    def _turns_added(self, conn: PgConn, tenant: str, stored: Sequence[Turn]) -> None:
+    def _turns_added(
+        self, conn: PgConn, tenant: str, stored: Sequence[Turn], rids: Mapping[str, int]
+    ) -> None:
         """Index the new turns and the turn before them (their next neighbour is new), in the
         capture's transaction: a capture is one transaction, and leaves nothing to catch up."""
         first: dict[str, int] = {}
@@ -192,7 +194,7 @@ class PostgresStore(SqlCoreStore):
             first[turn.session] = min(first.get(turn.session, turn.seq), turn.seq)
         for session, seq in first.items():
             mine = [t for t in stored if t.session == session]
-            capture_index.index_captured(conn, self._tokenizer, tenant, session, seq, mine)
+            capture_index.index_captured(conn, self._tokenizer, tenant, session, seq, mine, rids)
 
     def _after_write(self, tenant: str, layer: Layer) -> None:
         if layer is Layer.L1:
