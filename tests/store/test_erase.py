@@ -94,3 +94,24 @@ def test_a_new_turn_reusing_an_erased_rows_id_is_not_found_by_its_old_vector(
     store.add_turns(ACME, [turn("new", "not embedded yet", session="n")])  # takes the freed rid
     found = store.search_vector(ACME, Layer.L0, unit(2), Filters(), 5)
     assert [c.id for c in found] == ["keep"]
+
+
+def test_a_search_by_a_cache_holding_rows_another_process_erased_still_fills_its_limit(
+    tmp_path: Path,
+) -> None:
+    """This process's cache still holds the vectors of turns another process erased; among the
+    best of them, the search returns the next best instead, as many as asked, best first."""
+    here, there = SqliteStore(tmp_path / "s.db"), SqliteStore(tmp_path / "s.db")
+    ids = [f"t{i}" for i in range(12)]
+    here.add_turns(ACME, [turn(i, f"text {i}", session="gone" if i in ("t1", "t3") else "kept")
+                          for i in ids])  # fmt: skip
+    query = unit(0)
+    vectors = np.stack([query * (1 - 0.05 * n) + unit(n + 1) * 0.05 * n for n in range(12)])
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    here.store_embeddings(Layer.L0, [("acme", i) for i in ids], vectors.astype(np.float32))
+    assert [c.id for c in here.search_vector(ACME, Layer.L0, query, Filters(), 5)] == ids[:5]
+    there.erase_session(ACME, "gone")
+    found = here.search_vector(ACME, Layer.L0, query, Filters(), 5)
+    assert [c.id for c in found] == ["t0", "t2", "t4", "t5", "t6"]
+    here.close()
+    there.close()
