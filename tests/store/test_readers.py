@@ -202,3 +202,25 @@ def test_readers_open_the_writers_file_after_a_change_of_directory(
     assert [t.id for t in store.get_turns(ACME, ["r1"])] == ["r1"]
     assert not (tmp_path / "elsewhere" / "rel.db").exists()
     store.close()
+
+
+async def test_with_readers_a_search_runs_its_lists_side_by_side_and_ranks_as_without(
+    tmp_path: Path,
+) -> None:
+    """With readers, a hybrid search's vector lists run on other threads beside its full-text
+    ones (each list on a reader of its own); the hits and their ranks are those of a store
+    without readers, which runs them in turn."""
+    found = []
+    for name, readers in (("pool", DEFAULT_READERS), ("writer", 0)):
+        settings = Settings(data_dir=tmp_path / name, embedder="hash:64", sqlite_readers=readers)
+        memory = AsyncMemory.open(settings)
+        assert memory.store.searches_in_parallel is (readers > 0)
+        for i in range(40):
+            words = ("hiking", "alps", "coffee", "violin", "garden")[i % 5]
+            await memory.capture("acme", f"s{i % 4}", [{"role": "user", "content": f"{words} {i}"}])
+            await memory.add_memory("acme", f"likes {words} number {i}")
+        await memory.embed_pending()
+        hits = await memory.search("acme", "hiking in the alps with coffee", k=15)
+        found.append([(h.id, h.layer, sorted(h.ranks.items())) for h in hits])
+        await memory.aclose()
+    assert found[0] == found[1] and len(found[0]) == 15

@@ -61,6 +61,7 @@ class SqliteStore(SqlCoreStore):
             migrate(self._conn)
         where = path.resolve()  # readers open later, maybe after a change of directory
         self.readers = ReaderPool(lambda: connect_reader(where), readers) if readers else None
+        self.searches_in_parallel = self.readers is not None  # a search's lists on two readers
 
     def close(self) -> None:
         if self.readers is not None:
