@@ -62,6 +62,17 @@ class Running:
         return not self._thread.is_alive()
 
 
+def holding(store: SqliteStore, release: threading.Event, held: list[Any]) -> Running:
+    """A thread that borrows a reader, keeps it in `held`, and gives it back once released."""
+
+    def hold() -> None:
+        with store.reading() as conn:
+            held.append(conn)
+            release.wait()
+
+    return Running(hold)
+
+
 def pool(store: SqliteStore) -> Any:
     assert store.readers is not None
     return store.readers
@@ -116,13 +127,7 @@ def test_the_pool_is_bounded_and_a_reader_is_lent_again(store: SqliteStore) -> N
     readers = pool(store)
     release = threading.Event()
     held: list[sqlite3.Connection] = []
-
-    def hold() -> None:
-        with store.reading() as conn:
-            held.append(conn)
-            release.wait()
-
-    holders = [Running(hold), Running(hold)]
+    holders = [holding(store, release, held), holding(store, release, held)]
     assert readers.wait_until(lambda p: p.lent == 2, JOIN_S)
     third = Running(lambda: store.list_turns(ACME, "kept"))
     assert readers.wait_until(lambda p: p.queued == 1, JOIN_S)
@@ -138,13 +143,7 @@ def test_close_waits_for_lent_readers_and_closes_them_all(store: SqliteStore) ->
     readers = pool(store)
     release = threading.Event()
     held: list[sqlite3.Connection] = []
-
-    def hold() -> None:
-        with store.reading() as conn:
-            held.append(conn)
-            release.wait()
-
-    holder = Running(hold)
+    holder = holding(store, release, held)
     assert readers.wait_until(lambda p: p.lent == 1, JOIN_S)
     with store.reading() as conn:
         held.append(conn)
