@@ -144,3 +144,16 @@ def test_equal_cosines_come_back_by_record_id_whatever_the_cpu_sums() -> None:
         found = cache_of(rows, exact_max=10**9).top(query, limit)
         assert [rid for rid, _ in found] == list(range(1, limit + 1))
         assert len({score for _, score in found}) == 1
+
+
+def test_the_sign_bit_pass_keeps_every_vector_tied_at_its_last_place() -> None:
+    """Vectors with the same sign bits are all as close to the query by the first pass; it
+    keeps every one of them, not those a partial sort happens to put first, so the best by
+    cosine among them is found (and the same ones on every CPU)."""
+    rng = np.random.default_rng(8)
+    signs = np.where(rng.random(64) < 0.5, -1.0, 1.0)
+    rows = (np.abs(rng.normal(size=(3000, 64))) * signs).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    query = unit_rows(1, 64, seed=9)[0]
+    coarse, exact = cache_of(rows, exact_max=0), cache_of(rows, exact_max=10**9)
+    assert [rid for rid, _ in coarse.top(query, 5)] == [rid for rid, _ in exact.top(query, 5)]

@@ -182,7 +182,8 @@ class VectorCache:
         return chosen[order], exact[order]
 
     def _coarse(self, query: np.ndarray, count: int, mask: np.ndarray | None) -> np.ndarray:
-        """Positions of the `count` vectors whose sign bits differ least from the query's."""
+        """Positions of the `count` vectors whose sign bits differ least from the query's, and
+        of every other as close as the last of them."""
         counts = np.bitwise_count(self.codes[: self.size] ^ sign_codes(query[None, :])[0])
         hamming = counts[:, 0].astype(np.int32)
         for column in range(1, counts.shape[1]):  # column sums: faster than a short-axis sum
@@ -190,7 +191,10 @@ class VectorCache:
         if mask is not None:
             hamming = np.where(mask, hamming, np.iinfo(np.int32).max)
         count = min(count, self.size)
-        return np.argpartition(hamming, count - 1)[:count]
+        # Every vector as close as the count-th is kept: which of those tied a partial sort
+        # keeps depends on its kernels, so the candidates (and the hits) moved between CPUs.
+        farthest = np.partition(hamming, count - 1)[count - 1]
+        return np.flatnonzero(hamming <= farthest)
 
 
 class VectorCaches:
