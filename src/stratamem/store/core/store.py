@@ -379,13 +379,25 @@ class SqlCoreStore(ABC):
     ) -> list[Candidate]:
         with self.reading() as conn:
             generation = meta(conn, "emb_generation") or "0"
-            with self._cache_lock:
-                cache = self._caches.get(scope.tenant, layer, int(vector.shape[0]), generation)
-                vector_search.refresh_cache(conn, cache, scope.tenant, layer)
-                self._caches.settle()
-                return vector_search.search_vector(
-                    conn, cache, scope.tenant, layer, vector, filters, limit
-                )
+            return self._search_cached(conn, generation, None, scope.tenant, layer, vector,
+                                       filters, limit)  # fmt: skip
+
+    def _search_cached(
+        self, conn: Any, generation: str, fresh: vector_search.NewVectors | None, tenant: str,
+        layer: Layer, vector: np.ndarray, filters: Filters, limit: int,
+    ) -> list[Candidate]:  # fmt: skip
+        """The scan of the tenant's cached vectors, the cache first brought up to date: with
+        `fresh`, the rows read for it beside another question, when it is the cache they were
+        asked for, as it was then (another search may have refreshed it meanwhile, or a new
+        model replaced it); else by reading them now."""
+        with self._cache_lock:
+            cache = self._caches.get(tenant, layer, int(vector.shape[0]), generation)
+            if fresh is not None and fresh.cache is cache and cache.max_seq == fresh.since:
+                vector_search.add_new_vectors(cache, fresh.rows)
+            else:
+                vector_search.refresh_cache(conn, cache, tenant, layer)
+            self._caches.settle()
+            return vector_search.search_vector(conn, cache, tenant, layer, vector, filters, limit)
 
     def _forget_caches(self, tenant: str) -> None:
         with self._cache_lock:

@@ -9,6 +9,7 @@ vectors of erased or re-embedded rows returns none.
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,16 @@ def ask_new_vectors(conn: SqlConn, tenant: str, layer: Layer, since_seq: int) ->
         " WHERE tenant = ? AND emb_seq > ? ORDER BY emb_seq",
         (tenant, since_seq),
     )
+
+
+@dataclass(frozen=True)
+class NewVectors:
+    """The vectors a cache lacked (`rows`, written after `since`), read for `cache` beside
+    another question (`PostgresStore.search_vector`)."""
+
+    cache: VectorCache
+    since: int
+    rows: list[Any]
 
 
 def add_new_vectors(cache: VectorCache, rows: list[Any]) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,21 +27,12 @@ from stratamem.store.core import vector_search as vector_search_core
 from stratamem.store.core.port import Candidate, Fence, Filters
 from stratamem.store.core.store import TABLES, SqlCoreStore
 from stratamem.store.core.text_query import TextQuery
-from stratamem.store.core.vectors import VectorCache, VectorCaches
+from stratamem.store.core.vectors import VectorCaches
 from stratamem.store.postgres import capture_index, erase, text_index, text_search, vector_rows
 from stratamem.store.postgres.connection import PgConn, PgPool, session_key
 from stratamem.store.postgres.migrations import migrate
 from stratamem.store.postgres.tokens import Tokenizer
 from stratamem.store.postgres.vectors import PgVectors
-
-
-@dataclass(frozen=True)
-class _NewVectors:
-    """The vectors a cache lacked (`rows`, written after `since`), read for `cache`."""
-
-    cache: VectorCache
-    since: int
-    rows: list[Any]
 
 
 class PostgresStore(SqlCoreStore):
@@ -133,7 +123,7 @@ class PostgresStore(SqlCoreStore):
 
     def _first_questions(
         self, conn: PgConn, tenant: str, layer: Layer
-    ) -> tuple[vector_rows.SearchState, _NewVectors | None]:
+    ) -> tuple[vector_rows.SearchState, vector_search_core.NewVectors | None]:
         """The tenant's search state and, when this process caches its vectors, those written
         since, in one round trip (pipeline mode, synced once)."""
         with self._cache_lock:
@@ -147,24 +137,7 @@ class PostgresStore(SqlCoreStore):
         state = vector_rows.search_state_of(asked)
         if known is None or since is None or loaded is None:
             return state, None
-        return state, _NewVectors(known, since, loaded.fetchall())
-
-    def _search_cached(
-        self, conn: PgConn, generation: str, fresh: _NewVectors | None, tenant: str,
-        layer: Layer, vector: np.ndarray, filters: Filters, limit: int,
-    ) -> list[Candidate]:  # fmt: skip
-        """The core's scan of the cached vectors, the cache first brought up to date: with the
-        rows read beside the state when it is the cache they were asked for, as it was then
-        (another search may have refreshed it meanwhile, or a new model replaced it)."""
-        with self._cache_lock:
-            cache = self._caches.get(tenant, layer, int(vector.shape[0]), generation)
-            if fresh is not None and fresh.cache is cache and cache.max_seq == fresh.since:
-                vector_search_core.add_new_vectors(cache, fresh.rows)
-            else:
-                vector_search_core.refresh_cache(conn, cache, tenant, layer)
-            self._caches.settle()
-            return vector_search_core.search_vector(conn, cache, tenant, layer, vector, filters,
-                                                    limit)  # fmt: skip
+        return state, vector_search_core.NewVectors(known, since, loaded.fetchall())
 
     # -- turns and the text index ------------------------------------------------------------
     @contextmanager
